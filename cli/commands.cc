@@ -1,0 +1,423 @@
+#include "absl/strings/string_view.h"
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cli/cli_args.h"
+#include "cli/job_client.h"
+#include "cli/table.h"
+#include "common/job_spec.h"
+#include "common/json_proto.h"
+#include "common/seed_flags.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace trainctl::cli {
+namespace {
+
+using trainctl::v1::Job;
+using trainctl::v1::JobEvent;
+using trainctl::v1::JobSpec;
+using trainctl::v1::LogLine;
+
+constexpr char kDefaultCoordinator[] = "127.0.0.1:50051";
+
+constexpr char kUsage[] = R"(trainctl — train Qwen2-VL models with distill / SFT / GRPO / eval jobs
+
+Usage: trainctl VERB [options]
+
+  submit FILE [seed flags]       submit a job spec (YAML or JSON); flags override the file
+  submit --kind sft <seed flags> submit from the seed's launch flags (--model_name_or_path ...
+                                 --deepspeed ds.json --per_device_train_batch_size 4 --bf16 True ...)
+  validate ...                   same arguments as submit, offline: prints the resolved DeepSpeed
+                                 config as JSON (exit 0) or every error (exit 1)
+  ls [--state S[,S]] [--limit N] list jobs, newest first
+  describe ID                    one job in full, with its events
+  cancel ID [--reason TEXT]      cancel a job
+  watch ID                       follow a job's events until it ends (exit 0 if it succeeded)
+  logs ID [-f] [--tail N]        print a job's rank logs; -f follows until the job ends
+
+Options for every verb that talks to the coordinator:
+  --coordinator HOST:PORT        default $TRAINCTL_COORDINATOR, else 127.0.0.1:50051
+  -o, --output table|json        read verbs print JSON with -o json
+)";
+
+struct Context {
+  ParsedArgs args;
+  std::string coordinator;
+  bool json = false;
+  std::ostream& out;
+  std::ostream& err;
+};
+
+int Fail(std::ostream& err, const absl::Status& status) {
+  // Multi-line statuses (spec validation) print one error per line.
+  for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
+    err << "trainctl: " << line << '\n';
+  }
+  return kExitFailed;
+}
+
+std::string FormatTime(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  const absl::Time time = absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", time, absl::UTCTimeZone());
+}
+
+std::string Age(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0) return "-";
+  const int64_t s = std::max<int64_t>(0, absl::ToUnixSeconds(absl::Now()) - t.seconds());
+  if (s < 120) return absl::StrCat(s, "s");
+  if (s < 7200) return absl::StrCat(s / 60, "m");
+  if (s < 172800) return absl::StrCat(s / 3600, "h");
+  return absl::StrCat(s / 86400, "d");
+}
+
+std::string StateName(trainctl::v1::JobState state) {
+  return EnumShortName(trainctl::v1::JobState_descriptor()->FindValueByNumber(state));
+}
+
+std::string NewRequestId() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid()));
+  return absl::StrFormat("%016x%016x", gen(), gen());
+}
+
+// The job spec that submit and validate work on: FILE and/or the seed's flags.
+absl::StatusOr<FlagSpec> BuildSpec(const ParsedArgs& args) {
+  std::vector<std::string> flag_args = args.passthrough;
+  std::string file;
+  for (const std::string& positional : args.positional) {
+    if (absl::EndsWith(positional, ".py")) {
+      flag_args.push_back(positional);  // the seed's training script; the flag parser explains
+    } else if (file.empty()) {
+      file = positional;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", positional,
+                                                     "' (one spec FILE at most)"));
+    }
+  }
+  if (file.empty() && flag_args.empty()) {
+    return absl::InvalidArgumentError(
+        "needs a spec FILE or the seed's flags (--kind sft --model_name_or_path ... ); see trainctl help");
+  }
+  FlagSpec result;
+  if (!file.empty()) {
+    auto spec = LoadJobSpecFile(file);
+    if (!spec.ok()) return spec.status();
+    result.spec = std::move(*spec);
+  }
+  if (!flag_args.empty()) {
+    auto flags = JobSpecFromFlags(flag_args, std::filesystem::current_path().string());
+    if (!flags.ok()) return flags.status();
+    result.spec.MergeFrom(flags->spec);  // flags override the file
+    result.warnings = std::move(flags->warnings);
+  }
+  return result;
+}
+
+void PrintWarnings(std::ostream& err, const std::vector<std::string>& warnings) {
+  for (const std::string& w : warnings) err << "warning: " << w << '\n';
+}
+
+int Validate(Context& c) {
+  auto built = BuildSpec(c.args);
+  if (!built.ok()) return Fail(c.err, built.status());
+  PrintWarnings(c.err, built->warnings);
+  auto validated = ValidateJobSpec(built->spec);
+  if (!validated.ok()) return Fail(c.err, validated.status());
+  PrintWarnings(c.err, validated->warnings);
+  if (validated->resolved_deepspeed_config_json.empty()) {
+    c.err << "note: the spec has no DeepSpeed config; the trainer runs without ZeRO\n";
+    c.out << "{}\n";
+  } else {
+    c.out << validated->resolved_deepspeed_config_json << '\n';
+  }
+  return kExitOk;
+}
+
+int Submit(Context& c) {
+  auto built = BuildSpec(c.args);
+  if (!built.ok()) return Fail(c.err, built.status());
+  PrintWarnings(c.err, built->warnings);
+  trainctl::v1::SubmitJobRequest request;
+  *request.mutable_spec() = built->spec;
+  request.set_request_id(NewRequestId());
+  JobClient client(c.coordinator);
+  auto response = client.Submit(request);
+  if (!response.ok()) return Fail(c.err, response.status());
+  PrintWarnings(c.err, {response->warnings().begin(), response->warnings().end()});
+  if (c.json) {
+    c.out << MessageToJsonText(response->job(), /*pretty=*/true) << '\n';
+  } else {
+    c.out << "submitted " << response->job().id() << " (" << response->job().spec().name() << "), "
+          << StateName(response->job().state()) << '\n';
+  }
+  return kExitOk;
+}
+
+absl::StatusOr<std::vector<trainctl::v1::JobState>> ParseStates(const std::string& text) {
+  std::vector<trainctl::v1::JobState> states;
+  for (absl::string_view name : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    bool found = false;
+    for (int s = trainctl::v1::JobState_MIN + 1; s <= trainctl::v1::JobState_MAX; ++s) {
+      if (absl::EqualsIgnoreCase(StateName(static_cast<trainctl::v1::JobState>(s)), name)) {
+        states.push_back(static_cast<trainctl::v1::JobState>(s));
+        found = true;
+      }
+    }
+    if (!found) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--state: unknown state '", name,
+          "' (pending|scheduled|running|succeeded|failed|cancelled|restarting)"));
+    }
+  }
+  return states;
+}
+
+int List(Context& c) {
+  auto states = ParseStates(c.args.Get("state"));
+  if (!states.ok()) return Fail(c.err, states.status());
+  int limit = 50;
+  if (c.args.Has("limit") && (!absl::SimpleAtoi(c.args.Get("limit"), &limit) || limit <= 0)) {
+    return Fail(c.err, absl::InvalidArgumentError("--limit: must be a positive integer"));
+  }
+  JobClient client(c.coordinator);
+  trainctl::v1::ListJobsResponse all;
+  trainctl::v1::ListJobsRequest request;
+  for (auto s : *states) request.add_states(s);
+  do {
+    request.set_page_size(std::min(1000, limit - all.jobs_size()));
+    auto page = client.List(request);
+    if (!page.ok()) return Fail(c.err, page.status());
+    for (auto& job : *page->mutable_jobs()) *all.add_jobs() = std::move(job);
+    request.set_page_token(page->next_page_token());
+    all.set_next_page_token(page->next_page_token());
+  } while (!request.page_token().empty() && all.jobs_size() < limit);
+  if (c.json) {
+    c.out << MessageToJsonText(all, /*pretty=*/true) << '\n';
+    return kExitOk;
+  }
+  Table table({"ID", "NAME", "KIND", "STATE", "ATTEMPT", "RESOURCES", "STEP", "AGE"});
+  for (const Job& job : all.jobs()) {
+    const auto& r = job.spec().resources();
+    const std::string step = job.progress().total_steps() > 0
+                                 ? absl::StrCat(job.progress().step(), "/", job.progress().total_steps())
+                                 : absl::StrCat(job.progress().step());
+    table.AddRow({job.id(), job.spec().name(), JobKindName(job.spec().kind()), StateName(job.state()),
+                  absl::StrCat(job.attempt()), absl::StrCat(r.nodes(), "x", r.slots_per_node()), step,
+                  Age(job.create_time())});
+  }
+  table.Print(c.out);
+  return kExitOk;
+}
+
+std::string DescribeEvent(const JobEvent& e) {
+  switch (e.payload_case()) {
+    case JobEvent::kStateChange: {
+      const auto& s = e.state_change();
+      return absl::StrCat("state      ", StateName(s.from()), " -> ", StateName(s.to()),
+                          s.reason().empty() ? "" : absl::StrCat("  (", s.reason(), ")"));
+    }
+    case JobEvent::kMetric: {
+      std::map<std::string, double> sorted(e.metric().values().begin(), e.metric().values().end());
+      std::vector<std::string> parts;
+      for (const auto& [k, v] : sorted) parts.push_back(absl::StrCat(k, "=", v));
+      return absl::StrCat("metric     step ", e.metric().step(), "  ", absl::StrJoin(parts, " "));
+    }
+    case JobEvent::kCheckpoint:
+      return absl::StrCat("checkpoint step ", e.checkpoint().step(), "  ", e.checkpoint().path());
+    default:
+      return "event";
+  }
+}
+
+std::string TrainingSummary(const trainctl::v1::TrainingArguments& t) {
+  return absl::StrCat("micro batch ", t.per_device_train_batch_size(), " x accum ",
+                      t.gradient_accumulation_steps(), ", lr ", t.learning_rate(), ", epochs ",
+                      t.num_train_epochs(), t.bf16() ? ", bf16" : "", t.fp16() ? ", fp16" : "",
+                      t.has_tf32() && t.tf32() ? ", tf32" : "", ", save ", t.save_strategy(),
+                      ", log every ", t.logging_steps());
+}
+
+int Describe(Context& c) {
+  if (c.args.positional.size() != 1) return Fail(c.err, absl::InvalidArgumentError("describe needs one job ID"));
+  JobClient client(c.coordinator);
+  auto job = client.Get(c.args.positional[0]);
+  if (!job.ok()) return Fail(c.err, job.status());
+  std::vector<JobEvent> events;
+  trainctl::v1::WatchJobRequest request;
+  request.set_id(job->id());
+  request.set_replay_only(true);
+  if (auto s = client.Watch(request, [&](const JobEvent& e) { events.push_back(e); }); !s.ok()) {
+    return Fail(c.err, s);
+  }
+  if (c.json) {
+    c.out << MessageToJsonText(*job, /*pretty=*/true) << '\n';
+    return kExitOk;
+  }
+  const JobSpec& spec = job->spec();
+  const auto& r = spec.resources();
+  Table fields({"ID:", job->id()});
+  fields.AddRow({"Name:", spec.name()});
+  fields.AddRow({"Kind:", JobKindName(spec.kind())});
+  fields.AddRow({"State:", StateName(job->state()) + (job->message().empty() ? "" : "  (" + job->message() + ")")});
+  if (job->cancel_requested() && job->state() != trainctl::v1::JOB_STATE_CANCELLED) {
+    fields.AddRow({"Cancel:", "requested"});
+  }
+  fields.AddRow({"Attempt:", absl::StrCat(job->attempt(), " (max restarts ", spec.max_restarts(), ")")});
+  fields.AddRow({"Model:", spec.model_name_or_path()});
+  fields.AddRow({"Data:", spec.data_path()});
+  fields.AddRow({"Output dir:", spec.output_dir()});
+  fields.AddRow({"Resources:", absl::StrCat(r.nodes(), " node(s) x ", r.slots_per_node(), " slot(s), world ",
+                                            r.nodes() * r.slots_per_node())});
+  fields.AddRow({"Priority:", absl::StrCat(spec.priority())});
+  fields.AddRow({"Training:", TrainingSummary(spec.training())});
+  fields.AddRow({"DeepSpeed:", spec.deepspeed().empty() ? (spec.deepspeed_config_json().empty() ? "-" : "inline")
+                                                        : spec.deepspeed()});
+  for (const auto& [k, v] : std::map<std::string, std::string>(spec.env().begin(), spec.env().end())) {
+    fields.AddRow({"Env:", k + "=" + v});
+  }
+  for (const auto& [k, v] : std::map<std::string, std::string>(spec.node_selector().begin(), spec.node_selector().end())) {
+    fields.AddRow({"Node selector:", k + "=" + v});
+  }
+  fields.AddRow({"Created:", FormatTime(job->create_time())});
+  fields.AddRow({"Started:", FormatTime(job->start_time())});
+  fields.AddRow({"Ended:", FormatTime(job->end_time())});
+  fields.AddRow({"Progress:", absl::StrCat("step ", job->progress().step(),
+                                           job->progress().total_steps() > 0 ? absl::StrCat("/", job->progress().total_steps()) : "",
+                                           ", loss ", job->progress().loss())});
+  fields.AddRow({"Checkpoint:", job->last_checkpoint().path().empty()
+                                    ? "-"
+                                    : absl::StrCat(job->last_checkpoint().path(), " (step ",
+                                                   job->last_checkpoint().step(), ")")});
+  fields.Print(c.out);
+  c.out << "\nEvents:\n";
+  Table table({"  SEQ", "TIME", "EVENT"});
+  for (const JobEvent& e : events) {
+    table.AddRow({absl::StrCat("  ", e.seq()), FormatTime(e.time()), DescribeEvent(e)});
+  }
+  table.Print(c.out);
+  return kExitOk;
+}
+
+int Cancel(Context& c) {
+  if (c.args.positional.size() != 1) return Fail(c.err, absl::InvalidArgumentError("cancel needs one job ID"));
+  JobClient client(c.coordinator);
+  auto job = client.Cancel(c.args.positional[0], c.args.Get("reason"));
+  if (!job.ok()) return Fail(c.err, job.status());
+  if (c.json) {
+    c.out << MessageToJsonText(*job, /*pretty=*/true) << '\n';
+  } else if (job->state() == trainctl::v1::JOB_STATE_CANCELLED) {
+    c.out << job->id() << " cancelled\n";
+  } else {
+    c.out << job->id() << " cancel requested; its ranks are being stopped (state " << StateName(job->state())
+          << ")\n";
+  }
+  return kExitOk;
+}
+
+int Watch(Context& c) {
+  if (c.args.positional.size() != 1) return Fail(c.err, absl::InvalidArgumentError("watch needs one job ID"));
+  JobClient client(c.coordinator);
+  trainctl::v1::WatchJobRequest request;
+  request.set_id(c.args.positional[0]);
+  trainctl::v1::JobState last = trainctl::v1::JOB_STATE_UNSPECIFIED;
+  absl::Status s = client.Watch(request, [&](const JobEvent& e) {
+    if (e.has_state_change()) last = e.state_change().to();
+    if (c.json) {
+      c.out << MessageToJsonText(e, /*pretty=*/false) << std::endl;
+    } else {
+      c.out << FormatTime(e.time()) << "  " << DescribeEvent(e) << std::endl;
+    }
+  });
+  if (!s.ok()) return Fail(c.err, s);
+  return last == trainctl::v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
+}
+
+int Logs(Context& c) {
+  if (c.args.positional.size() != 1) return Fail(c.err, absl::InvalidArgumentError("logs needs one job ID"));
+  trainctl::v1::StreamLogsRequest request;
+  request.set_id(c.args.positional[0]);
+  request.set_follow(c.args.Has("follow"));
+  if (c.args.Has("tail")) {
+    int tail = 0;
+    if (!absl::SimpleAtoi(c.args.Get("tail"), &tail) || tail <= 0) {
+      return Fail(c.err, absl::InvalidArgumentError("--tail: must be a positive integer"));
+    }
+    request.set_tail(tail);
+  }
+  JobClient client(c.coordinator);
+  absl::Status s = client.Logs(request, [&](const LogLine& line) {
+    if (c.json) {
+      c.out << MessageToJsonText(line, /*pretty=*/false) << std::endl;
+    } else {
+      c.out << "[rank " << line.rank() << "] " << line.text() << std::endl;
+    }
+  });
+  return s.ok() ? kExitOk : Fail(c.err, s);
+}
+
+struct Verb {
+  std::function<int(Context&)> run;
+  std::vector<OptionSpec> options;
+  bool passthrough = false;
+};
+
+std::map<std::string, Verb> Verbs() {
+  const OptionSpec coordinator{"coordinator", "", true};
+  const OptionSpec output{"output", "-o", true};
+  return {
+      {"submit", {Submit, {coordinator, output}, true}},
+      {"validate", {Validate, {output}, true}},
+      {"ls", {List, {coordinator, output, {"state", "", true}, {"limit", "", true}}}},
+      {"describe", {Describe, {coordinator, output}}},
+      {"cancel", {Cancel, {coordinator, output, {"reason", "", true}}}},
+      {"watch", {Watch, {coordinator, output}}},
+      {"logs", {Logs, {coordinator, output, {"follow", "-f", false}, {"tail", "", true}}}},
+  };
+}
+
+}  // namespace
+
+int RunTrainctl(const std::vector<std::string>& args, const std::string& env_coordinator,
+                std::ostream& out, std::ostream& err) {
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    (args.empty() ? err : out) << kUsage;
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  const auto verbs = Verbs();
+  auto verb = verbs.find(args[0]);
+  if (verb == verbs.end()) {
+    err << "trainctl: unknown command '" << args[0] << "'\n\n" << kUsage;
+    return kExitUsage;
+  }
+  auto parsed = ParseArgs({args.begin() + 1, args.end()}, verb->second.options, verb->second.passthrough);
+  if (!parsed.ok()) {
+    err << "trainctl " << args[0] << ": " << parsed.status().message() << '\n';
+    return kExitUsage;
+  }
+  Context c{std::move(*parsed), "", false, out, err};
+  c.coordinator = c.args.Get("coordinator", env_coordinator.empty() ? kDefaultCoordinator : env_coordinator);
+  const std::string format = c.args.Get("output", "table");
+  if (format != "table" && format != "json") {
+    err << "trainctl " << args[0] << ": -o must be table or json, got '" << format << "'\n";
+    return kExitUsage;
+  }
+  c.json = format == "json";
+  return verb->second.run(c);
+}
+
+}  // namespace trainctl::cli

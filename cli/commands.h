@@ -1,0 +1,23 @@
+// trainctl's verbs. RunTrainctl is main() without the process: tests call it with string streams.
+#ifndef TRAINCTL_CLI_COMMANDS_H_
+#define TRAINCTL_CLI_COMMANDS_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace trainctl::cli {
+
+// Exit codes: 0 success; 1 the command failed (unreachable coordinator, invalid spec, unknown job,
+// a watched job that did not succeed); 2 usage errors.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitUsage = 2;
+
+// `args` excludes the program name. `env_coordinator` is $TRAINCTL_COORDINATOR (may be empty).
+int RunTrainctl(const std::vector<std::string>& args, const std::string& env_coordinator,
+                std::ostream& out, std::ostream& err);
+
+}  // namespace trainctl::cli
+
+#endif  // TRAINCTL_CLI_COMMANDS_H_

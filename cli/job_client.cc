@@ -1,0 +1,102 @@
+#include "cli/job_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace trainctl::cli {
+
+using trainctl::v1::Job;
+
+JobClient::JobClient(std::string address, absl::Duration connect_timeout)
+    : address_(std::move(address)), connect_timeout_(connect_timeout) {
+  grpc::ChannelArguments args;
+  // Fail fast on refused connections rather than backing off for a minute.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  stub_ = trainctl::v1::JobService::NewStub(channel_);
+}
+
+void JobClient::PrepareUnary(grpc::ClientContext* context) const {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + connect_timeout_));
+}
+
+absl::Status JobClient::Convert(const grpc::Status& status) const {
+  if (status.ok()) return absl::OkStatus();
+  const auto code = status.error_code();
+  if (code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach coordinator at ", address_, ": ", status.error_message()));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code), status.error_message());
+}
+
+absl::Status JobClient::Connect() {
+  if (channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + connect_timeout_))) {
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(absl::StrCat("cannot reach coordinator at ", address_, ": no connection within ",
+                                             absl::FormatDuration(connect_timeout_)));
+}
+
+absl::StatusOr<trainctl::v1::SubmitJobResponse> JobClient::Submit(
+    const trainctl::v1::SubmitJobRequest& request) {
+  grpc::ClientContext context;
+  PrepareUnary(&context);
+  trainctl::v1::SubmitJobResponse response;
+  if (auto s = Convert(stub_->SubmitJob(&context, request, &response)); !s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<Job> JobClient::Get(const std::string& id) {
+  grpc::ClientContext context;
+  PrepareUnary(&context);
+  trainctl::v1::GetJobRequest request;
+  request.set_id(id);
+  Job response;
+  if (auto s = Convert(stub_->GetJob(&context, request, &response)); !s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<trainctl::v1::ListJobsResponse> JobClient::List(
+    const trainctl::v1::ListJobsRequest& request) {
+  grpc::ClientContext context;
+  PrepareUnary(&context);
+  trainctl::v1::ListJobsResponse response;
+  if (auto s = Convert(stub_->ListJobs(&context, request, &response)); !s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<Job> JobClient::Cancel(const std::string& id, const std::string& reason) {
+  grpc::ClientContext context;
+  PrepareUnary(&context);
+  trainctl::v1::CancelJobRequest request;
+  request.set_id(id);
+  request.set_reason(reason);
+  Job response;
+  if (auto s = Convert(stub_->CancelJob(&context, request, &response)); !s.ok()) return s;
+  return response;
+}
+
+absl::Status JobClient::Watch(const trainctl::v1::WatchJobRequest& request,
+                              const std::function<void(const trainctl::v1::JobEvent&)>& on_event) {
+  if (auto s = Connect(); !s.ok()) return s;
+  grpc::ClientContext context;
+  auto reader = stub_->WatchJob(&context, request);
+  trainctl::v1::JobEvent event;
+  while (reader->Read(&event)) on_event(event);
+  return Convert(reader->Finish());
+}
+
+absl::Status JobClient::Logs(const trainctl::v1::StreamLogsRequest& request,
+                             const std::function<void(const trainctl::v1::LogLine&)>& on_line) {
+  if (auto s = Connect(); !s.ok()) return s;
+  grpc::ClientContext context;
+  auto reader = stub_->StreamLogs(&context, request);
+  trainctl::v1::LogLine line;
+  while (reader->Read(&line)) on_line(line);
+  return Convert(reader->Finish());
+}
+
+}  // namespace trainctl::cli

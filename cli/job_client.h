@@ -1,0 +1,50 @@
+// JobClient: trainctl's connection to the coordinator's JobService. Every call fails within
+// `connect_timeout` when the coordinator cannot be reached, with an UNAVAILABLE status that names
+// the address. Not thread-safe (one CLI command at a time).
+#ifndef TRAINCTL_CLI_JOB_CLIENT_H_
+#define TRAINCTL_CLI_JOB_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "trainctl/v1/job.grpc.pb.h"
+
+namespace trainctl::cli {
+
+class JobClient {
+ public:
+  explicit JobClient(std::string address, absl::Duration connect_timeout = absl::Seconds(4));
+
+  absl::StatusOr<trainctl::v1::SubmitJobResponse> Submit(const trainctl::v1::SubmitJobRequest& request);
+  absl::StatusOr<trainctl::v1::Job> Get(const std::string& id);
+  absl::StatusOr<trainctl::v1::ListJobsResponse> List(const trainctl::v1::ListJobsRequest& request);
+  absl::StatusOr<trainctl::v1::Job> Cancel(const std::string& id, const std::string& reason);
+  // Stream until the server ends it; `on_event` runs for each record. Returns the stream's status.
+  absl::Status Watch(const trainctl::v1::WatchJobRequest& request,
+                     const std::function<void(const trainctl::v1::JobEvent&)>& on_event);
+  absl::Status Logs(const trainctl::v1::StreamLogsRequest& request,
+                    const std::function<void(const trainctl::v1::LogLine&)>& on_line);
+
+  const std::string& address() const { return address_; }
+
+ private:
+  // Configures a unary call's deadline.
+  void PrepareUnary(grpc::ClientContext* context) const;
+  // Waits for a connection (streams have no deadline once connected).
+  absl::Status Connect();
+  absl::Status Convert(const grpc::Status& status) const;
+
+  std::string address_;
+  absl::Duration connect_timeout_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<trainctl::v1::JobService::Stub> stub_;
+};
+
+}  // namespace trainctl::cli
+
+#endif  // TRAINCTL_CLI_JOB_CLIENT_H_

@@ -1,0 +1,169 @@
+// Resolves a DeepSpeed JSON config the way the HF Trainer's DeepSpeed integration and DeepSpeed's
+// own config checks would, against the flags of a trainctl job, into a typed view the trainer
+// consumes.
+//
+// Resolution follows transformers' `HfTrainerDeepSpeedConfig`:
+//   * an "auto" value is replaced by the job's flag (or by a value derived from the model's hidden
+//   size
+//     or the step count);
+//   * an explicit value that disagrees with the flag it shadows is an error naming both;
+// and DeepSpeed's checks: train_batch_size == world_size * micro batch * accumulation, bf16 and
+// fp16 not both on, every key of the right type. Keys DeepSpeed has but trainctl does not implement
+// are warnings
+// ("ignored") unless they ask for a behaviour trainctl cannot give (nvme offload, apex amp, ...),
+// which are errors. Unknown keys are warnings.
+//
+// Everything here is a pure function of its arguments and is safe to call from any thread.
+#ifndef TRAINCTL_COMMON_DEEPSPEED_CONFIG_H_
+#define TRAINCTL_COMMON_DEEPSPEED_CONFIG_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace trainctl {
+
+// What the HF Trainer would pass to the DeepSpeed integration, taken from the job's flags.
+struct DeepSpeedInputs {
+  int world_size = 1;   // nodes * slots_per_node
+  int micro_batch = 8;  // --per_device_train_batch_size
+  int grad_accum = 1;   // --gradient_accumulation_steps
+  double learning_rate = 5e-5;
+  double max_grad_norm = 1.0;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
+  bool bf16 = false, fp16 = false;
+  // The model's hidden size. Unknown: the hidden-size "auto"s stay "auto" (with a warning) for the
+  // trainer to resolve from the model's config.json.
+  std::optional<int64_t> hidden_size;
+  // Optimizer steps of the whole run, and of its warm-up. Unknown: the scheduler's step "auto"s
+  // stay "auto" (with a warning) for the trainer to resolve once the data set is sized.
+  std::optional<int64_t> total_steps;
+  std::optional<int64_t> warmup_steps;
+};
+
+enum class OffloadDevice { kNone, kCpu };
+
+struct DeepSpeedOffload {
+  OffloadDevice device = OffloadDevice::kNone;
+  bool pin_memory = false;
+};
+
+// fp16 mixed precision with dynamic loss scaling (loss_scale 0) or a static scale.
+struct DeepSpeedFp16 {
+  bool enabled = false;
+  bool auto_cast = false;
+  double loss_scale = 0.0;  // 0: dynamic
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+};
+
+struct DeepSpeedActivationCheckpointing {
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  std::optional<int64_t> number_checkpoints;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
+struct DeepSpeedOptimizer {
+  std::string type;  // "Adam" or "AdamW" (DeepSpeed matches the name case-insensitively)
+  double lr = 1e-3;
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  // Decoupled weight decay. DeepSpeed's "Adam" uses it unless params.adam_w_mode is false; "AdamW"
+  // always does.
+  bool adam_w_mode = true;
+};
+
+struct DeepSpeedScheduler {
+  std::string type;  // "WarmupLR", "WarmupDecayLR" or "WarmupCosineLR"
+  // WarmupLR / WarmupDecayLR.
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 0.001;
+  // nullopt: "auto" left for the trainer (DeepSpeedInputs::warmup_steps / total_steps unknown).
+  // total_num_steps is also nullopt for WarmupLR, which has none.
+  std::optional<int64_t> warmup_num_steps = 1000;
+  std::optional<int64_t> total_num_steps;
+  std::string warmup_type = "log";  // "log" or "linear"
+  // WarmupCosineLR: ratios of the optimizer's lr.
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 0.0001;
+};
+
+// The typed, resolved view of a DeepSpeed config. Absent keys take DeepSpeed's defaults.
+struct DeepSpeedConfig {
+  // zero_optimization
+  int stage = 0;
+  DeepSpeedOffload offload_optimizer;  // device kNone at stage 0, where DeepSpeed ignores it
+  DeepSpeedOffload offload_param;      // device kNone below stage 3, where DeepSpeed ignores it
+  bool overlap_comm = false;           // DeepSpeed's default: true at stage 3, false below
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  bool allgather_partitions = true;
+  int64_t allgather_bucket_size = 500000000;
+  int64_t sub_group_size = 1000000000;
+  // nullopt: "auto" left for the trainer to derive from the model's hidden size.
+  std::optional<int64_t> reduce_bucket_size = 500000000;
+  std::optional<int64_t> stage3_prefetch_bucket_size = 50000000;
+  std::optional<int64_t> stage3_param_persistence_threshold = 100000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+
+  // Precision. An absent bf16/fp16 section follows --bf16/--fp16, as accelerate adds the section.
+  bool bf16_enabled = false;
+  DeepSpeedFp16 fp16;
+
+  // Batch: train_batch_size == world_size * micro_batch * grad_accum always holds.
+  int64_t train_batch_size = 0;
+  int64_t micro_batch = 0;
+  int64_t grad_accum = 0;
+  double gradient_clipping = 0.0;  // 0: no clipping
+
+  DeepSpeedActivationCheckpointing activation_checkpointing;
+  // nullopt: the section is absent and the trainer builds its own optimizer / scheduler from its
+  // flags, as the HF Trainer does.
+  std::optional<DeepSpeedOptimizer> optimizer;
+  std::optional<DeepSpeedScheduler> scheduler;
+
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  bool zero_allow_untested_optimizer = false;  // true when the trainer builds the optimizer
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+};
+
+struct ResolvedDeepSpeedConfig {
+  // The input document with every resolvable "auto" replaced, and train_batch_size filled in.
+  nlohmann::json json;
+  DeepSpeedConfig config;
+  // One line each, "deepspeed.<key.path>: <why ignored or left unresolved>".
+  std::vector<std::string> warnings;
+};
+
+// Parses JSON text. A syntax error is INVALID_ARGUMENT naming `source` (e.g. the file path), the
+// line, column and byte offset.
+absl::StatusOr<nlohmann::json> ParseDeepSpeedJson(std::string_view text, std::string_view source);
+
+// Resolves `doc` against the job's flags `in`. On error returns INVALID_ARGUMENT whose message is
+// every error found, one per line, each "deepspeed.<key.path>: <what is wrong>"; invalid inputs (a
+// non-positive batch size, --bf16 with --fp16, ...) are reported first, alone, as "--<flag>:
+// <what>".
+absl::StatusOr<ResolvedDeepSpeedConfig> ResolveDeepSpeedConfig(const nlohmann::json& doc,
+                                                               const DeepSpeedInputs& in);
+
+}  // namespace trainctl
+
+#endif  // TRAINCTL_COMMON_DEEPSPEED_CONFIG_H_

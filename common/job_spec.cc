@@ -1,0 +1,393 @@
+#include "absl/strings/string_view.h"
+#include "common/job_spec.h"
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/deepspeed_config.h"
+#include "common/json_proto.h"
+#include "common/model_catalog.h"
+#include "common/status_macros.h"
+
+namespace trainctl {
+namespace {
+
+using trainctl::v1::JobKind;
+using trainctl::v1::PipelineStage;
+using trainctl::v1::TrainingArguments;
+
+constexpr const char* kSaveStrategies[] = {"no", "steps", "epoch"};
+// transformers.SchedulerType values.
+constexpr const char* kSchedulers[] = {
+    "linear",   "cosine",        "cosine_with_restarts", "polynomial",         "constant",
+    "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr",
+    "warmup_stable_decay"};
+// Set by the worker for every rank; a job may not override them.
+constexpr const char* kReservedEnv[] = {"RANK",         "LOCAL_RANK",         "WORLD_SIZE",
+                                        "LOCAL_WORLD_SIZE", "NODE_RANK",       "MASTER_ADDR",
+                                        "MASTER_PORT",  "CUDA_VISIBLE_DEVICES", "TRAINCTL_EVENT_FD"};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+std::string Dirname(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+void ApplyTrainingDefaults(TrainingArguments* t) {
+  if (!t->has_per_device_train_batch_size()) t->set_per_device_train_batch_size(8);
+  if (!t->has_per_device_eval_batch_size()) t->set_per_device_eval_batch_size(8);
+  if (!t->has_gradient_accumulation_steps()) t->set_gradient_accumulation_steps(1);
+  if (!t->has_learning_rate()) t->set_learning_rate(5e-5);
+  if (!t->has_num_train_epochs()) t->set_num_train_epochs(3.0);
+  if (!t->has_max_steps()) t->set_max_steps(-1);
+  if (!t->has_bf16()) t->set_bf16(false);
+  if (!t->has_fp16()) t->set_fp16(false);
+  if (!t->has_logging_steps()) t->set_logging_steps(500);
+  if (!t->has_save_strategy()) t->set_save_strategy("steps");
+  if (!t->has_save_steps()) t->set_save_steps(500);
+  if (!t->has_max_grad_norm()) t->set_max_grad_norm(1.0);
+  if (!t->has_weight_decay()) t->set_weight_decay(0.0);
+  if (!t->has_adam_beta1()) t->set_adam_beta1(0.9);
+  if (!t->has_adam_beta2()) t->set_adam_beta2(0.999);
+  if (!t->has_adam_epsilon()) t->set_adam_epsilon(1e-8);
+  if (!t->has_warmup_ratio()) t->set_warmup_ratio(0.0);
+  if (!t->has_warmup_steps()) t->set_warmup_steps(0);
+  if (!t->has_lr_scheduler_type()) t->set_lr_scheduler_type("linear");
+  if (!t->has_seed()) t->set_seed(42);
+  if (!t->has_gradient_checkpointing()) t->set_gradient_checkpointing(false);
+  if (!t->has_max_pixels()) t->set_max_pixels(12845056);
+  if (!t->has_min_pixels()) t->set_min_pixels(3136);
+  if (!t->has_max_prompt_length()) t->set_max_prompt_length(512);
+  if (!t->has_max_completion_length()) t->set_max_completion_length(256);
+  if (!t->has_num_generations()) t->set_num_generations(8);
+  if (!t->has_beta()) t->set_beta(0.04);
+}
+
+std::string BaseName(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Collects "path: message" errors with small typed helpers, so checks read as one line each.
+class Checker {
+ public:
+  explicit Checker(std::vector<std::string>* errors) : errors_(errors) {}
+
+  void Fail(const std::string& path, const std::string& message) {
+    errors_->push_back(absl::StrCat(path, ": ", message));
+  }
+  template <typename T>
+  void AtLeast(const std::string& path, T value, T min) {
+    if (!(value >= min)) Fail(path, absl::StrCat("must be >= ", min, ", got ", value));
+  }
+  void Positive(const std::string& path, double value) {
+    if (!(value > 0) || !std::isfinite(value)) Fail(path, absl::StrCat("must be > 0, got ", value));
+  }
+  void InRange(const std::string& path, double value, double lo, double hi, bool hi_open) {
+    const bool ok = value >= lo && (hi_open ? value < hi : value <= hi);
+    if (!ok) {
+      Fail(path, absl::StrCat("must be in [", lo, ", ", hi, hi_open ? ")" : "]", ", got ", value));
+    }
+  }
+  template <size_t N>
+  void OneOf(const std::string& path, const std::string& value, const char* const (&choices)[N]) {
+    for (const char* choice : choices) {
+      if (value == choice) return;
+    }
+    Fail(path, absl::StrCat("must be one of ", absl::StrJoin(choices, "|"), ", got '", value, "'"));
+  }
+
+ private:
+  std::vector<std::string>* errors_;
+};
+
+void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind kind, int world,
+                   Checker& c) {
+  c.AtLeast(path + ".per_device_train_batch_size", t.per_device_train_batch_size(), 1);
+  c.AtLeast(path + ".per_device_eval_batch_size", t.per_device_eval_batch_size(), 1);
+  c.AtLeast(path + ".gradient_accumulation_steps", t.gradient_accumulation_steps(), 1);
+  c.Positive(path + ".learning_rate", t.learning_rate());
+  if (t.max_steps() <= 0) c.Positive(path + ".num_train_epochs", t.num_train_epochs());
+  if (t.max_steps() == 0 || t.max_steps() < -1) {
+    c.Fail(path + ".max_steps", absl::StrCat("must be > 0, or -1 to use num_train_epochs, got ",
+                                             t.max_steps()));
+  }
+  if (t.bf16() && t.fp16()) c.Fail(path + ".fp16", "bf16 and fp16 cannot both be enabled");
+  c.Positive(path + ".logging_steps", t.logging_steps());
+  c.OneOf(path + ".save_strategy", t.save_strategy(), kSaveStrategies);
+  if (t.save_strategy() == "steps") c.Positive(path + ".save_steps", t.save_steps());
+  if (t.has_save_total_limit()) c.AtLeast(path + ".save_total_limit", t.save_total_limit(), 1);
+  c.AtLeast(path + ".max_grad_norm", t.max_grad_norm(), 0.0);
+  c.AtLeast(path + ".weight_decay", t.weight_decay(), 0.0);
+  c.InRange(path + ".adam_beta1", t.adam_beta1(), 0, 1, /*hi_open=*/true);
+  c.InRange(path + ".adam_beta2", t.adam_beta2(), 0, 1, /*hi_open=*/true);
+  c.Positive(path + ".adam_epsilon", t.adam_epsilon());
+  c.InRange(path + ".warmup_ratio", t.warmup_ratio(), 0, 1, /*hi_open=*/false);
+  c.AtLeast(path + ".warmup_steps", t.warmup_steps(), 0);
+  c.OneOf(path + ".lr_scheduler_type", t.lr_scheduler_type(), kSchedulers);
+  c.AtLeast(path + ".min_pixels", t.min_pixels(), int64_t{1});
+  if (t.max_pixels() < t.min_pixels()) {
+    c.Fail(path + ".max_pixels", absl::StrCat("must be >= min_pixels (", t.min_pixels(), "), got ",
+                                              t.max_pixels()));
+  }
+  if (kind == trainctl::v1::JOB_KIND_GRPO) {
+    c.AtLeast(path + ".num_generations", t.num_generations(), 2);
+    c.AtLeast(path + ".max_prompt_length", t.max_prompt_length(), 1);
+    c.AtLeast(path + ".max_completion_length", t.max_completion_length(), 1);
+    c.AtLeast(path + ".beta", t.beta(), 0.0);
+    // Each prompt's group of completions must fit in whole global batches (TRL's rule).
+    const int64_t global = int64_t{world} * t.per_device_train_batch_size();
+    if (t.num_generations() >= 2 && global % t.num_generations() != 0) {
+      c.Fail(path + ".num_generations",
+             absl::StrCat("must divide the global batch (world ", world, " x per_device_train_batch_size ",
+                          t.per_device_train_batch_size(), " = ", global, "), got ",
+                          t.num_generations()));
+    }
+  }
+}
+
+bool IsEnvName(const std::string& name) {
+  if (name.empty() || absl::ascii_isdigit(name[0])) return false;
+  for (char ch : name) {
+    if (!absl::ascii_isalnum(ch) && ch != '_') return false;
+  }
+  return true;
+}
+
+void CheckMaps(const JobSpec& spec, Checker& c) {
+  for (const auto& [key, value] : spec.env()) {
+    if (!IsEnvName(key)) {
+      c.Fail("spec.env." + key, "not a valid environment variable name");
+    }
+    for (const char* reserved : kReservedEnv) {
+      if (key == reserved) c.Fail("spec.env." + key, "set by the worker for each rank; remove it");
+    }
+  }
+  for (const auto& [key, value] : spec.node_selector()) {
+    if (value.empty()) c.Fail("spec.node_selector." + key, "value must not be empty");
+  }
+}
+
+DeepSpeedInputs InputsFor(const JobSpec& spec, const TrainingArguments& t) {
+  DeepSpeedInputs in;
+  in.world_size = spec.resources().nodes() * spec.resources().slots_per_node();
+  in.micro_batch = t.per_device_train_batch_size();
+  in.grad_accum = t.gradient_accumulation_steps();
+  in.learning_rate = t.learning_rate();
+  in.max_grad_norm = t.max_grad_norm();
+  in.weight_decay = t.weight_decay();
+  in.adam_beta1 = t.adam_beta1();
+  in.adam_beta2 = t.adam_beta2();
+  in.adam_epsilon = t.adam_epsilon();
+  in.bf16 = t.bf16();
+  in.fp16 = t.fp16();
+  if (t.max_steps() > 0) {
+    in.total_steps = t.max_steps();
+    in.warmup_steps = t.warmup_steps() > 0
+                          ? int64_t{t.warmup_steps()}
+                          : static_cast<int64_t>(std::ceil(t.warmup_ratio() * t.max_steps()));
+  }
+  return in;
+}
+
+// Resolves the DeepSpeed config for one (stage of a) job; errors and warnings get "spec." in front
+// of the resolver's "deepspeed.<key>" paths, and `where` (a stage) after it when not empty.
+std::optional<nlohmann::json> ResolveFor(const nlohmann::json& doc, const JobSpec& spec,
+                                         const std::string& model, const TrainingArguments& t,
+                                         const std::string& where, std::vector<std::string>* errors,
+                                         std::vector<std::string>* warnings) {
+  DeepSpeedInputs in = InputsFor(spec, t);
+  in.hidden_size = LookupHiddenSize(model);
+  const std::string suffix = where.empty() ? "" : absl::StrCat(" (", where, ")");
+  auto resolved = ResolveDeepSpeedConfig(doc, in);
+  if (!resolved.ok()) {
+    for (absl::string_view line : absl::StrSplit(resolved.status().message(), '\n')) {
+      errors->push_back(absl::StrCat("spec.", line, suffix));
+    }
+    return std::nullopt;
+  }
+  for (const std::string& w : resolved->warnings) warnings->push_back(absl::StrCat("spec.", w, suffix));
+  return resolved->json;
+}
+
+void CheckStages(JobSpec& spec, Checker& c) {
+  std::set<std::string> names;
+  for (int i = 0; i < spec.stages_size(); ++i) {
+    const PipelineStage& stage = spec.stages(i);
+    const std::string path = absl::StrCat("spec.stages[", i, "]");
+    if (!names.insert(stage.name()).second) {
+      c.Fail(path + ".name", absl::StrCat("duplicate stage name '", stage.name(), "'"));
+    }
+    if (stage.kind() == trainctl::v1::JOB_KIND_UNSPECIFIED ||
+        stage.kind() == trainctl::v1::JOB_KIND_PIPELINE) {
+      c.Fail(path + ".kind", "required, one of distill|sft|grpo|eval");
+    }
+    if (i == 0 && stage.model_name_or_path().empty()) {
+      c.Fail(path + ".model_name_or_path", "required for the first stage (and spec.model_name_or_path is empty)");
+    }
+    if (i == 0 && stage.data_path().empty()) {
+      c.Fail(path + ".data_path", "required for the first stage (and spec.data_path is empty)");
+    }
+    CheckTraining(path + ".training", stage.training(), stage.kind(),
+                  spec.resources().nodes() * spec.resources().slots_per_node(), c);
+  }
+}
+
+}  // namespace
+
+std::string JobKindName(JobKind kind) {
+  return EnumShortName(trainctl::v1::JobKind_descriptor()->FindValueByNumber(kind));
+}
+
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
+                                     absl::string_view source) {
+  nlohmann::json doc;
+  if (format == SpecFormat::kJson) {
+    ASSIGN_OR_RETURN(doc, ParseJsonText(text, source));
+  } else {
+    ASSIGN_OR_RETURN(doc, YamlToJson(text, source));
+  }
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": a job spec must be a mapping, got ", Describe(doc)));
+  }
+  // Accept a Kubernetes-style wrapper (`spec:` at the top) as well as the bare spec.
+  if (doc.size() == 1 && doc.contains("spec") && doc["spec"].is_object()) doc = doc["spec"];
+  if (doc.contains("deepspeed") && doc["deepspeed"].is_object()) {
+    doc["deepspeed_config_json"] = doc["deepspeed"].dump();
+    doc.erase("deepspeed");
+  }
+  JobSpec spec;
+  std::vector<std::string> errors;
+  DecodeJsonIntoMessage(doc, "spec", &spec, &errors);
+  if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
+  return spec;
+}
+
+absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  const SpecFormat format = absl::EndsWithIgnoreCase(path, ".json") ? SpecFormat::kJson : SpecFormat::kYaml;
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(text, format, path));
+  RETURN_IF_ERROR(EmbedDeepSpeedConfig(Dirname(path), &spec));
+  return spec;
+}
+
+absl::Status EmbedDeepSpeedConfig(absl::string_view base_dir, JobSpec* spec) {
+  if (spec->deepspeed().empty() || !spec->deepspeed_config_json().empty()) return absl::OkStatus();
+  const std::string path = absl::StartsWith(spec->deepspeed(), "/")
+                               ? spec->deepspeed()
+                               : absl::StrCat(base_dir, "/", spec->deepspeed());
+  auto text = ReadFile(path);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.deepspeed: ", text.status().message()));
+  // Syntax errors are reported here, where the file name still means something to the user.
+  auto doc = ParseDeepSpeedJson(*text, path);
+  if (!doc.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.deepspeed: ", doc.status().message()));
+  spec->set_deepspeed_config_json(*text);
+  return absl::OkStatus();
+}
+
+void ApplyJobSpecDefaults(JobSpec* spec) {
+  ApplyTrainingDefaults(spec->mutable_training());
+  auto* resources = spec->mutable_resources();
+  if (!resources->has_nodes()) resources->set_nodes(1);
+  if (!resources->has_slots_per_node()) resources->set_slots_per_node(1);
+  if (!spec->has_max_restarts()) spec->set_max_restarts(0);
+  if (spec->name().empty()) {
+    const std::string model = spec->model_name_or_path().empty() && spec->stages_size() > 0
+                                  ? spec->stages(0).model_name_or_path()
+                                  : spec->model_name_or_path();
+    spec->set_name(absl::StrCat(JobKindName(spec->kind()), "-", absl::AsciiStrToLower(BaseName(model))));
+  }
+  for (int i = 0; i < spec->stages_size(); ++i) {
+    PipelineStage* stage = spec->mutable_stages(i);
+    TrainingArguments merged = spec->training();
+    merged.MergeFrom(stage->training());  // fields the stage sets win
+    *stage->mutable_training() = merged;
+    if (stage->name().empty()) stage->set_name(absl::StrCat(JobKindName(stage->kind()), "-", i));
+    if (stage->output_dir().empty() && !spec->output_dir().empty()) {
+      stage->set_output_dir(absl::StrCat(spec->output_dir(), "/", stage->name()));
+    }
+    if (i == 0) {
+      if (stage->model_name_or_path().empty()) stage->set_model_name_or_path(spec->model_name_or_path());
+      if (stage->data_path().empty()) stage->set_data_path(spec->data_path());
+    }
+  }
+}
+
+absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input) {
+  ValidatedJobSpec out;
+  out.spec = input;
+  JobSpec& spec = out.spec;
+  ApplyJobSpecDefaults(&spec);
+
+  std::vector<std::string> errors;
+  Checker c(&errors);
+  const bool pipeline = spec.kind() == trainctl::v1::JOB_KIND_PIPELINE;
+  if (spec.kind() == trainctl::v1::JOB_KIND_UNSPECIFIED) {
+    c.Fail("spec.kind", "required, one of distill|sft|grpo|eval|pipeline");
+  }
+  if (!pipeline) {
+    if (spec.model_name_or_path().empty()) c.Fail("spec.model_name_or_path", "required");
+    if (spec.data_path().empty()) c.Fail("spec.data_path", "required");
+    if (spec.stages_size() > 0) c.Fail("spec.stages", "only a pipeline job has stages");
+  } else if (spec.stages_size() == 0) {
+    c.Fail("spec.stages", "a pipeline needs at least one stage");
+  }
+  if (spec.output_dir().empty()) c.Fail("spec.output_dir", "required");
+  c.AtLeast("spec.resources.nodes", spec.resources().nodes(), 1);
+  c.AtLeast("spec.resources.slots_per_node", spec.resources().slots_per_node(), 1);
+  c.AtLeast("spec.max_restarts", spec.max_restarts(), 0);
+  const int world = std::max(1, spec.resources().nodes()) * std::max(1, spec.resources().slots_per_node());
+  if (!pipeline) CheckTraining("spec.training", spec.training(), spec.kind(), world, c);
+  CheckStages(spec, c);
+  CheckMaps(spec, c);
+  if (!spec.deepspeed().empty() && spec.deepspeed_config_json().empty()) {
+    c.Fail("spec.deepspeed_config_json",
+           absl::StrCat("empty: the DeepSpeed file '", spec.deepspeed(),
+                        "' was not embedded (trainctl submit embeds it; API clients must send the document)"));
+  }
+  if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
+
+  if (!spec.deepspeed_config_json().empty()) {
+    auto doc = ParseDeepSpeedJson(spec.deepspeed_config_json(),
+                                  spec.deepspeed().empty() ? "spec.deepspeed_config_json" : spec.deepspeed());
+    if (!doc.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.deepspeed: ", doc.status().message()));
+    if (!pipeline) {
+      auto resolved = ResolveFor(*doc, spec, spec.model_name_or_path(), spec.training(), "", &errors,
+                                 &out.warnings);
+      if (resolved) out.resolved_deepspeed_config_json = resolved->dump(2);
+    } else {
+      nlohmann::json per_stage = nlohmann::json::object();
+      for (const PipelineStage& stage : spec.stages()) {
+        const std::string model = stage.model_name_or_path().empty() ? spec.model_name_or_path()
+                                                                     : stage.model_name_or_path();
+        auto resolved = ResolveFor(*doc, spec, model, stage.training(), "stage " + stage.name(),
+                                   &errors, &out.warnings);
+        if (resolved) per_stage[stage.name()] = *resolved;
+      }
+      out.resolved_deepspeed_config_json = per_stage.dump(2);
+    }
+  }
+  if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
+  return out;
+}
+
+}  // namespace trainctl

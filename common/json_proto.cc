@@ -1,0 +1,402 @@
+#include "absl/strings/string_view.h"
+#include "common/json_proto.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+#include "yaml-cpp/yaml.h"
+
+namespace trainctl {
+namespace {
+
+using google::protobuf::EnumDescriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+using nlohmann::json;
+
+std::string JoinPath(absl::string_view path, absl::string_view key) {
+  return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
+}
+
+// Levenshtein distance, for "did you mean" hints on misspelt field names.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string UnknownFieldMessage(const google::protobuf::Descriptor* desc, absl::string_view key) {
+  std::string best;
+  size_t best_distance = 3;
+  for (int i = 0; i < desc->field_count(); ++i) {
+    const std::string& name = desc->field(i)->name();
+    const size_t d = EditDistance(key, name);
+    if (d < best_distance) {
+      best_distance = d;
+      best = name;
+    }
+  }
+  if (!best.empty()) return absl::StrCat("unknown field (did you mean '", best, "'?)");
+  return "unknown field";
+}
+
+std::string EnumChoices(const EnumDescriptor* desc) {
+  std::vector<std::string> names;
+  for (int i = 0; i < desc->value_count(); ++i) {
+    if (desc->value(i)->number() == 0) continue;  // *_UNSPECIFIED is never a user choice
+    names.push_back(EnumShortName(desc->value(i)));
+  }
+  return absl::StrJoin(names, "|");
+}
+
+const google::protobuf::EnumValueDescriptor* FindEnumValue(const EnumDescriptor* desc,
+                                                           absl::string_view text) {
+  for (int i = 0; i < desc->value_count(); ++i) {
+    const auto* value = desc->value(i);
+    if (value->number() == 0) continue;
+    if (absl::EqualsIgnoreCase(EnumShortName(value), text) ||
+        absl::EqualsIgnoreCase(value->name(), text)) {
+      return value;
+    }
+  }
+  return nullptr;
+}
+
+// Reads an integer out of a JSON number, accepting integral floats such as 1e9.
+bool JsonToInt64(const json& value, int64_t* out) {
+  if (value.is_number_integer()) {
+    if (value.is_number_unsigned() &&
+        value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return false;
+    }
+    *out = value.get<int64_t>();
+    return true;
+  }
+  if (value.is_number_float()) {
+    const double d = value.get<double>();
+    if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9.007199254740992e15) return false;
+    *out = static_cast<int64_t>(d);
+    return true;
+  }
+  return false;
+}
+
+// Converts one JSON scalar to the field's type. Returns "" on success, else what is wrong.
+std::string SetScalar(const json& value, const FieldDescriptor* field, Message* msg) {
+  const Reflection* r = msg->GetReflection();
+  const bool rep = field->is_repeated();
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_BOOL: {
+      bool b;
+      if (value.is_boolean()) {
+        b = value.get<bool>();
+      } else if (value.is_string()) {
+        auto parsed = ParseHfBool(value.get<std::string>());
+        if (!parsed.ok()) return absl::StrCat("must be true or false, got ", Describe(value));
+        b = *parsed;
+      } else {
+        return absl::StrCat("must be true or false, got ", Describe(value));
+      }
+      rep ? r->AddBool(msg, field, b) : r->SetBool(msg, field, b);
+      return "";
+    }
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_INT64:
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      int64_t v;
+      if (!JsonToInt64(value, &v)) return absl::StrCat("must be an integer, got ", Describe(value));
+      const auto type = field->cpp_type();
+      const bool is32 = type == FieldDescriptor::CPPTYPE_INT32 || type == FieldDescriptor::CPPTYPE_UINT32;
+      const bool is_unsigned =
+          type == FieldDescriptor::CPPTYPE_UINT32 || type == FieldDescriptor::CPPTYPE_UINT64;
+      if (is_unsigned && v < 0) return absl::StrCat("must be >= 0, got ", v);
+      if (is32 && (v > std::numeric_limits<int32_t>::max() ||
+                   v < std::numeric_limits<int32_t>::min())) {
+        return absl::StrCat("out of range for a 32-bit integer, got ", v);
+      }
+      switch (type) {
+        case FieldDescriptor::CPPTYPE_INT32:
+          rep ? r->AddInt32(msg, field, v) : r->SetInt32(msg, field, v);
+          break;
+        case FieldDescriptor::CPPTYPE_INT64:
+          rep ? r->AddInt64(msg, field, v) : r->SetInt64(msg, field, v);
+          break;
+        case FieldDescriptor::CPPTYPE_UINT32:
+          rep ? r->AddUInt32(msg, field, v) : r->SetUInt32(msg, field, v);
+          break;
+        default:
+          rep ? r->AddUInt64(msg, field, v) : r->SetUInt64(msg, field, v);
+          break;
+      }
+      return "";
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT: {
+      if (!value.is_number()) return absl::StrCat("must be a number, got ", Describe(value));
+      const double d = value.get<double>();
+      if (!std::isfinite(d)) return absl::StrCat("must be finite, got ", Describe(value));
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+        rep ? r->AddDouble(msg, field, d) : r->SetDouble(msg, field, d);
+      } else {
+        rep ? r->AddFloat(msg, field, static_cast<float>(d))
+            : r->SetFloat(msg, field, static_cast<float>(d));
+      }
+      return "";
+    }
+    case FieldDescriptor::CPPTYPE_STRING: {
+      std::string s;
+      if (value.is_string()) {
+        s = value.get<std::string>();
+      } else if (value.is_number() || value.is_boolean()) {
+        s = value.dump();
+      } else {
+        return absl::StrCat("must be a string, got ", Describe(value));
+      }
+      rep ? r->AddString(msg, field, std::move(s)) : r->SetString(msg, field, std::move(s));
+      return "";
+    }
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const auto* enum_value =
+          value.is_string() ? FindEnumValue(field->enum_type(), value.get<std::string>()) : nullptr;
+      if (enum_value == nullptr) {
+        return absl::StrCat("must be one of ", EnumChoices(field->enum_type()), ", got ",
+                            Describe(value));
+      }
+      rep ? r->AddEnum(msg, field, enum_value) : r->SetEnum(msg, field, enum_value);
+      return "";
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
+  }
+  return "unsupported field type";
+}
+
+void DecodeMapField(const json& value, const std::string& path, const FieldDescriptor* field,
+                    Message* msg, std::vector<std::string>* errors) {
+  if (!value.is_object()) {
+    errors->push_back(absl::StrCat(path, ": must be a mapping, got ", Describe(value)));
+    return;
+  }
+  const FieldDescriptor* key_field = field->message_type()->map_key();
+  const FieldDescriptor* value_field = field->message_type()->map_value();
+  for (const auto& [key, item] : value.items()) {
+    const std::string item_path = JoinPath(path, key);
+    if (key.empty()) {
+      errors->push_back(absl::StrCat(path, ": keys must not be empty"));
+      continue;
+    }
+    Message* entry = msg->GetReflection()->AddMessage(msg, field);
+    entry->GetReflection()->SetString(entry, key_field, key);
+    if (value_field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      DecodeJsonIntoMessage(item, item_path,
+                            entry->GetReflection()->MutableMessage(entry, value_field), errors);
+    } else if (std::string problem = SetScalar(item, value_field, entry); !problem.empty()) {
+      errors->push_back(absl::StrCat(item_path, ": ", problem));
+    }
+  }
+}
+
+void DecodeField(const json& value, const std::string& path, const FieldDescriptor* field,
+                 Message* msg, std::vector<std::string>* errors) {
+  const Reflection* r = msg->GetReflection();
+  if (field->is_map()) return DecodeMapField(value, path, field, msg, errors);
+  if (field->is_repeated()) {
+    if (!value.is_array()) {
+      errors->push_back(absl::StrCat(path, ": must be a list, got ", Describe(value)));
+      return;
+    }
+    for (size_t i = 0; i < value.size(); ++i) {
+      const std::string item_path = absl::StrCat(path, "[", i, "]");
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        DecodeJsonIntoMessage(value[i], item_path, r->AddMessage(msg, field), errors);
+      } else if (std::string problem = SetScalar(value[i], field, msg); !problem.empty()) {
+        errors->push_back(absl::StrCat(item_path, ": ", problem));
+      }
+    }
+    return;
+  }
+  if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    DecodeJsonIntoMessage(value, path, r->MutableMessage(msg, field), errors);
+    return;
+  }
+  if (std::string problem = SetScalar(value, field, msg); !problem.empty()) {
+    errors->push_back(absl::StrCat(path, ": ", problem));
+  }
+}
+
+json YamlNodeToJson(const YAML::Node& node, const std::string& source) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : node) out.push_back(YamlNodeToJson(item, source));
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& item : node) {
+        const std::string key = item.first.as<std::string>();
+        if (out.contains(key)) {
+          throw YAML::ParserException(item.first.Mark(), "duplicate key '" + key + "'");
+        }
+        out[key] = YamlNodeToJson(item.second, source);
+      }
+      return out;
+    }
+    case YAML::NodeType::Scalar:
+      break;
+  }
+  const std::string& text = node.Scalar();
+  if (node.Tag() == "!") return text;  // quoted: always a string
+  if (text == "~" || text == "null" || text == "Null" || text == "NULL") return nullptr;
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  int64_t i;
+  if (absl::SimpleAtoi(text, &i) && text.find_first_of("xX") == std::string::npos) return i;
+  double d;
+  const bool looks_numeric = !text.empty() && text.find_first_not_of("0123456789+-.eE") == std::string::npos;
+  if (looks_numeric && absl::SimpleAtod(text, &d)) return d;
+  return text;
+}
+
+}  // namespace
+
+std::string EnumShortName(const google::protobuf::EnumValueDescriptor* value) {
+  // JobKind -> JOB_KIND_, the prefix every value of the enum carries.
+  std::string prefix;
+  for (char c : value->type()->name()) {
+    if (absl::ascii_isupper(c) && !prefix.empty()) prefix += '_';
+    prefix += absl::ascii_toupper(c);
+  }
+  prefix += '_';
+  absl::string_view name = value->name();
+  if (absl::StartsWith(name, prefix)) name.remove_prefix(prefix.size());
+  return absl::AsciiStrToLower(name);
+}
+
+void DecodeJsonIntoMessage(const json& value, absl::string_view path, Message* msg,
+                           std::vector<std::string>* errors) {
+  if (value.is_null()) return;
+  if (!value.is_object()) {
+    errors->push_back(absl::StrCat(path, ": must be a mapping, got ", Describe(value)));
+    return;
+  }
+  const auto* desc = msg->GetDescriptor();
+  for (const auto& [key, item] : value.items()) {
+    const std::string field_path = JoinPath(path, key);
+    const FieldDescriptor* field = desc->FindFieldByName(key);
+    if (field == nullptr) {
+      errors->push_back(absl::StrCat(field_path, ": ", UnknownFieldMessage(desc, key)));
+      continue;
+    }
+    if (item.is_null()) continue;  // explicit null: leave the default
+    DecodeField(item, field_path, field, msg, errors);
+  }
+}
+
+absl::StatusOr<bool> ParseHfBool(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "true" || lower == "t" || lower == "yes" || lower == "y" || lower == "1") return true;
+  if (lower == "false" || lower == "f" || lower == "no" || lower == "n" || lower == "0") return false;
+  return absl::InvalidArgumentError(
+      absl::StrCat("must be True or False (or yes/no, 1/0), got '", text, "'"));
+}
+
+absl::Status SetFieldFromText(absl::string_view text, const FieldDescriptor* field, Message* msg) {
+  json value;
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_STRING:
+    case FieldDescriptor::CPPTYPE_ENUM:
+    case FieldDescriptor::CPPTYPE_BOOL:
+      value = std::string(text);
+      break;
+    default: {
+      int64_t i;
+      double d;
+      if (absl::SimpleAtoi(text, &i)) {
+        value = i;
+      } else if (absl::SimpleAtod(text, &d) && !text.empty() &&
+                 text.find_first_not_of("0123456789+-.eE") == absl::string_view::npos) {
+        value = d;
+      } else {
+        value = std::string(text);  // SetScalar reports the type error
+      }
+    }
+  }
+  if (std::string problem = SetScalar(value, field, msg); !problem.empty()) {
+    return absl::InvalidArgumentError(problem);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<json> YamlToJson(absl::string_view text, absl::string_view source) {
+  try {
+    const YAML::Node root = YAML::Load(std::string(text));
+    return YamlNodeToJson(root, std::string(source));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ":",
+                                                   e.mark.column + 1, ": invalid YAML: ", e.msg));
+  }
+}
+
+absl::StatusOr<json> ParseJsonText(absl::string_view text, absl::string_view source) {
+  try {
+    return json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    // Convert the byte offset to line:column, which is what an editor jumps to.
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    std::string what = e.what();
+    if (auto pos = what.find("syntax error"); pos != std::string::npos) what = what.substr(pos);
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", line, ":", column, ": invalid JSON: ", what));
+  }
+}
+
+std::string Describe(const json& value) {
+  if (value.is_object()) return "a mapping";
+  if (value.is_array()) return "a list";
+  if (value.is_null()) return "null";
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+std::string MessageToJsonText(const Message& msg, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = pretty;
+  std::string out;
+  // Serialising an in-memory message only fails for invalid UTF-8, which the decoders never store.
+  (void)google::protobuf::util::MessageToJsonString(msg, &out, options);
+  return out;
+}
+
+}  // namespace trainctl

@@ -1,0 +1,127 @@
+// trainctl-coordinator: accepts job specs over gRPC and keeps jobs, events and logs in SQLite.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/thread_pool.h"
+#include "coordinator/in_memory_job_store.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_notifier.h"
+#include "coordinator/job_service.h"
+#include "coordinator/sqlite_job_store.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "HOST:PORT to serve gRPC on (port 0: any free port)");
+ABSL_FLAG(std::string, db, "./var/trainctl.db", "SQLite database file (':memory:' keeps nothing)");
+ABSL_FLAG(std::string, db_sync, "full",
+          "full: fsync every commit (survives power loss); normal: survives process crashes only");
+ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
+ABSL_FLAG(int, rpc_threads, 16, "threads that run blocking RPC work (SQLite)");
+ABSL_FLAG(std::string, ready_file, "",
+          "once serving, write the bound HOST:PORT to this file (for scripts and tests)");
+
+namespace trainctl {
+namespace {
+
+absl::StatusOr<std::unique_ptr<JobStore>> OpenStore(const std::string& path, const std::string& sync) {
+  if (path == ":memory:") return std::unique_ptr<JobStore>(new InMemoryJobStore());
+  if (sync != "full" && sync != "normal") {
+    return absl::InvalidArgumentError(absl::StrCat("--db_sync must be full or normal, got '", sync, "'"));
+  }
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", parent.string(), ": ", ec.message()));
+  SqliteJobStore::Options options;
+  options.path = path;
+  options.synchronous_full = sync == "full";
+  auto store = SqliteJobStore::Open(options);
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<JobStore>(std::move(*store));
+}
+
+std::string BoundAddress(const std::string& listen, int port) {
+  const auto colon = listen.rfind(':');
+  return absl::StrCat(listen.substr(0, colon), ":", port);
+}
+
+int Run() {
+  LogLevel level;
+  if (absl::Status s = ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level); !s.ok()) {
+    TRAINCTL_LOG(ERROR) << "--log_level: " << s.message();
+    return 2;
+  }
+  SetLogLevel(level);
+
+  // Signals are taken by one thread with sigwait, so block them before any other thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const std::string db_path = absl::GetFlag(FLAGS_db);
+  auto store = OpenStore(db_path, absl::GetFlag(FLAGS_db_sync));
+  if (!store.ok()) {
+    TRAINCTL_LOG(ERROR) << "store: " << store.status().message();
+    return 1;
+  }
+  RealClock clock;
+  JobNotifier notifier;
+  JobManager jobs(store->get(), &clock, &notifier);
+  ThreadPool executor(std::max(1, absl::GetFlag(FLAGS_rpc_threads)));
+  JobServiceImpl job_service(&jobs, &executor);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&job_service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    TRAINCTL_LOG(ERROR) << "cannot listen on " << listen << " (address in use or invalid)";
+    return 1;
+  }
+  const std::string bound = BoundAddress(listen, port);
+  TRAINCTL_LOG(INFO) << "trainctl-coordinator serving on " << bound << ", db " << db_path;
+  if (const std::string ready = absl::GetFlag(FLAGS_ready_file); !ready.empty()) {
+    const std::string tmp = ready + ".tmp";
+    std::ofstream(tmp) << bound << "\n";
+    std::filesystem::rename(tmp, ready);  // readers never see a half-written file
+  }
+
+  std::thread stopper([&server, &signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    TRAINCTL_LOG(INFO) << "signal " << sig << ": shutting down";
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  });
+  server->Wait();
+  stopper.join();
+  TRAINCTL_LOG(INFO) << "stopped";
+  return 0;
+}
+
+}  // namespace
+}  // namespace trainctl
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("trainctl-coordinator --listen HOST:PORT --db PATH");
+  absl::ParseCommandLine(argc, argv);
+  return trainctl::Run();
+}

@@ -1,0 +1,46 @@
+// A JobStore that keeps everything in memory: for tests of the components above the store, and for
+// a coordinator started with `--db :memory:` (nothing survives a restart). Thread-safe.
+#ifndef TRAINCTL_COORDINATOR_IN_MEMORY_JOB_STORE_H_
+#define TRAINCTL_COORDINATOR_IN_MEMORY_JOB_STORE_H_
+
+#include <map>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/job_store.h"
+
+namespace trainctl {
+
+class InMemoryJobStore final : public JobStore {
+ public:
+  absl::StatusOr<CreateJobResult> CreateJob(const Job& job, const std::string& request_id,
+                                            std::vector<JobEvent> initial_events) override;
+  absl::StatusOr<Job> GetJob(absl::string_view id) override;
+  absl::StatusOr<JobPage> ListJobs(const JobFilter& filter) override;
+  absl::StatusOr<Job> UpdateJob(absl::string_view id, const JobMutation& mutate,
+                                std::vector<JobEvent>* events) override;
+  absl::StatusOr<std::vector<JobEvent>> ListEvents(absl::string_view job_id, int64_t after_seq,
+                                                   int limit) override;
+  absl::Status AppendLogs(std::vector<LogLine>* lines) override;
+  absl::StatusOr<std::vector<LogLine>> ListLogs(absl::string_view job_id,
+                                                const LogQuery& query) override;
+
+ private:
+  void AppendEventsLocked(const std::string& job_id, std::vector<JobEvent>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  int64_t last_job_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_event_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_log_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> request_ids_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, JobEvent> events_ ABSL_GUARDED_BY(mu_);  // by seq
+  std::map<int64_t, LogLine> logs_ ABSL_GUARDED_BY(mu_);     // by seq
+};
+
+}  // namespace trainctl
+
+#endif  // TRAINCTL_COORDINATOR_IN_MEMORY_JOB_STORE_H_

@@ -1,0 +1,172 @@
+#include "absl/strings/string_view.h"
+#include "coordinator/job_manager.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+#include "coordinator/job_state.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace trainctl {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+using trainctl::v1::JobState;
+
+google::protobuf::Timestamp ToProto(absl::Time t) {
+  return TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
+}
+
+JobEvent StateChangeEvent(JobState from, JobState to, const std::string& reason, int attempt,
+                          const google::protobuf::Timestamp& now) {
+  JobEvent event;
+  *event.mutable_time() = now;
+  auto* change = event.mutable_state_change();
+  change->set_from(from);
+  change->set_to(to);
+  change->set_reason(reason);
+  change->set_attempt(attempt);
+  return event;
+}
+
+// Applies a legal transition to `job` and returns the event recording it.
+absl::StatusOr<JobEvent> ApplyTransition(Job* job, JobState to, const std::string& reason,
+                                         const google::protobuf::Timestamp& now) {
+  const JobState from = job->state();
+  RETURN_IF_ERROR(CheckTransition(from, to));
+  if (from == trainctl::v1::JOB_STATE_RESTARTING && to == trainctl::v1::JOB_STATE_SCHEDULED) {
+    job->set_attempt(job->attempt() + 1);
+  }
+  if (to == trainctl::v1::JOB_STATE_RUNNING && !job->has_start_time()) *job->mutable_start_time() = now;
+  if (IsTerminal(to)) *job->mutable_end_time() = now;
+  job->set_state(to);
+  job->set_message(reason);
+  *job->mutable_update_time() = now;
+  return StateChangeEvent(from, to, reason, job->attempt(), now);
+}
+
+}  // namespace
+
+absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spec,
+                                                const std::string& request_id) {
+  ASSIGN_OR_RETURN(ValidatedJobSpec validated, ValidateJobSpec(spec));
+  const auto now = ToProto(clock_->Now());
+  Job job;
+  *job.mutable_spec() = std::move(validated.spec);
+  job.set_state(trainctl::v1::JOB_STATE_PENDING);
+  job.set_resolved_deepspeed_config_json(std::move(validated.resolved_deepspeed_config_json));
+  *job.mutable_create_time() = now;
+  *job.mutable_update_time() = now;
+  std::vector<JobEvent> events = {StateChangeEvent(trainctl::v1::JOB_STATE_UNSPECIFIED,
+                                                   trainctl::v1::JOB_STATE_PENDING, "submitted", 0, now)};
+  ASSIGN_OR_RETURN(CreateJobResult created, store_->CreateJob(job, request_id, std::move(events)));
+  if (created.created) notifier_->Notify(created.job.id());
+  return SubmitResult{std::move(created.job), created.created, std::move(validated.warnings)};
+}
+
+absl::StatusOr<Job> JobManager::Get(absl::string_view id) { return store_->GetJob(id); }
+
+absl::StatusOr<JobPage> JobManager::List(const JobFilter& filter) {
+  if (filter.page_size <= 0 || filter.page_size > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size must be in [1, 1000], got ", filter.page_size));
+  }
+  return store_->ListJobs(filter);
+}
+
+absl::StatusOr<Job> JobManager::Update(absl::string_view id, const JobMutation& mutate) {
+  std::vector<JobEvent> events;
+  ASSIGN_OR_RETURN(Job job, store_->UpdateJob(id, mutate, &events));
+  if (!events.empty()) notifier_->Notify(job.id());
+  return job;
+}
+
+absl::StatusOr<Job> JobManager::Cancel(absl::string_view id, const std::string& reason) {
+  const auto now = ToProto(clock_->Now());
+  const std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
+  return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
+    switch (job->state()) {
+      case trainctl::v1::JOB_STATE_CANCELLED:
+        return absl::OkStatus();  // cancelling twice is not an error
+      case trainctl::v1::JOB_STATE_PENDING:
+      case trainctl::v1::JOB_STATE_RESTARTING: {
+        job->set_cancel_requested(true);
+        ASSIGN_OR_RETURN(JobEvent event, ApplyTransition(job, trainctl::v1::JOB_STATE_CANCELLED, why, now));
+        events->push_back(std::move(event));
+        return absl::OkStatus();
+      }
+      case trainctl::v1::JOB_STATE_SCHEDULED:
+      case trainctl::v1::JOB_STATE_RUNNING:
+        // Its ranks are live: the workers stop them and report the cancelled state.
+        job->set_cancel_requested(true);
+        job->set_message(why);
+        *job->mutable_update_time() = now;
+        return absl::OkStatus();
+      default:
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job ", job->id(), " already ", JobStateName(job->state()), "; nothing to cancel"));
+    }
+  });
+}
+
+absl::StatusOr<Job> JobManager::Transition(absl::string_view id, trainctl::v1::JobState to,
+                                           const std::string& reason) {
+  const auto now = ToProto(clock_->Now());
+  return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
+    ASSIGN_OR_RETURN(JobEvent event, ApplyTransition(job, to, reason, now));
+    events->push_back(std::move(event));
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<Job> JobManager::RecordMetric(absl::string_view id,
+                                             const trainctl::v1::MetricSample& sample) {
+  const auto now = ToProto(clock_->Now());
+  return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
+    auto* progress = job->mutable_progress();
+    progress->set_step(std::max(progress->step(), sample.step()));
+    if (auto it = sample.values().find("loss"); it != sample.values().end()) progress->set_loss(it->second);
+    if (auto it = sample.values().find("epoch"); it != sample.values().end()) progress->set_epoch(it->second);
+    if (auto it = sample.values().find("total_steps"); it != sample.values().end()) {
+      progress->set_total_steps(static_cast<int64_t>(it->second));
+    }
+    *job->mutable_update_time() = now;
+    JobEvent event;
+    *event.mutable_time() = now;
+    *event.mutable_metric() = sample;
+    events->push_back(std::move(event));
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<Job> JobManager::RecordCheckpoint(absl::string_view id,
+                                                 const trainctl::v1::Checkpoint& checkpoint) {
+  const auto now = ToProto(clock_->Now());
+  return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
+    if (checkpoint.path().empty()) return absl::InvalidArgumentError("checkpoint.path: required");
+    *job->mutable_last_checkpoint() = checkpoint;
+    if (!job->last_checkpoint().has_time()) *job->mutable_last_checkpoint()->mutable_time() = now;
+    *job->mutable_update_time() = now;
+    JobEvent event;
+    *event.mutable_time() = now;
+    *event.mutable_checkpoint() = job->last_checkpoint();
+    events->push_back(std::move(event));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status JobManager::AppendLogs(std::vector<LogLine> lines) {
+  const auto now = ToProto(clock_->Now());
+  for (LogLine& line : lines) {
+    if (!line.has_time()) *line.mutable_time() = now;
+  }
+  RETURN_IF_ERROR(store_->AppendLogs(&lines));
+  std::set<std::string> jobs;
+  for (const LogLine& line : lines) jobs.insert(line.job_id());
+  for (const std::string& id : jobs) notifier_->Notify(id);
+  return absl::OkStatus();
+}
+
+}  // namespace trainctl

@@ -1,0 +1,68 @@
+// JobManager: owns the lifecycle of jobs. Validates and stores submitted specs, moves jobs through
+// the state machine (job_state.h), records progress, checkpoints and log lines, and wakes watchers.
+// Includes no gRPC: JobServiceImpl translates to and from it. Thread-safe (the store serialises).
+#ifndef TRAINCTL_COORDINATOR_JOB_MANAGER_H_
+#define TRAINCTL_COORDINATOR_JOB_MANAGER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "coordinator/job_notifier.h"
+#include "coordinator/job_store.h"
+#include "trainctl/v1/job.pb.h"
+
+namespace trainctl {
+
+struct SubmitResult {
+  Job job;
+  bool created = false;  // false: the request_id was seen before; `job` is the one made then
+  std::vector<std::string> warnings;
+};
+
+class JobManager {
+ public:
+  // Does not take ownership; all three must outlive the manager.
+  JobManager(JobStore* store, Clock* clock, JobNotifier* notifier)
+      : store_(store), clock_(clock), notifier_(notifier) {}
+
+  // Validates the spec (INVALID_ARGUMENT listing every problem), stores the job as pending with
+  // its defaults applied and its DeepSpeed config resolved, and returns it once committed.
+  absl::StatusOr<SubmitResult> Submit(const trainctl::v1::JobSpec& spec, const std::string& request_id);
+
+  absl::StatusOr<Job> Get(absl::string_view id);
+  absl::StatusOr<JobPage> List(const JobFilter& filter);
+
+  // Cancels a job that has not been placed at once; a placed one is marked cancel_requested and
+  // stopped by its workers. Cancelling a cancelled job returns it unchanged; a succeeded or failed
+  // one is FAILED_PRECONDITION.
+  absl::StatusOr<Job> Cancel(absl::string_view id, const std::string& reason);
+
+  // Moves the job to `to` (FAILED_PRECONDITION if the state machine forbids it), stamping start/end
+  // times and the attempt counter, and records a state_change event.
+  absl::StatusOr<Job> Transition(absl::string_view id, trainctl::v1::JobState to,
+                                 const std::string& reason);
+
+  // Records a metric sample (updating progress) or a completed checkpoint as job events.
+  absl::StatusOr<Job> RecordMetric(absl::string_view id, const trainctl::v1::MetricSample& sample);
+  absl::StatusOr<Job> RecordCheckpoint(absl::string_view id, const trainctl::v1::Checkpoint& checkpoint);
+
+  // Stores rank log lines (each names its job) and wakes their followers.
+  absl::Status AppendLogs(std::vector<LogLine> lines);
+
+  JobStore* store() { return store_; }
+  JobNotifier* notifier() { return notifier_; }
+
+ private:
+  absl::StatusOr<Job> Update(absl::string_view id, const JobMutation& mutate);
+
+  JobStore* const store_;
+  Clock* const clock_;
+  JobNotifier* const notifier_;
+};
+
+}  // namespace trainctl
+
+#endif  // TRAINCTL_COORDINATOR_JOB_MANAGER_H_

@@ -1,0 +1,51 @@
+// JobServiceImpl: the gRPC face of JobManager. Translates protos and statuses, nothing more.
+// Unary handlers run on `executor` (they block on SQLite); streams are StoreTailWriter reactors.
+#ifndef TRAINCTL_COORDINATOR_JOB_SERVICE_H_
+#define TRAINCTL_COORDINATOR_JOB_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "common/thread_pool.h"
+#include "coordinator/job_manager.h"
+#include "trainctl/v1/job.grpc.pb.h"
+
+namespace trainctl {
+
+// absl and gRPC share canonical codes; this keeps the message.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
+ public:
+  // Does not take ownership; both must outlive the server.
+  JobServiceImpl(JobManager* jobs, ThreadPool* executor) : jobs_(jobs), executor_(executor) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const trainctl::v1::SubmitJobRequest* request,
+                                      trainctl::v1::SubmitJobResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const trainctl::v1::GetJobRequest* request,
+                                   trainctl::v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const trainctl::v1::ListJobsRequest* request,
+                                     trainctl::v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const trainctl::v1::CancelJobRequest* request,
+                                      trainctl::v1::Job* response) override;
+  grpc::ServerWriteReactor<trainctl::v1::JobEvent>* WatchJob(
+      grpc::CallbackServerContext* context, const trainctl::v1::WatchJobRequest* request) override;
+  grpc::ServerWriteReactor<trainctl::v1::LogLine>* StreamLogs(
+      grpc::CallbackServerContext* context, const trainctl::v1::StreamLogsRequest* request) override;
+
+ private:
+  // Runs `work` on the executor and finishes the returned reactor with its status.
+  grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context,
+                                     std::function<absl::Status()> work);
+
+  JobManager* const jobs_;
+  ThreadPool* const executor_;
+};
+
+}  // namespace trainctl
+
+#endif  // TRAINCTL_COORDINATOR_JOB_SERVICE_H_

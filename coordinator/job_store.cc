@@ -1,0 +1,24 @@
+#include "absl/strings/string_view.h"
+#include "coordinator/job_store.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace trainctl {
+
+std::string FormatJobId(int64_t n) { return absl::StrCat("job-", n); }
+
+absl::StatusOr<int64_t> ParseJobId(absl::string_view id) {
+  absl::string_view digits = id;
+  if (absl::StartsWith(digits, "job-")) digits.remove_prefix(4);
+  int64_t n = 0;
+  if (digits.empty() || digits.find_first_not_of("0123456789") != absl::string_view::npos ||
+      !absl::SimpleAtoi(digits, &n) || n <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job id '", id, "' (expected job-<number>, e.g. job-42)"));
+  }
+  return n;
+}
+
+}  // namespace trainctl

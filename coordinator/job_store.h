@@ -1,0 +1,91 @@
+// JobStore: the coordinator's durable record of jobs, their events and their log lines.
+//
+// Two implementations share one conformance suite (tests/coordinator/job_store_conformance_test.cc):
+// SqliteJobStore (production; WAL, every write committed before it returns) and InMemoryJobStore
+// (tests of other components). Both are thread-safe.
+#ifndef TRAINCTL_COORDINATOR_JOB_STORE_H_
+#define TRAINCTL_COORDINATOR_JOB_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "trainctl/v1/job.pb.h"
+
+namespace trainctl {
+
+using trainctl::v1::Job;
+using trainctl::v1::JobEvent;
+using trainctl::v1::LogLine;
+
+// Job ids are "job-<n>", n > 0 assigned by the store in creation order.
+std::string FormatJobId(int64_t n);
+// Accepts "job-42" and "42". INVALID_ARGUMENT otherwise.
+absl::StatusOr<int64_t> ParseJobId(absl::string_view id);
+
+struct JobFilter {
+  std::vector<trainctl::v1::JobState> states;  // empty: all
+  int page_size = 100;
+  int64_t before_id = 0;  // > 0: only jobs with a smaller number (the page token)
+};
+
+struct JobPage {
+  std::vector<Job> jobs;  // newest first
+  int64_t next_before_id = 0;  // 0: no more pages
+};
+
+struct CreateJobResult {
+  Job job;
+  bool created = false;  // false: request_id matched an existing job, which is returned
+};
+
+// Edits a job in place inside a store transaction and may add events for it (seq and job_id are
+// filled in by the store). A non-OK return aborts the update; nothing is written.
+using JobMutation = std::function<absl::Status(Job* job, std::vector<JobEvent>* events)>;
+
+struct LogQuery {
+  int64_t after_seq = 0;
+  int limit = 1000;
+  int tail = 0;  // > 0: the last `tail` lines with seq > after_seq (limit still applies)
+};
+
+class JobStore {
+ public:
+  virtual ~JobStore() = default;
+
+  // Stores `job` (its id is assigned here) with `initial_events`, atomically, and returns it. A
+  // non-empty request_id already used returns the job created then, with created = false.
+  virtual absl::StatusOr<CreateJobResult> CreateJob(const Job& job, const std::string& request_id,
+                                                    std::vector<JobEvent> initial_events) = 0;
+
+  // NOT_FOUND when no job has that id.
+  virtual absl::StatusOr<Job> GetJob(absl::string_view id) = 0;
+
+  virtual absl::StatusOr<JobPage> ListJobs(const JobFilter& filter) = 0;
+
+  // Reads the job, applies `mutate`, writes it and its new events atomically. Returns the updated
+  // job; `events` (optional) receives the appended events with their seq. NOT_FOUND, or the
+  // mutation's own error (nothing written).
+  virtual absl::StatusOr<Job> UpdateJob(absl::string_view id, const JobMutation& mutate,
+                                        std::vector<JobEvent>* events) = 0;
+
+  // Events of one job with seq > after_seq, oldest first, at most `limit`.
+  virtual absl::StatusOr<std::vector<JobEvent>> ListEvents(absl::string_view job_id,
+                                                           int64_t after_seq, int limit) = 0;
+
+  // Appends log lines (each names its job; seq is assigned here, in order). NOT_FOUND if a job
+  // does not exist; then nothing is written.
+  virtual absl::Status AppendLogs(std::vector<LogLine>* lines) = 0;
+
+  // Log lines of one job, oldest first.
+  virtual absl::StatusOr<std::vector<LogLine>> ListLogs(absl::string_view job_id,
+                                                        const LogQuery& query) = 0;
+};
+
+}  // namespace trainctl
+
+#endif  // TRAINCTL_COORDINATOR_JOB_STORE_H_

@@ -1,0 +1,401 @@
+#include "absl/strings/string_view.h"
+#include "coordinator/sqlite_job_store.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace trainctl {
+namespace {
+
+using sqlite::Db;
+using sqlite::Statement;
+
+// Migration N (1-based) brings the schema from version N-1 to N. Never edit a released entry;
+// append a new one. Jobs and events are stored as serialized protos (without the id/seq, which the
+// rows' keys hold) next to the columns that queries filter on.
+constexpr const char* kMigrations[] = {
+    // 1: jobs and their events.
+    R"sql(
+      CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        request_id TEXT UNIQUE,
+        state INTEGER NOT NULL,
+        priority INTEGER NOT NULL,
+        create_time_us INTEGER NOT NULL,
+        update_time_us INTEGER NOT NULL,
+        job BLOB NOT NULL
+      );
+      CREATE INDEX jobs_by_state ON jobs(state, id);
+      CREATE TABLE job_events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        kind TEXT NOT NULL,
+        event BLOB NOT NULL
+      );
+      CREATE INDEX job_events_by_job ON job_events(job_id, seq);
+    )sql",
+    // 2: rank log lines, kept as text so they can be read with the sqlite3 shell.
+    R"sql(
+      CREATE TABLE log_lines (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        rank INTEGER NOT NULL,
+        stream TEXT NOT NULL,
+        time_us INTEGER NOT NULL,
+        text TEXT NOT NULL
+      );
+      CREATE INDEX log_lines_by_job ON log_lines(job_id, seq);
+    )sql",
+};
+constexpr int kLatestVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
+constexpr size_t kMaxGroup = 256;
+
+int64_t ToMicros(const google::protobuf::Timestamp& t) {
+  return google::protobuf::util::TimeUtil::TimestampToMicroseconds(t);
+}
+
+absl::Status Corrupt(const Db& db, absl::string_view what, int64_t key) {
+  return absl::DataLossError(absl::StrCat(db.path(), ": stored ", what, " ", key, " does not parse"));
+}
+
+absl::StatusOr<Job> ReadJobRow(const Db& db, const Statement& st, int id_col, int blob_col) {
+  Job job;
+  const int64_t n = st.ColumnInt(id_col);
+  if (!job.ParseFromString(st.ColumnBlob(blob_col))) return Corrupt(db, "job", n);
+  job.set_id(FormatJobId(n));
+  return job;
+}
+
+const char* EventKind(const JobEvent& e) {
+  switch (e.payload_case()) {
+    case JobEvent::kStateChange:
+      return "state_change";
+    case JobEvent::kMetric:
+      return "metric";
+    case JobEvent::kCheckpoint:
+      return "checkpoint";
+    default:
+      return "other";
+  }
+}
+
+absl::Status InsertEvents(Db& db, int64_t job_n, std::vector<JobEvent>* events) {
+  if (events->empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(Statement st,
+                   db.Prepare("INSERT INTO job_events(job_id, kind, event) VALUES(?, ?, ?)"));
+  for (JobEvent& event : *events) {
+    event.clear_seq();
+    event.clear_job_id();
+    st.Reset();
+    RETURN_IF_ERROR(st.Bind(1, job_n).Bind(2, EventKind(event)).BindBlob(3, event.SerializeAsString()).Run());
+    event.set_seq(db.LastInsertRowId());
+    event.set_job_id(FormatJobId(job_n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteJobRow(Db& db, int64_t n, const Job& job) {
+  Job blob = job;
+  blob.clear_id();
+  ASSIGN_OR_RETURN(Statement st, db.Prepare(
+      "UPDATE jobs SET state = ?, priority = ?, update_time_us = ?, job = ? WHERE id = ?"));
+  return st.Bind(1, int64_t{job.state()})
+      .Bind(2, int64_t{job.spec().priority()})
+      .Bind(3, ToMicros(job.update_time()))
+      .BindBlob(4, blob.SerializeAsString())
+      .Bind(5, n)
+      .Run();
+}
+
+absl::StatusOr<int> ReadUserVersion(Db& db) {
+  ASSIGN_OR_RETURN(Statement st, db.Prepare("PRAGMA user_version"));
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  return row ? static_cast<int>(st.ColumnInt(0)) : 0;
+}
+
+absl::Status Migrate(Db& db, int target) {
+  ASSIGN_OR_RETURN(int current, ReadUserVersion(db));
+  if (current > kLatestVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        db.path(), ": schema version ", current, " is newer than this coordinator supports (",
+        kLatestVersion, "); run a newer trainctl-coordinator"));
+  }
+  for (int v = current + 1; v <= target; ++v) {
+    RETURN_IF_ERROR(db.Exec("BEGIN IMMEDIATE"));
+    absl::Status s = db.Exec(kMigrations[v - 1]);
+    if (s.ok()) s = db.Exec(absl::StrCat("PRAGMA user_version = ", v));
+    if (s.ok()) s = db.Exec("COMMIT");
+    if (!s.ok()) {
+      (void)db.Exec("ROLLBACK");
+      return absl::Status(s.code(), absl::StrCat("schema migration ", v, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Configure(Db& db, bool synchronous_full) {
+  RETURN_IF_ERROR(db.Exec("PRAGMA busy_timeout = 10000"));
+  ASSIGN_OR_RETURN(Statement wal, db.Prepare("PRAGMA journal_mode = WAL"));
+  ASSIGN_OR_RETURN(bool row, wal.Step());
+  if (!row || wal.ColumnText(0) != "wal") {
+    return absl::FailedPreconditionError(
+        absl::StrCat(db.path(), ": cannot enable WAL mode (journal_mode is ", wal.ColumnText(0), ")"));
+  }
+  RETURN_IF_ERROR(db.Exec(synchronous_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL"));
+  return db.Exec("PRAGMA foreign_keys = ON");
+}
+
+}  // namespace
+
+int SqliteJobStore::LatestSchemaVersion() { return kLatestVersion; }
+
+absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const Options& options) {
+  const int target = options.schema_version > 0 ? options.schema_version : kLatestVersion;
+  if (target > kLatestVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown schema version ", target));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Db> writer, Db::Open(options.path));
+  RETURN_IF_ERROR(Configure(*writer, options.synchronous_full));
+  RETURN_IF_ERROR(Migrate(*writer, target));
+  ASSIGN_OR_RETURN(std::unique_ptr<Db> reader, Db::Open(options.path));
+  RETURN_IF_ERROR(Configure(*reader, options.synchronous_full));
+  return std::unique_ptr<SqliteJobStore>(new SqliteJobStore(std::move(writer), std::move(reader)));
+}
+
+absl::StatusOr<int> SqliteJobStore::SchemaVersion() {
+  absl::MutexLock lock(&read_mu_);
+  return ReadUserVersion(*reader_db_);
+}
+
+absl::Status SqliteJobStore::Write(const Work& work) {
+  Writer self{&work, absl::OkStatus(), false};
+  queue_mu_.Lock();
+  writers_.push_back(&self);
+  while (!self.done && writers_.front() != &self) queue_cv_.Wait(&queue_mu_);
+  if (self.done) {  // a leader committed our work with its group
+    queue_mu_.Unlock();
+    return self.status;
+  }
+  std::vector<Writer*> group(writers_.begin(),
+                             writers_.begin() + std::min(writers_.size(), kMaxGroup));
+  queue_mu_.Unlock();
+
+  CommitGroup(group);
+
+  queue_mu_.Lock();
+  for (Writer* w : group) {
+    writers_.pop_front();
+    w->done = true;
+  }
+  queue_cv_.SignalAll();  // the group's writers, and the next leader
+  queue_mu_.Unlock();
+  return self.status;
+}
+
+void SqliteJobStore::CommitGroup(const std::vector<Writer*>& group) {
+  Db& db = *writer_db_;
+  if (absl::Status begin = db.Exec("BEGIN IMMEDIATE"); !begin.ok()) {
+    for (Writer* w : group) w->status = begin;
+    return;
+  }
+  for (Writer* w : group) {
+    absl::Status s = db.Exec("SAVEPOINT w");
+    if (s.ok()) s = (*w->work)(db);
+    if (!s.ok()) (void)db.Exec("ROLLBACK TO w");
+    (void)db.Exec("RELEASE w");
+    w->status = s;
+  }
+  if (absl::Status commit = db.Exec("COMMIT"); !commit.ok()) {
+    (void)db.Exec("ROLLBACK");
+    for (Writer* w : group) {
+      if (w->status.ok()) w->status = commit;
+    }
+  }
+}
+
+absl::StatusOr<CreateJobResult> SqliteJobStore::CreateJob(const Job& job,
+                                                          const std::string& request_id,
+                                                          std::vector<JobEvent> initial_events) {
+  CreateJobResult result;
+  RETURN_IF_ERROR(Write([&](Db& db) -> absl::Status {
+    if (!request_id.empty()) {
+      ASSIGN_OR_RETURN(Statement find, db.Prepare("SELECT id, job FROM jobs WHERE request_id = ?"));
+      find.Bind(1, request_id);
+      ASSIGN_OR_RETURN(bool found, find.Step());
+      if (found) {
+        ASSIGN_OR_RETURN(result.job, ReadJobRow(db, find, 0, 1));
+        result.created = false;
+        return absl::OkStatus();
+      }
+    }
+    Job blob = job;
+    blob.clear_id();
+    ASSIGN_OR_RETURN(Statement insert, db.Prepare(
+        "INSERT INTO jobs(request_id, state, priority, create_time_us, update_time_us, job) "
+        "VALUES(?, ?, ?, ?, ?, ?)"));
+    if (request_id.empty()) {
+      insert.BindNull(1);
+    } else {
+      insert.Bind(1, request_id);
+    }
+    RETURN_IF_ERROR(insert.Bind(2, int64_t{job.state()})
+                        .Bind(3, int64_t{job.spec().priority()})
+                        .Bind(4, ToMicros(job.create_time()))
+                        .Bind(5, ToMicros(job.update_time()))
+                        .BindBlob(6, blob.SerializeAsString())
+                        .Run());
+    const int64_t n = db.LastInsertRowId();
+    std::vector<JobEvent> events = initial_events;
+    RETURN_IF_ERROR(InsertEvents(db, n, &events));
+    result.job = job;
+    result.job.set_id(FormatJobId(n));
+    result.created = true;
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::StatusOr<Job> SqliteJobStore::GetJob(absl::string_view id) {
+  ASSIGN_OR_RETURN(int64_t n, ParseJobId(id));
+  absl::MutexLock lock(&read_mu_);
+  ASSIGN_OR_RETURN(Statement st, reader_db_->Prepare("SELECT id, job FROM jobs WHERE id = ?"));
+  st.Bind(1, n);
+  ASSIGN_OR_RETURN(bool found, st.Step());
+  if (!found) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  return ReadJobRow(*reader_db_, st, 0, 1);
+}
+
+absl::StatusOr<JobPage> SqliteJobStore::ListJobs(const JobFilter& filter) {
+  std::string sql = "SELECT id, job FROM jobs WHERE id < ?";
+  if (!filter.states.empty()) {
+    std::vector<int> states(filter.states.begin(), filter.states.end());
+    absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(states, ","), ")");
+  }
+  absl::StrAppend(&sql, " ORDER BY id DESC LIMIT ?");
+  absl::MutexLock lock(&read_mu_);
+  ASSIGN_OR_RETURN(Statement st, reader_db_->Prepare(sql));
+  st.Bind(1, filter.before_id > 0 ? filter.before_id : INT64_MAX).Bind(2, int64_t{filter.page_size} + 1);
+  JobPage page;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    if (static_cast<int>(page.jobs.size()) == filter.page_size) {
+      page.next_before_id = ParseJobId(page.jobs.back().id()).value();
+      break;
+    }
+    ASSIGN_OR_RETURN(Job job, ReadJobRow(*reader_db_, st, 0, 1));
+    page.jobs.push_back(std::move(job));
+  }
+  return page;
+}
+
+absl::StatusOr<Job> SqliteJobStore::UpdateJob(absl::string_view id, const JobMutation& mutate,
+                                              std::vector<JobEvent>* events) {
+  ASSIGN_OR_RETURN(int64_t n, ParseJobId(id));
+  Job updated;
+  std::vector<JobEvent> new_events;
+  RETURN_IF_ERROR(Write([&](Db& db) -> absl::Status {
+    ASSIGN_OR_RETURN(Statement st, db.Prepare("SELECT id, job FROM jobs WHERE id = ?"));
+    st.Bind(1, n);
+    ASSIGN_OR_RETURN(bool found, st.Step());
+    if (!found) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+    ASSIGN_OR_RETURN(updated, ReadJobRow(db, st, 0, 1));
+    new_events.clear();
+    RETURN_IF_ERROR(mutate(&updated, &new_events));
+    updated.set_id(FormatJobId(n));
+    RETURN_IF_ERROR(WriteJobRow(db, n, updated));
+    return InsertEvents(db, n, &new_events);
+  }));
+  if (events != nullptr) *events = std::move(new_events);
+  return updated;
+}
+
+absl::StatusOr<std::vector<JobEvent>> SqliteJobStore::ListEvents(absl::string_view job_id,
+                                                                 int64_t after_seq, int limit) {
+  ASSIGN_OR_RETURN(Job job, GetJob(job_id));  // NOT_FOUND for unknown jobs
+  const int64_t n = ParseJobId(job.id()).value();
+  absl::MutexLock lock(&read_mu_);
+  ASSIGN_OR_RETURN(Statement st, reader_db_->Prepare(
+      "SELECT seq, event FROM job_events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"));
+  st.Bind(1, n).Bind(2, after_seq).Bind(3, int64_t{limit});
+  std::vector<JobEvent> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    JobEvent event;
+    if (!event.ParseFromString(st.ColumnBlob(1))) return Corrupt(*reader_db_, "event", st.ColumnInt(0));
+    event.set_seq(st.ColumnInt(0));
+    event.set_job_id(job.id());
+    out.push_back(std::move(event));
+  }
+  return out;
+}
+
+absl::Status SqliteJobStore::AppendLogs(std::vector<LogLine>* lines) {
+  if (lines->empty()) return absl::OkStatus();
+  return Write([&](Db& db) -> absl::Status {
+    ASSIGN_OR_RETURN(Statement exists, db.Prepare("SELECT 1 FROM jobs WHERE id = ?"));
+    ASSIGN_OR_RETURN(Statement insert, db.Prepare(
+        "INSERT INTO log_lines(job_id, rank, stream, time_us, text) VALUES(?, ?, ?, ?, ?)"));
+    int64_t checked = 0;
+    for (LogLine& line : *lines) {
+      ASSIGN_OR_RETURN(int64_t n, ParseJobId(line.job_id()));
+      if (n != checked) {
+        exists.Reset();
+        exists.Bind(1, n);
+        ASSIGN_OR_RETURN(bool found, exists.Step());
+        if (!found) return absl::NotFoundError(absl::StrCat("job ", line.job_id(), " not found"));
+        checked = n;
+      }
+      insert.Reset();
+      RETURN_IF_ERROR(insert.Bind(1, n)
+                          .Bind(2, int64_t{line.rank()})
+                          .Bind(3, line.stream())
+                          .Bind(4, ToMicros(line.time()))
+                          .Bind(5, line.text())
+                          .Run());
+      line.set_seq(db.LastInsertRowId());
+      line.set_job_id(FormatJobId(n));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<LogLine>> SqliteJobStore::ListLogs(absl::string_view job_id,
+                                                              const LogQuery& query) {
+  ASSIGN_OR_RETURN(Job job, GetJob(job_id));
+  const int64_t n = ParseJobId(job.id()).value();
+  // With a tail, read the newest lines backwards and flip them.
+  const bool tail = query.tail > 0;
+  const std::string sql = absl::StrCat(
+      "SELECT seq, rank, stream, time_us, text FROM log_lines WHERE job_id = ? AND seq > ? ORDER BY seq ",
+      tail ? "DESC" : "ASC", " LIMIT ?");
+  absl::MutexLock lock(&read_mu_);
+  ASSIGN_OR_RETURN(Statement st, reader_db_->Prepare(sql));
+  st.Bind(1, n).Bind(2, query.after_seq).Bind(3, int64_t{tail ? query.tail : query.limit});
+  std::vector<LogLine> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    LogLine line;
+    line.set_seq(st.ColumnInt(0));
+    line.set_job_id(job.id());
+    line.set_rank(static_cast<int32_t>(st.ColumnInt(1)));
+    line.set_stream(st.ColumnText(2));
+    *line.mutable_time() = google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(st.ColumnInt(3));
+    line.set_text(st.ColumnText(4));
+    out.push_back(std::move(line));
+  }
+  if (tail) {
+    std::reverse(out.begin(), out.end());
+    if (static_cast<int>(out.size()) > query.limit) out.resize(query.limit);
+  }
+  return out;
+}
+
+}  // namespace trainctl

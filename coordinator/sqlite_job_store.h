@@ -1,0 +1,84 @@
+// SqliteJobStore: the JobStore on one SQLite file in WAL mode.
+//
+// Durability: every write is committed (synchronous=FULL by default: survives power loss, not only
+// a crash of the process) before the call returns. Concurrent writers are group-committed: the first
+// writer in the queue runs every queued writer's work in one transaction (one fsync), each inside
+// its own savepoint so one failure does not undo the others. Reads use a second connection and
+// never wait for a commit in progress.
+//
+// Schema changes are numbered migrations (PRAGMA user_version); opening a database applies the
+// missing ones, each in its own transaction. Thread-safe.
+#ifndef TRAINCTL_COORDINATOR_SQLITE_JOB_STORE_H_
+#define TRAINCTL_COORDINATOR_SQLITE_JOB_STORE_H_
+
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/internal/sqlite.h"
+#include "coordinator/job_store.h"
+
+namespace trainctl {
+
+class SqliteJobStore final : public JobStore {
+ public:
+  struct Options {
+    std::string path;
+    // FULL: fsync at every commit. NORMAL: WAL-safe against process crashes, may lose the last
+    // commits on power loss.
+    bool synchronous_full = true;
+    // Tests open older schemas with this; 0 means the latest.
+    int schema_version = 0;
+  };
+
+  // Opens or creates the database and migrates it. UNAVAILABLE when the file cannot be opened,
+  // DATA_LOSS when it is not a database, FAILED_PRECONDITION when its schema is newer than this
+  // binary's.
+  static absl::StatusOr<std::unique_ptr<SqliteJobStore>> Open(const Options& options);
+  static int LatestSchemaVersion();
+  // The database's schema version (for tests of migrations).
+  absl::StatusOr<int> SchemaVersion();
+
+  absl::StatusOr<CreateJobResult> CreateJob(const Job& job, const std::string& request_id,
+                                            std::vector<JobEvent> initial_events) override;
+  absl::StatusOr<Job> GetJob(absl::string_view id) override;
+  absl::StatusOr<JobPage> ListJobs(const JobFilter& filter) override;
+  absl::StatusOr<Job> UpdateJob(absl::string_view id, const JobMutation& mutate,
+                                std::vector<JobEvent>* events) override;
+  absl::StatusOr<std::vector<JobEvent>> ListEvents(absl::string_view job_id, int64_t after_seq,
+                                                   int limit) override;
+  absl::Status AppendLogs(std::vector<LogLine>* lines) override;
+  absl::StatusOr<std::vector<LogLine>> ListLogs(absl::string_view job_id,
+                                                const LogQuery& query) override;
+
+ private:
+  using Work = std::function<absl::Status(sqlite::Db& db)>;
+  struct Writer {
+    const Work* work;
+    absl::Status status;
+    bool done = false;
+  };
+
+  SqliteJobStore(std::unique_ptr<sqlite::Db> writer, std::unique_ptr<sqlite::Db> reader)
+      : writer_db_(std::move(writer)), reader_db_(std::move(reader)) {}
+
+  // Runs `work` inside a committed transaction, batched with concurrent writers.
+  absl::Status Write(const Work& work);
+  void CommitGroup(const std::vector<Writer*>& group);
+
+  absl::Mutex queue_mu_;
+  absl::CondVar queue_cv_;
+  std::deque<Writer*> writers_ ABSL_GUARDED_BY(queue_mu_);
+  // Used only by the current group leader (the front of writers_), so it needs no lock of its own.
+  std::unique_ptr<sqlite::Db> writer_db_;
+
+  absl::Mutex read_mu_;
+  std::unique_ptr<sqlite::Db> reader_db_ ABSL_GUARDED_BY(read_mu_);
+};
+
+}  // namespace trainctl
+
+#endif  // TRAINCTL_COORDINATOR_SQLITE_JOB_STORE_H_
