@@ -1,0 +1,172 @@
+#include "cli/cli_args.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainctl::cli {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
+
+// Options shaped like trainctl's verbs: valued options with and without aliases, and switches.
+std::vector<OptionSpec> Specs() {
+  return {{"coordinator", "", true},
+          {"output", "-o", true},
+          {"file", "-f", true},
+          {"follow", "-F", false},
+          {"all", "", false}};
+}
+
+absl::StatusOr<ParsedArgs> Parse(const std::vector<std::string>& args, bool passthrough = false) {
+  return ParseArgs(args, Specs(), passthrough);
+}
+
+TEST(ParseArgsTest, EmptyArgs) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->options, IsEmpty());
+  EXPECT_THAT(parsed->positional, IsEmpty());
+  EXPECT_THAT(parsed->passthrough, IsEmpty());
+}
+
+TEST(ParseArgsTest, OptionWithSeparateValue) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({"--coordinator", "localhost:50051"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->options, ElementsAre(Pair("coordinator", "localhost:50051")));
+  EXPECT_TRUE(parsed->Has("coordinator"));
+  EXPECT_EQ(parsed->Get("coordinator"), "localhost:50051");
+}
+
+TEST(ParseArgsTest, OptionWithEqualsValue) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({"--coordinator=10.0.0.1:50051"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->Get("coordinator"), "10.0.0.1:50051");
+}
+
+TEST(ParseArgsTest, EqualsValueMayContainEqualsAndBeEmpty) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({"--file=a=b.yaml", "--output="});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->Get("file"), "a=b.yaml");
+  EXPECT_TRUE(parsed->Has("output"));
+  EXPECT_EQ(parsed->Get("output", "table"), "");
+}
+
+TEST(ParseArgsTest, SeparateValueMayLookLikeAFlag) {
+  // A valued option takes the next argument whatever it looks like.
+  absl::StatusOr<ParsedArgs> parsed = Parse({"--file", "-"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->Get("file"), "-");
+}
+
+TEST(ParseArgsTest, ShortAliasIsStoredUnderTheLongName) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({"-o", "json"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->options, ElementsAre(Pair("output", "json")));
+  EXPECT_EQ(parsed->Get("output"), "json");
+  EXPECT_FALSE(parsed->Has("o"));
+}
+
+TEST(ParseArgsTest, ShortAliasWithEquals) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({"-o=yaml"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->Get("output"), "yaml");
+}
+
+TEST(ParseArgsTest, SwitchesTakeNoValue) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({"-F", "job-1", "--all"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->options, UnorderedElementsAre(Pair("follow", "true"), Pair("all", "true")));
+  EXPECT_THAT(parsed->positional, ElementsAre("job-1"));  // not consumed by the switch
+}
+
+TEST(ParseArgsTest, ShortAliasForAValuedOption) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({"-f", "spec.yaml", "job-1"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->Get("file"), "spec.yaml");
+  EXPECT_THAT(parsed->positional, ElementsAre("job-1"));
+}
+
+TEST(ParseArgsTest, SwitchWithExplicitValue) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({"--follow=false"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->Get("follow"), "false");
+}
+
+TEST(ParseArgsTest, PositionalArgumentsAnywhereInOrder) {
+  absl::StatusOr<ParsedArgs> parsed =
+      Parse({"job-1", "--output", "json", "job-2", "-F", "job-3", "-"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->positional, ElementsAre("job-1", "job-2", "job-3", "-"));
+  EXPECT_EQ(parsed->Get("output"), "json");
+  EXPECT_EQ(parsed->Get("follow"), "true");
+}
+
+TEST(ParseArgsTest, LaterValueWins) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({"-o", "json", "--output=table"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->Get("output"), "table");
+}
+
+TEST(ParseArgsTest, GetFallsBackWhenAbsent) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->Has("output"));
+  EXPECT_EQ(parsed->Get("output"), "");
+  EXPECT_EQ(parsed->Get("output", "table"), "table");
+}
+
+TEST(ParseArgsTest, PassthroughKeepsUnknownFlagsAndValuesInOrder) {
+  // `trainctl submit` with the seed's launch line.
+  absl::StatusOr<ParsedArgs> parsed =
+      Parse({"--coordinator", "c:1", "--num_gpus=8", "src/train_multimodal.py",
+             "--model_name_or_path", "Qwen/Qwen2-VL-7B-Instruct", "-o", "json", "--bf16", "True",
+             "--gradient_checkpointing", "--learning_rate", "2e-5", "--max_steps", "-1"},
+            /*passthrough=*/true);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->options,
+              UnorderedElementsAre(Pair("coordinator", "c:1"), Pair("output", "json")));
+  EXPECT_THAT(parsed->positional, ElementsAre("src/train_multimodal.py"));
+  EXPECT_THAT(parsed->passthrough,
+              ElementsAre("--num_gpus=8", "--model_name_or_path", "Qwen/Qwen2-VL-7B-Instruct",
+                          "--bf16", "True", "--gradient_checkpointing", "--learning_rate", "2e-5",
+                          "--max_steps", "-1"));
+}
+
+TEST(ParseArgsTest, UnknownLongOptionIsAnErrorWithoutPassthrough) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({"--bf16", "True"});
+  ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parsed.status().message(), "--bf16: unknown option");
+
+  absl::StatusOr<ParsedArgs> with_value = Parse({"--colour=red"});
+  ASSERT_EQ(with_value.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with_value.status().message(), "--colour: unknown option");
+}
+
+TEST(ParseArgsTest, UnknownShortOptionIsAlwaysAnError) {
+  for (bool passthrough : {false, true}) {
+    absl::StatusOr<ParsedArgs> parsed = Parse({"-x"}, passthrough);
+    ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << passthrough;
+    EXPECT_EQ(parsed.status().message(), "-x: unknown option");
+  }
+}
+
+TEST(ParseArgsTest, MissingValueNamesTheOption) {
+  absl::StatusOr<ParsedArgs> parsed = Parse({"job-1", "--coordinator"});
+  ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parsed.status().message(), "--coordinator: needs a value");
+
+  absl::StatusOr<ParsedArgs> alias = Parse({"-o"});
+  ASSERT_EQ(alias.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(alias.status().message(), "-o: needs a value");
+}
+
+}  // namespace
+}  // namespace trainctl::cli

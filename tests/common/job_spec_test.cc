@@ -1,0 +1,1108 @@
+#include "common/job_spec.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "common/json_proto.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace trainctl {
+namespace {
+
+using nlohmann::json;
+using ::testing::AllOf;
+using ::testing::Contains;
+using ::testing::Each;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+using ::testing::SizeIs;
+using ::testing::StartsWith;
+using ::testing::UnorderedElementsAre;
+using trainctl::v1::JobKind;
+
+constexpr char kSourceDir[] = TRAINCTL_SOURCE_DIR;
+constexpr char kSeedDeepSpeed[] = TRAINCTL_SOURCE_DIR "/configs/ds_zero3_bf16.json";
+
+// A fresh directory for one test's files, removed with everything in it.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "job_spec_test.XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
+    path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string Write(const std::string& relative, const std::string& contents) const {
+    const std::filesystem::path full = std::filesystem::path(path_) / relative;
+    std::filesystem::create_directories(full.parent_path());
+    std::ofstream out(full, std::ios::binary);
+    out << contents;
+    EXPECT_TRUE(out.good()) << "cannot write " << full;
+    return full.string();
+  }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> Lines(absl::string_view text) { return absl::StrSplit(text, '\n'); }
+
+absl::StatusOr<JobSpec> ParseYaml(const std::string& text) {
+  return ParseJobSpec(text, SpecFormat::kYaml, "job.yaml");
+}
+
+// Parses `yaml`, which must be valid, and validates it.
+absl::StatusOr<ValidatedJobSpec> ValidateYaml(const std::string& yaml) {
+  absl::StatusOr<JobSpec> spec = ParseYaml(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (!spec.ok()) return spec.status();
+  return ValidateJobSpec(*spec);
+}
+
+// The messages of a failed status, one per line.
+std::vector<std::string> ErrorLines(const absl::Status& status) {
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  return Lines(status.message());
+}
+
+// The smallest spec that validates: every required field and nothing else.
+constexpr char kMinimalSpec[] = R"(
+kind: sft
+model_name_or_path: Qwen/Qwen2-VL-2B-Instruct
+data_path: ./data
+output_dir: ./out
+)";
+
+// The seed's job written as a spec, with the DeepSpeed config inline.
+constexpr char kSeedYaml[] = R"(# the seed's launch script
+name: seed
+kind: sft
+model_name_or_path: Qwen/Qwen2-VL-7B-Instruct
+data_path: ./data/processed_multimodal
+output_dir: "./checkpoints/qwen2vl_r1"
+priority: 5
+max_restarts: 2
+training:
+  per_device_train_batch_size: 4
+  gradient_accumulation_steps: 4
+  learning_rate: 2e-5
+  num_train_epochs: 3
+  bf16: true
+  tf32: True
+  logging_steps: 10
+  save_strategy: "epoch"
+resources:
+  nodes: 1
+  slots_per_node: 8
+env:
+  NCCL_DEBUG: INFO
+  NCCL_IB_DISABLE: 0
+  NCCL_NET_GDR_LEVEL: 2
+labels:
+  team: vlm
+node_selector:
+  gpu: h100
+  fabric: infiniband
+deepspeed:
+  zero_optimization:
+    stage: 3
+    sub_group_size: 1e9
+    reduce_bucket_size: auto
+  bf16:
+    enabled: true
+  gradient_clipping: 1.0
+  train_micro_batch_size_per_gpu: auto
+  gradient_accumulation_steps: auto
+)";
+
+constexpr char kSeedJson[] = R"({
+  "name": "seed",
+  "kind": "sft",
+  "model_name_or_path": "Qwen/Qwen2-VL-7B-Instruct",
+  "data_path": "./data/processed_multimodal",
+  "output_dir": "./checkpoints/qwen2vl_r1",
+  "priority": 5,
+  "max_restarts": 2,
+  "training": {
+    "per_device_train_batch_size": 4,
+    "gradient_accumulation_steps": 4,
+    "learning_rate": 2e-5,
+    "num_train_epochs": 3,
+    "bf16": true,
+    "tf32": true,
+    "logging_steps": 10,
+    "save_strategy": "epoch"
+  },
+  "resources": {"nodes": 1, "slots_per_node": 8},
+  "env": {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": 0, "NCCL_NET_GDR_LEVEL": 2},
+  "labels": {"team": "vlm"},
+  "node_selector": {"gpu": "h100", "fabric": "infiniband"},
+  "deepspeed": {
+    "zero_optimization": {"stage": 3, "sub_group_size": 1e9, "reduce_bucket_size": "auto"},
+    "bf16": {"enabled": true},
+    "gradient_clipping": 1.0,
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto"
+  }
+})";
+
+// --- Parsing ---------------------------------------------------------------------------------
+
+TEST(ParseJobSpecTest, YamlFillsNestedMessagesAndMaps) {
+  absl::StatusOr<JobSpec> spec = ParseYaml(kSeedYaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+
+  EXPECT_EQ(spec->name(), "seed");
+  EXPECT_EQ(spec->kind(), trainctl::v1::JOB_KIND_SFT);
+  EXPECT_EQ(spec->model_name_or_path(), "Qwen/Qwen2-VL-7B-Instruct");
+  EXPECT_EQ(spec->data_path(), "./data/processed_multimodal");
+  EXPECT_EQ(spec->output_dir(), "./checkpoints/qwen2vl_r1");
+  EXPECT_EQ(spec->priority(), 5);
+  ASSERT_TRUE(spec->has_max_restarts());
+  EXPECT_EQ(spec->max_restarts(), 2);
+
+  const auto& t = spec->training();
+  EXPECT_EQ(t.per_device_train_batch_size(), 4);
+  EXPECT_EQ(t.gradient_accumulation_steps(), 4);
+  EXPECT_DOUBLE_EQ(t.learning_rate(), 2e-5);
+  EXPECT_DOUBLE_EQ(t.num_train_epochs(), 3.0);
+  EXPECT_TRUE(t.bf16());
+  ASSERT_TRUE(t.has_tf32());
+  EXPECT_TRUE(t.tf32());
+  EXPECT_DOUBLE_EQ(t.logging_steps(), 10.0);
+  EXPECT_EQ(t.save_strategy(), "epoch");
+  // Parsing applies no defaults: unset optional fields stay unset.
+  EXPECT_FALSE(t.has_fp16());
+  EXPECT_FALSE(t.has_seed());
+  EXPECT_FALSE(t.has_max_grad_norm());
+
+  EXPECT_EQ(spec->resources().nodes(), 1);
+  EXPECT_EQ(spec->resources().slots_per_node(), 8);
+
+  ASSERT_EQ(spec->env().size(), 3u);
+  EXPECT_EQ(spec->env().at("NCCL_DEBUG"), "INFO");
+  EXPECT_EQ(spec->env().at("NCCL_IB_DISABLE"), "0");  // a YAML integer, kept as its text
+  EXPECT_EQ(spec->env().at("NCCL_NET_GDR_LEVEL"), "2");
+  ASSERT_EQ(spec->labels().size(), 1u);
+  EXPECT_EQ(spec->labels().at("team"), "vlm");
+  ASSERT_EQ(spec->node_selector().size(), 2u);
+  EXPECT_EQ(spec->node_selector().at("gpu"), "h100");
+  EXPECT_EQ(spec->node_selector().at("fabric"), "infiniband");
+}
+
+TEST(ParseJobSpecTest, InlineDeepSpeedMappingIsStoredAsJson) {
+  absl::StatusOr<JobSpec> spec = ParseYaml(kSeedYaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->deepspeed(), "");
+  ASSERT_FALSE(spec->deepspeed_config_json().empty());
+  const json ds = json::parse(spec->deepspeed_config_json());
+  EXPECT_EQ(ds["zero_optimization"]["stage"], 3);
+  EXPECT_EQ(ds["zero_optimization"]["sub_group_size"], 1e9);
+  EXPECT_EQ(ds["zero_optimization"]["reduce_bucket_size"], "auto");
+  EXPECT_EQ(ds["bf16"]["enabled"], true);
+  EXPECT_EQ(ds["gradient_clipping"], 1.0);
+  EXPECT_EQ(ds["train_micro_batch_size_per_gpu"], "auto");
+}
+
+TEST(ParseJobSpecTest, DeepSpeedPathIsKeptAsAPath) {
+  absl::StatusOr<JobSpec> spec = ParseYaml(std::string(kMinimalSpec) + "deepspeed: ./ds.json\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->deepspeed(), "./ds.json");
+  EXPECT_EQ(spec->deepspeed_config_json(), "");
+}
+
+TEST(ParseJobSpecTest, JsonGivesTheSameSpecAsYaml) {
+  absl::StatusOr<JobSpec> from_yaml = ParseYaml(kSeedYaml);
+  absl::StatusOr<JobSpec> from_json = ParseJobSpec(kSeedJson, SpecFormat::kJson, "job.json");
+  ASSERT_TRUE(from_yaml.ok()) << from_yaml.status();
+  ASSERT_TRUE(from_json.ok()) << from_json.status();
+  std::string diff;
+  google::protobuf::util::MessageDifferencer differencer;
+  differencer.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(differencer.Compare(*from_yaml, *from_json)) << diff;
+  // JSON is a subset of YAML: the JSON text read as YAML gives the same spec too.
+  absl::StatusOr<JobSpec> json_as_yaml = ParseYaml(kSeedJson);
+  ASSERT_TRUE(json_as_yaml.ok()) << json_as_yaml.status();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*from_yaml, *json_as_yaml));
+}
+
+TEST(ParseJobSpecTest, EnumTakesShortAndFullNamesInAnyCase) {
+  for (const char* kind : {"sft", "SFT", "Sft", "JOB_KIND_SFT"}) {
+    absl::StatusOr<JobSpec> spec = ParseYaml(absl::StrCat("kind: ", kind, "\n"));
+    ASSERT_TRUE(spec.ok()) << kind << ": " << spec.status();
+    EXPECT_EQ(spec->kind(), trainctl::v1::JOB_KIND_SFT) << kind;
+  }
+  absl::StatusOr<JobSpec> pipeline = ParseYaml("kind: pipeline\n");
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  EXPECT_EQ(pipeline->kind(), trainctl::v1::JOB_KIND_PIPELINE);
+}
+
+TEST(ParseJobSpecTest, UnknownEnumValueListsTheChoices) {
+  absl::StatusOr<JobSpec> spec = ParseYaml("kind: dpo\n");
+  EXPECT_THAT(ErrorLines(spec.status()),
+              ElementsAre("spec.kind: must be one of distill|sft|grpo|eval|pipeline, got \"dpo\""));
+}
+
+TEST(ParseJobSpecTest, KubernetesStyleSpecWrapperIsAccepted) {
+  absl::StatusOr<JobSpec> spec = ParseYaml("spec:\n  kind: grpo\n  output_dir: ./o\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->kind(), trainctl::v1::JOB_KIND_GRPO);
+  EXPECT_EQ(spec->output_dir(), "./o");
+}
+
+TEST(ParseJobSpecTest, QuotedYamlScalarsStayStrings) {
+  absl::StatusOr<JobSpec> spec = ParseYaml("env:\n  A: \"0\"\n  B: 'true'\n  C: true\n  D: 1.5\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->env().at("A"), "0");
+  EXPECT_EQ(spec->env().at("B"), "true");
+  EXPECT_EQ(spec->env().at("C"), "true");
+  EXPECT_EQ(spec->env().at("D"), "1.5");
+}
+
+TEST(ParseJobSpecTest, IntegerFieldsTakeIntegralFloats) {
+  absl::StatusOr<JobSpec> spec = ParseYaml("training:\n  max_pixels: 1.2845056e7\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->training().max_pixels(), 12845056);
+  absl::StatusOr<JobSpec> fractional = ParseYaml("training:\n  max_steps: 2.5\n");
+  EXPECT_THAT(ErrorLines(fractional.status()),
+              ElementsAre("spec.training.max_steps: must be an integer, got 2.5"));
+}
+
+TEST(ParseJobSpecTest, ExplicitNullLeavesTheFieldUnset) {
+  absl::StatusOr<JobSpec> spec = ParseYaml("training:\n  learning_rate: ~\n  seed: null\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->training().has_learning_rate());
+  EXPECT_FALSE(spec->training().has_seed());
+}
+
+TEST(ParseJobSpecTest, BoolFieldsTakeHfSpellings) {
+  absl::StatusOr<JobSpec> spec = ParseYaml("training:\n  bf16: yes\n  fp16: 'False'\n  tf32: 1\n");
+  // `yes` is a string in YAML 1.2; bool fields read it the HF way. A bare 1 is a number, not a
+  // bool.
+  EXPECT_THAT(ErrorLines(spec.status()),
+              ElementsAre("spec.training.tf32: must be true or false, got 1"));
+  absl::StatusOr<JobSpec> ok = ParseYaml("training:\n  bf16: yes\n  fp16: 'False'\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(ok->training().bf16());
+  ASSERT_TRUE(ok->training().has_fp16());
+  EXPECT_FALSE(ok->training().fp16());
+}
+
+TEST(ParseJobSpecTest, PipelineStagesAreParsedInOrder) {
+  absl::StatusOr<JobSpec> spec = ParseYaml(R"(
+kind: pipeline
+stages:
+  - name: distill
+    kind: distill
+    model_name_or_path: teacher
+  - {name: sft, kind: sft, training: {learning_rate: 1e-5}}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->stages_size(), 2);
+  EXPECT_EQ(spec->stages(0).name(), "distill");
+  EXPECT_EQ(spec->stages(0).kind(), trainctl::v1::JOB_KIND_DISTILL);
+  EXPECT_EQ(spec->stages(0).model_name_or_path(), "teacher");
+  EXPECT_EQ(spec->stages(1).kind(), trainctl::v1::JOB_KIND_SFT);
+  EXPECT_DOUBLE_EQ(spec->stages(1).training().learning_rate(), 1e-5);
+}
+
+TEST(ParseJobSpecTest, YamlSyntaxErrorNamesFileAndLine) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec("kind: sft\ntraining:\n  learning_rate: [1, 2\n",
+                                              SpecFormat::kYaml, "jobs/seed.yaml");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()), StartsWith("jobs/seed.yaml:"));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("invalid YAML"));
+  EXPECT_THAT(Lines(spec.status().message()), SizeIs(1));
+
+  absl::StatusOr<JobSpec> bad_indent =
+      ParseJobSpec("kind: sft\ntraining:\n  seed: 1\n bf16: true\n", SpecFormat::kYaml, "x.yaml");
+  ASSERT_EQ(bad_indent.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad_indent.status().message()), StartsWith("x.yaml:4:"));
+}
+
+TEST(ParseJobSpecTest, YamlDuplicateKeyIsAnError) {
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec("kind: sft\ntraining:\n  seed: 1\n  seed: 2\n", SpecFormat::kYaml, "d.yaml");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()), StartsWith("d.yaml:4:"));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("duplicate key 'seed'"));
+}
+
+TEST(ParseJobSpecTest, JsonSyntaxErrorNamesFileAndLine) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec("{\n  \"kind\": \"sft\",\n  \"training\": {,}\n}\n",
+                                              SpecFormat::kJson, "jobs/seed.json");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()),
+              StartsWith("jobs/seed.json:3:16: invalid JSON: "));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("syntax error"));
+
+  absl::StatusOr<JobSpec> truncated =
+      ParseJobSpec("{\n  \"kind\": \"sft\"\n", SpecFormat::kJson, "t.json");
+  ASSERT_EQ(truncated.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(truncated.status().message()), StartsWith("t.json:"));
+}
+
+TEST(ParseJobSpecTest, TopLevelMustBeAMapping) {
+  absl::StatusOr<JobSpec> list = ParseJobSpec("- kind: sft\n", SpecFormat::kYaml, "l.yaml");
+  EXPECT_THAT(ErrorLines(list.status()),
+              ElementsAre("l.yaml: a job spec must be a mapping, got a list"));
+  absl::StatusOr<JobSpec> empty = ParseJobSpec("", SpecFormat::kYaml, "e.yaml");
+  EXPECT_THAT(ErrorLines(empty.status()),
+              ElementsAre("e.yaml: a job spec must be a mapping, got null"));
+  absl::StatusOr<JobSpec> scalar = ParseJobSpec("42", SpecFormat::kJson, "s.json");
+  EXPECT_THAT(ErrorLines(scalar.status()),
+              ElementsAre("s.json: a job spec must be a mapping, got 42"));
+}
+
+TEST(ParseJobSpecTest, UnknownFieldSuggestsTheNearestName) {
+  absl::StatusOr<JobSpec> spec = ParseYaml("training:\n  lerning_rate: 1e-5\n");
+  EXPECT_THAT(
+      ErrorLines(spec.status()),
+      ElementsAre("spec.training.lerning_rate: unknown field (did you mean 'learning_rate'?)"));
+
+  absl::StatusOr<JobSpec> top = ParseYaml("ouput_dir: ./o\n");
+  EXPECT_THAT(ErrorLines(top.status()),
+              ElementsAre("spec.ouput_dir: unknown field (did you mean 'output_dir'?)"));
+
+  absl::StatusOr<JobSpec> far = ParseYaml("resources:\n  accelerators: 8\n");
+  EXPECT_THAT(ErrorLines(far.status()), ElementsAre("spec.resources.accelerators: unknown field"));
+}
+
+TEST(ParseJobSpecTest, WrongTypesNameThePath) {
+  absl::StatusOr<JobSpec> spec = ParseYaml("resources:\n  slots_per_node: x\n");
+  EXPECT_THAT(ErrorLines(spec.status()),
+              ElementsAre("spec.resources.slots_per_node: must be an integer, got \"x\""));
+}
+
+TEST(ParseJobSpecTest, EveryParseErrorIsReportedOnItsOwnLine) {
+  absl::StatusOr<JobSpec> spec = ParseYaml(R"(
+kind: sft
+training:
+  learning_rate: fast
+  bf16: maybe
+  lerning_rate: 1
+resources: 8
+env:
+  A: [1]
+stages:
+  - training: {seed: x}
+)");
+  EXPECT_THAT(
+      ErrorLines(spec.status()),
+      UnorderedElementsAre(
+          "spec.training.learning_rate: must be a number, got \"fast\"",
+          "spec.training.bf16: must be true or false, got \"maybe\"",
+          "spec.training.lerning_rate: unknown field (did you mean 'learning_rate'?)",
+          "spec.resources: must be a mapping, got 8", "spec.env.A: must be a string, got a list",
+          "spec.stages[0].training.seed: must be an integer, got \"x\""));
+}
+
+TEST(ParseJobSpecTest, OutOfRangeInt32IsAnError) {
+  absl::StatusOr<JobSpec> spec = ParseYaml("resources:\n  nodes: 3000000000\n");
+  EXPECT_THAT(
+      ErrorLines(spec.status()),
+      ElementsAre("spec.resources.nodes: out of range for a 32-bit integer, got 3000000000"));
+}
+
+// --- Loading files ---------------------------------------------------------------------------
+
+TEST(LoadJobSpecFileTest, MissingFileIsNotFound) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/nope.yaml";
+  absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr(path));
+}
+
+TEST(LoadJobSpecFileTest, DeepSpeedPathIsReadRelativeToTheSpecFile) {
+  ScratchDir dir;
+  const std::string ds_text = ReadFile(kSeedDeepSpeed);
+  ASSERT_FALSE(ds_text.empty());
+  dir.Write("configs/ds.json", ds_text);
+  const std::string path =
+      dir.Write("jobs/seed.yaml", std::string(kMinimalSpec) + "deepspeed: ../configs/ds.json\n");
+
+  absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->deepspeed(), "../configs/ds.json");  // kept for provenance
+  EXPECT_EQ(spec->deepspeed_config_json(), ds_text);   // embedded byte for byte
+}
+
+TEST(LoadJobSpecFileTest, AbsoluteDeepSpeedPathIsReadAsIs) {
+  ScratchDir dir;
+  const std::string path =
+      dir.Write("seed.yaml", absl::StrCat(kMinimalSpec, "deepspeed: ", kSeedDeepSpeed, "\n"));
+  absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->deepspeed_config_json(), ReadFile(kSeedDeepSpeed));
+}
+
+TEST(LoadJobSpecFileTest, JsonExtensionSelectsTheJsonParser) {
+  ScratchDir dir;
+  const std::string path = dir.Write("seed.JSON", kSeedJson);
+  absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<JobSpec> expected = ParseYaml(kSeedYaml);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*spec, *expected));
+
+  // A JSON syntax error is reported as JSON, naming the file.
+  const std::string bad = dir.Write("bad.json", "{\"kind\": sft}");
+  absl::StatusOr<JobSpec> bad_spec = LoadJobSpecFile(bad);
+  ASSERT_EQ(bad_spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad_spec.status().message()), StartsWith(bad + ":1:"));
+  EXPECT_THAT(std::string(bad_spec.status().message()), HasSubstr("invalid JSON"));
+}
+
+TEST(LoadJobSpecFileTest, YamlSyntaxErrorNamesTheFile) {
+  ScratchDir dir;
+  const std::string path = dir.Write("bad.yaml", "kind: sft\nenv: {A: 1\n");
+  absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()), StartsWith(path + ":"));
+}
+
+TEST(LoadJobSpecFileTest, MissingDeepSpeedFileNamesTheFile) {
+  ScratchDir dir;
+  const std::string path =
+      dir.Write("seed.yaml", std::string(kMinimalSpec) + "deepspeed: ds.json\n");
+  absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      std::string(spec.status().message()),
+      AllOf(StartsWith("spec.deepspeed: cannot read "), HasSubstr(dir.path() + "/ds.json")));
+}
+
+TEST(LoadJobSpecFileTest, DeepSpeedSyntaxErrorNamesTheFile) {
+  ScratchDir dir;
+  const std::string ds = dir.Write("ds.json", "{\n\"zero_optimization\": {\"stage\": 3,}\n}\n");
+  const std::string path =
+      dir.Write("seed.yaml", std::string(kMinimalSpec) + "deepspeed: ds.json\n");
+  absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()), StartsWith("spec.deepspeed: "));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr(ds));
+}
+
+TEST(EmbedDeepSpeedConfigTest, DoesNothingWithoutAPathOrWhenAlreadyEmbedded) {
+  JobSpec none;
+  ASSERT_TRUE(EmbedDeepSpeedConfig("/nonexistent", &none).ok());
+  EXPECT_EQ(none.deepspeed_config_json(), "");
+
+  JobSpec embedded;
+  embedded.set_deepspeed("missing.json");
+  embedded.set_deepspeed_config_json("{}");
+  ASSERT_TRUE(EmbedDeepSpeedConfig("/nonexistent", &embedded).ok());
+  EXPECT_EQ(embedded.deepspeed_config_json(), "{}");
+}
+
+TEST(EmbedDeepSpeedConfigTest, ReadsRelativeToBaseDir) {
+  JobSpec spec;
+  spec.set_deepspeed("./configs/ds_zero3_bf16.json");
+  ASSERT_TRUE(EmbedDeepSpeedConfig(kSourceDir, &spec).ok());
+  EXPECT_EQ(spec.deepspeed_config_json(), ReadFile(kSeedDeepSpeed));
+}
+
+// --- Defaults --------------------------------------------------------------------------------
+
+TEST(ApplyJobSpecDefaultsTest, FillsTheHfTrainerDefaults) {
+  JobSpec spec;
+  spec.set_kind(trainctl::v1::JOB_KIND_SFT);
+  spec.set_model_name_or_path("Qwen/Qwen2-VL-7B-Instruct");
+  ApplyJobSpecDefaults(&spec);
+  const auto& t = spec.training();
+  EXPECT_EQ(t.per_device_train_batch_size(), 8);
+  EXPECT_EQ(t.per_device_eval_batch_size(), 8);
+  EXPECT_EQ(t.gradient_accumulation_steps(), 1);
+  EXPECT_DOUBLE_EQ(t.learning_rate(), 5e-5);
+  EXPECT_DOUBLE_EQ(t.num_train_epochs(), 3.0);
+  EXPECT_EQ(t.max_steps(), -1);
+  ASSERT_TRUE(t.has_bf16());
+  EXPECT_FALSE(t.bf16());
+  ASSERT_TRUE(t.has_fp16());
+  EXPECT_FALSE(t.fp16());
+  EXPECT_FALSE(t.has_tf32());  // no default: the backend's own
+  EXPECT_DOUBLE_EQ(t.logging_steps(), 500);
+  EXPECT_EQ(t.save_strategy(), "steps");
+  EXPECT_DOUBLE_EQ(t.save_steps(), 500);
+  EXPECT_FALSE(t.has_save_total_limit());
+  EXPECT_DOUBLE_EQ(t.max_grad_norm(), 1.0);
+  EXPECT_DOUBLE_EQ(t.weight_decay(), 0.0);
+  EXPECT_DOUBLE_EQ(t.adam_beta1(), 0.9);
+  EXPECT_DOUBLE_EQ(t.adam_beta2(), 0.999);
+  EXPECT_DOUBLE_EQ(t.adam_epsilon(), 1e-8);
+  EXPECT_DOUBLE_EQ(t.warmup_ratio(), 0.0);
+  EXPECT_EQ(t.warmup_steps(), 0);
+  EXPECT_EQ(t.lr_scheduler_type(), "linear");
+  EXPECT_EQ(t.seed(), 42);
+  EXPECT_FALSE(t.gradient_checkpointing());
+  EXPECT_EQ(t.max_pixels(), 12845056);
+  EXPECT_EQ(t.min_pixels(), 3136);
+  EXPECT_EQ(t.max_prompt_length(), 512);
+  EXPECT_EQ(t.max_completion_length(), 256);
+  EXPECT_EQ(t.num_generations(), 8);
+  EXPECT_DOUBLE_EQ(t.beta(), 0.04);
+  EXPECT_EQ(spec.resources().nodes(), 1);
+  EXPECT_EQ(spec.resources().slots_per_node(), 1);
+  ASSERT_TRUE(spec.has_max_restarts());
+  EXPECT_EQ(spec.max_restarts(), 0);
+  EXPECT_EQ(spec.name(), "sft-qwen2-vl-7b-instruct");
+}
+
+TEST(ApplyJobSpecDefaultsTest, KeepsWhatIsSetAndIsIdempotent) {
+  absl::StatusOr<JobSpec> spec = ParseYaml(kSeedYaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->mutable_training()->set_max_grad_norm(0.0);  // set to zero is not unset
+  JobSpec once = *spec;
+  ApplyJobSpecDefaults(&once);
+  EXPECT_EQ(once.name(), "seed");
+  EXPECT_EQ(once.training().per_device_train_batch_size(), 4);
+  EXPECT_DOUBLE_EQ(once.training().learning_rate(), 2e-5);
+  EXPECT_EQ(once.training().save_strategy(), "epoch");
+  EXPECT_DOUBLE_EQ(once.training().max_grad_norm(), 0.0);
+  EXPECT_EQ(once.resources().slots_per_node(), 8);
+  EXPECT_EQ(once.max_restarts(), 2);
+  JobSpec twice = once;
+  ApplyJobSpecDefaults(&twice);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(once, twice));
+}
+
+// --- Validation ------------------------------------------------------------------------------
+
+TEST(ValidateJobSpecTest, MinimalSpecIsValidWithDefaultsApplied) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(kMinimalSpec);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->spec.training().per_device_train_batch_size(), 8);
+  EXPECT_DOUBLE_EQ(v->spec.training().learning_rate(), 5e-5);
+  EXPECT_DOUBLE_EQ(v->spec.training().num_train_epochs(), 3.0);
+  EXPECT_DOUBLE_EQ(v->spec.training().logging_steps(), 500);
+  EXPECT_EQ(v->spec.training().save_strategy(), "steps");
+  EXPECT_DOUBLE_EQ(v->spec.training().max_grad_norm(), 1.0);
+  EXPECT_EQ(v->spec.training().seed(), 42);
+  EXPECT_EQ(v->spec.name(), "sft-qwen2-vl-2b-instruct");
+  EXPECT_EQ(v->resolved_deepspeed_config_json, "");
+  EXPECT_THAT(v->warnings, IsEmpty());
+}
+
+TEST(ValidateJobSpecTest, SlotsPerNodeZeroIsExactlyOneLine) {
+  absl::StatusOr<ValidatedJobSpec> v =
+      ValidateYaml(std::string(kMinimalSpec) + "resources:\n  slots_per_node: 0\n");
+  ASSERT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(v.status().message(), "spec.resources.slots_per_node: must be >= 1, got 0");
+}
+
+TEST(ValidateJobSpecTest, RequiredFields) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(JobSpec());
+  EXPECT_THAT(ErrorLines(v.status()),
+              ElementsAre("spec.kind: required, one of distill|sft|grpo|eval|pipeline",
+                          "spec.model_name_or_path: required", "spec.data_path: required",
+                          "spec.output_dir: required"));
+}
+
+TEST(ValidateJobSpecTest, EveryErrorIsReportedOneLineEachNamingItsPath) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(std::string(kMinimalSpec) + R"(
+max_restarts: -1
+resources:
+  nodes: 0
+  slots_per_node: -2
+training:
+  per_device_train_batch_size: 0
+  gradient_accumulation_steps: 0
+  learning_rate: -1
+  max_steps: -5
+  logging_steps: 0
+  save_strategy: sometimes
+  save_total_limit: 0
+  max_grad_norm: -1
+  weight_decay: -0.1
+  adam_beta1: 1
+  adam_beta2: -0.5
+  adam_epsilon: 0
+  warmup_ratio: 1.5
+  warmup_steps: -1
+  lr_scheduler_type: exotic
+  min_pixels: 0
+env:
+  1BAD: x
+node_selector:
+  gpu: ""
+)");
+  EXPECT_THAT(
+      ErrorLines(v.status()),
+      ElementsAre(
+          "spec.resources.nodes: must be >= 1, got 0",
+          "spec.resources.slots_per_node: must be >= 1, got -2",
+          "spec.max_restarts: must be >= 0, got -1",
+          "spec.training.per_device_train_batch_size: must be >= 1, got 0",
+          "spec.training.gradient_accumulation_steps: must be >= 1, got 0",
+          "spec.training.learning_rate: must be > 0, got -1",
+          "spec.training.max_steps: must be > 0, or -1 to use num_train_epochs, got -5",
+          "spec.training.logging_steps: must be > 0, got 0",
+          "spec.training.save_strategy: must be one of no|steps|epoch, got 'sometimes'",
+          "spec.training.save_total_limit: must be >= 1, got 0",
+          "spec.training.max_grad_norm: must be >= 0, got -1",
+          "spec.training.weight_decay: must be >= 0, got -0.1",
+          "spec.training.adam_beta1: must be in [0, 1), got 1",
+          "spec.training.adam_beta2: must be in [0, 1), got -0.5",
+          "spec.training.adam_epsilon: must be > 0, got 0",
+          "spec.training.warmup_ratio: must be in [0, 1], got 1.5",
+          "spec.training.warmup_steps: must be >= 0, got -1",
+          "spec.training.lr_scheduler_type: must be one of "
+          "linear|cosine|cosine_with_restarts|polynomial|constant|constant_with_warmup|"
+          "inverse_sqrt|reduce_lr_on_plateau|cosine_with_min_lr|warmup_stable_decay, got 'exotic'",
+          "spec.training.min_pixels: must be >= 1, got 0",
+          "spec.env.1BAD: not a valid environment variable name",
+          "spec.node_selector.gpu: value must not be empty"));
+}
+
+TEST(ValidateJobSpecTest, BothPrecisionsIsAnError) {
+  absl::StatusOr<ValidatedJobSpec> v =
+      ValidateYaml(std::string(kMinimalSpec) + "training:\n  bf16: true\n  fp16: true\n");
+  EXPECT_THAT(ErrorLines(v.status()),
+              ElementsAre("spec.training.fp16: bf16 and fp16 cannot both be enabled"));
+}
+
+TEST(ValidateJobSpecTest, ReservedEnvironmentVariablesAreRejected) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(
+      std::string(kMinimalSpec) + "env:\n  RANK: 3\n  MASTER_PORT: 1\n  NCCL_DEBUG: INFO\n");
+  EXPECT_THAT(
+      ErrorLines(v.status()),
+      UnorderedElementsAre("spec.env.MASTER_PORT: set by the worker for each rank; remove it",
+                           "spec.env.RANK: set by the worker for each rank; remove it"));
+}
+
+TEST(ValidateJobSpecTest, MaxStepsOverridesEpochs) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(
+      std::string(kMinimalSpec) + "training:\n  max_steps: 100\n  num_train_epochs: 0\n");
+  EXPECT_TRUE(v.ok()) << v.status();
+  absl::StatusOr<ValidatedJobSpec> bad =
+      ValidateYaml(std::string(kMinimalSpec) + "training:\n  num_train_epochs: 0\n");
+  EXPECT_THAT(ErrorLines(bad.status()),
+              ElementsAre("spec.training.num_train_epochs: must be > 0, got 0"));
+}
+
+TEST(ValidateJobSpecTest, MaxPixelsBelowMinPixels) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(
+      std::string(kMinimalSpec) + "training:\n  min_pixels: 1000\n  max_pixels: 999\n");
+  EXPECT_THAT(ErrorLines(v.status()),
+              ElementsAre("spec.training.max_pixels: must be >= min_pixels (1000), got 999"));
+}
+
+TEST(ValidateJobSpecTest, StagesOnlyForPipelines) {
+  absl::StatusOr<ValidatedJobSpec> v =
+      ValidateYaml(std::string(kMinimalSpec) + "stages:\n  - {name: a, kind: sft}\n");
+  EXPECT_THAT(ErrorLines(v.status()), ElementsAre("spec.stages: only a pipeline job has stages"));
+}
+
+TEST(ValidateJobSpecTest, DeepSpeedPathThatWasNotEmbeddedIsAnError) {
+  absl::StatusOr<ValidatedJobSpec> v =
+      ValidateYaml(std::string(kMinimalSpec) + "deepspeed: ./ds.json\n");
+  ASSERT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(v.status().message()),
+              StartsWith("spec.deepspeed_config_json: empty: the DeepSpeed file './ds.json'"));
+  EXPECT_THAT(Lines(v.status().message()), SizeIs(1));
+}
+
+// GRPO: each prompt's group of completions must fill whole global batches.
+TEST(ValidateJobSpecTest, GrpoNumGenerationsMustDivideTheGlobalBatch) {
+  const std::string grpo = R"(
+kind: grpo
+model_name_or_path: Qwen/Qwen2-VL-2B-Instruct
+data_path: ./prompts
+output_dir: ./out
+resources: {slots_per_node: 8}
+)";
+  // 8 ranks x 4 per device = 32 completions per step.
+  EXPECT_TRUE(
+      ValidateYaml(grpo + "training: {per_device_train_batch_size: 4, num_generations: 8}").ok());
+  EXPECT_TRUE(
+      ValidateYaml(grpo + "training: {per_device_train_batch_size: 4, num_generations: 32}").ok());
+  absl::StatusOr<ValidatedJobSpec> v =
+      ValidateYaml(grpo + "training: {per_device_train_batch_size: 4, num_generations: 6}");
+  EXPECT_THAT(ErrorLines(v.status()),
+              ElementsAre("spec.training.num_generations: must divide the global batch (world 8 x "
+                          "per_device_train_batch_size 4 = 32), got 6"));
+  absl::StatusOr<ValidatedJobSpec> one =
+      ValidateYaml(grpo + "training: {per_device_train_batch_size: 4, num_generations: 1}");
+  EXPECT_THAT(ErrorLines(one.status()),
+              ElementsAre("spec.training.num_generations: must be >= 2, got 1"));
+  // Accumulation does not count: the rule is per optimizer micro-step.
+  absl::StatusOr<ValidatedJobSpec> accum =
+      ValidateYaml(grpo +
+                   "training: {per_device_train_batch_size: 1, gradient_accumulation_steps: 16, "
+                   "num_generations: 16}");
+  EXPECT_THAT(ErrorLines(accum.status()),
+              ElementsAre(HasSubstr("spec.training.num_generations: must divide the global batch "
+                                    "(world 8 x per_device_train_batch_size 1 = 8), got 16")));
+  // The rule is GRPO's only.
+  absl::StatusOr<ValidatedJobSpec> sft =
+      ValidateYaml(std::string(kMinimalSpec) + "training: {num_generations: 7}\n");
+  EXPECT_TRUE(sft.ok()) << sft.status();
+}
+
+TEST(ValidateJobSpecTest, MultiNodeWorldCountsEveryNode) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(R"(
+kind: grpo
+model_name_or_path: m
+data_path: d
+output_dir: o
+resources: {nodes: 2, slots_per_node: 3}
+training: {per_device_train_batch_size: 1, num_generations: 4}
+)");
+  EXPECT_THAT(ErrorLines(v.status()),
+              ElementsAre("spec.training.num_generations: must divide the global batch (world 6 x "
+                          "per_device_train_batch_size 1 = 6), got 4"));
+}
+
+// --- Pipelines -------------------------------------------------------------------------------
+
+constexpr char kPipeline[] = R"(
+kind: pipeline
+model_name_or_path: Qwen/Qwen2-VL-7B-Instruct
+data_path: ./data
+output_dir: ./ckpt
+resources: {slots_per_node: 8}
+training:
+  per_device_train_batch_size: 4
+  learning_rate: 2e-5
+  bf16: true
+stages:
+  - name: distill
+    kind: distill
+  - name: sft
+    kind: sft
+    output_dir: /elsewhere/sft
+    training: {learning_rate: 1e-5, num_train_epochs: 1}
+  - kind: grpo
+    training: {per_device_train_batch_size: 2, num_generations: 16}
+)";
+
+TEST(PipelineTest, StagesInheritTheJobsTrainingArguments) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(kPipeline);
+  ASSERT_TRUE(v.ok()) << v.status();
+  const JobSpec& spec = v->spec;
+  ASSERT_EQ(spec.stages_size(), 3);
+
+  const auto& distill = spec.stages(0).training();
+  EXPECT_EQ(distill.per_device_train_batch_size(), 4);
+  EXPECT_DOUBLE_EQ(distill.learning_rate(), 2e-5);
+  EXPECT_TRUE(distill.bf16());
+  EXPECT_DOUBLE_EQ(distill.num_train_epochs(), 3.0);  // the job's default
+  EXPECT_EQ(distill.seed(), 42);
+
+  const auto& sft = spec.stages(1).training();
+  EXPECT_DOUBLE_EQ(sft.learning_rate(), 1e-5);  // the stage's own wins
+  EXPECT_DOUBLE_EQ(sft.num_train_epochs(), 1.0);
+  EXPECT_EQ(sft.per_device_train_batch_size(), 4);
+  EXPECT_TRUE(sft.bf16());
+
+  const auto& grpo = spec.stages(2).training();
+  EXPECT_EQ(grpo.per_device_train_batch_size(), 2);
+  EXPECT_EQ(grpo.num_generations(), 16);
+  EXPECT_DOUBLE_EQ(grpo.learning_rate(), 2e-5);
+}
+
+TEST(PipelineTest, StageNamesOutputDirsAndFirstStageInputsDefault) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(kPipeline);
+  ASSERT_TRUE(v.ok()) << v.status();
+  const JobSpec& spec = v->spec;
+  EXPECT_EQ(spec.name(), "pipeline-qwen2-vl-7b-instruct");
+  EXPECT_EQ(spec.stages(0).output_dir(), "./ckpt/distill");
+  EXPECT_EQ(spec.stages(1).output_dir(), "/elsewhere/sft");  // set explicitly
+  EXPECT_EQ(spec.stages(2).name(), "grpo-2");
+  EXPECT_EQ(spec.stages(2).output_dir(), "./ckpt/grpo-2");
+  // The first stage reads the job's model and data; later ones the previous stage's output.
+  EXPECT_EQ(spec.stages(0).model_name_or_path(), "Qwen/Qwen2-VL-7B-Instruct");
+  EXPECT_EQ(spec.stages(0).data_path(), "./data");
+  EXPECT_EQ(spec.stages(1).model_name_or_path(), "");
+  EXPECT_EQ(spec.stages(1).data_path(), "");
+}
+
+TEST(PipelineTest, DuplicateStageNamesAreAnError) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(R"(
+kind: pipeline
+model_name_or_path: m
+data_path: d
+output_dir: o
+stages:
+  - {name: train, kind: sft}
+  - {name: train, kind: grpo}
+)");
+  EXPECT_THAT(ErrorLines(v.status()),
+              ElementsAre("spec.stages[1].name: duplicate stage name 'train'"));
+}
+
+TEST(PipelineTest, StageErrorsNameTheStage) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(R"(
+kind: pipeline
+output_dir: o
+resources: {slots_per_node: 8}
+stages:
+  - {name: a}
+  - {name: b, kind: pipeline}
+  - {name: c, kind: grpo, training: {num_generations: 3}}
+  - {name: d, kind: sft, training: {learning_rate: 0}}
+)");
+  EXPECT_THAT(
+      ErrorLines(v.status()),
+      ElementsAre(
+          "spec.stages[0].kind: required, one of distill|sft|grpo|eval",
+          "spec.stages[0].model_name_or_path: required for the first stage (and "
+          "spec.model_name_or_path is empty)",
+          "spec.stages[0].data_path: required for the first stage (and spec.data_path is empty)",
+          "spec.stages[1].kind: required, one of distill|sft|grpo|eval",
+          "spec.stages[2].training.num_generations: must divide the global batch (world 8 x "
+          "per_device_train_batch_size 8 = 64), got 3",
+          "spec.stages[3].training.learning_rate: must be > 0, got 0"));
+}
+
+TEST(PipelineTest, NeedsAtLeastOneStage) {
+  absl::StatusOr<ValidatedJobSpec> v =
+      ValidateYaml("kind: pipeline\nmodel_name_or_path: m\ndata_path: d\noutput_dir: o\n");
+  EXPECT_THAT(ErrorLines(v.status()),
+              ElementsAre("spec.stages: a pipeline needs at least one stage"));
+}
+
+TEST(PipelineTest, DeepSpeedIsResolvedPerStage) {
+  JobSpec spec;
+  absl::StatusOr<JobSpec> parsed = ParseYaml(kPipeline);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  spec = *parsed;
+  spec.set_deepspeed_config_json(ReadFile(kSeedDeepSpeed));
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
+  ASSERT_TRUE(v.ok()) << v.status();
+  const json per_stage = json::parse(v->resolved_deepspeed_config_json);
+  ASSERT_TRUE(per_stage.is_object());
+  EXPECT_EQ(per_stage.size(), 3u);
+  // 8 ranks x micro 4 x accum 1; the GRPO stage overrides micro to 2.
+  EXPECT_EQ(per_stage["distill"]["train_batch_size"], 32);
+  EXPECT_EQ(per_stage["sft"]["train_batch_size"], 32);
+  EXPECT_EQ(per_stage["grpo-2"]["train_batch_size"], 16);
+  EXPECT_EQ(per_stage["grpo-2"]["train_micro_batch_size_per_gpu"], 2);
+  EXPECT_EQ(per_stage["sft"]["zero_optimization"]["reduce_bucket_size"], 3584 * 3584);
+}
+
+TEST(PipelineTest, DeepSpeedErrorsNameTheStage) {
+  absl::StatusOr<JobSpec> parsed = ParseYaml(kPipeline);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  parsed->set_deepspeed_config_json(R"({"train_micro_batch_size_per_gpu": 4})");
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(*parsed);
+  EXPECT_THAT(ErrorLines(v.status()),
+              ElementsAre(AllOf(StartsWith("spec.deepspeed.train_micro_batch_size_per_gpu: "),
+                                HasSubstr("--per_device_train_batch_size 2"),
+                                HasSubstr("(stage grpo-2)"))));
+}
+
+// --- DeepSpeed -------------------------------------------------------------------------------
+
+// The seed's flags as a spec, with the seed's DeepSpeed file embedded.
+JobSpec SeedSpec() {
+  JobSpec spec;
+  spec.set_kind(trainctl::v1::JOB_KIND_SFT);
+  spec.set_model_name_or_path("Qwen/Qwen2-VL-7B-Instruct");
+  spec.set_data_path("./data/processed_multimodal");
+  spec.set_output_dir("./checkpoints/qwen2vl_r1");
+  spec.set_deepspeed("./configs/ds_zero3_bf16.json");
+  spec.set_deepspeed_config_json(ReadFile(kSeedDeepSpeed));
+  auto* t = spec.mutable_training();
+  t->set_per_device_train_batch_size(4);
+  t->set_gradient_accumulation_steps(4);
+  t->set_learning_rate(2e-5);
+  t->set_num_train_epochs(3);
+  t->set_bf16(true);
+  t->set_tf32(true);
+  t->set_logging_steps(10);
+  t->set_save_strategy("epoch");
+  spec.mutable_resources()->set_slots_per_node(8);
+  return spec;
+}
+
+TEST(ValidateDeepSpeedTest, SeedConfigResolvesAgainstTheSeedFlags) {
+  const JobSpec spec = SeedSpec();
+  ASSERT_FALSE(spec.deepspeed_config_json().empty());
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
+  ASSERT_TRUE(v.ok()) << v.status();
+  const json resolved = json::parse(v->resolved_deepspeed_config_json);
+  EXPECT_EQ(resolved["train_batch_size"], 128);
+  EXPECT_EQ(resolved["train_micro_batch_size_per_gpu"], 4);
+  EXPECT_EQ(resolved["gradient_accumulation_steps"], 4);
+  EXPECT_EQ(resolved["zero_optimization"]["reduce_bucket_size"], 12845056);  // 3584^2
+  EXPECT_EQ(resolved["zero_optimization"]["stage3_prefetch_bucket_size"], 11560550);
+  EXPECT_EQ(resolved["zero_optimization"]["stage3_param_persistence_threshold"], 35840);
+  EXPECT_EQ(resolved["bf16"]["enabled"], true);
+  // Every warning names its spec path.
+  EXPECT_THAT(v->warnings, Each(StartsWith("spec.deepspeed.")));
+}
+
+TEST(ValidateDeepSpeedTest, LocalModelConfigDrivesHiddenSizeAutos) {
+  ScratchDir dir;
+  dir.Write("model/config.json", R"({"model_type": "qwen2_vl", "hidden_size": 64})");
+  JobSpec spec = SeedSpec();
+  spec.set_model_name_or_path(dir.path() + "/model");
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
+  ASSERT_TRUE(v.ok()) << v.status();
+  const json resolved = json::parse(v->resolved_deepspeed_config_json);
+  EXPECT_EQ(resolved["zero_optimization"]["reduce_bucket_size"], 4096);
+  EXPECT_EQ(resolved["zero_optimization"]["stage3_param_persistence_threshold"], 640);
+}
+
+TEST(ValidateDeepSpeedTest, UnknownModelLeavesHiddenSizeAutosWithAWarning) {
+  JobSpec spec = SeedSpec();
+  spec.set_model_name_or_path("someone/unknown-model");
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
+  ASSERT_TRUE(v.ok()) << v.status();
+  const json resolved = json::parse(v->resolved_deepspeed_config_json);
+  EXPECT_EQ(resolved["zero_optimization"]["reduce_bucket_size"], "auto");
+  EXPECT_THAT(v->warnings,
+              Contains(StartsWith("spec.deepspeed.zero_optimization.reduce_bucket_size: ")));
+}
+
+TEST(ValidateDeepSpeedTest, InconsistentTrainBatchSizeIsPrefixed) {
+  JobSpec spec = SeedSpec();
+  json doc = json::parse(spec.deepspeed_config_json());
+  doc["train_batch_size"] = 64;
+  spec.set_deepspeed_config_json(doc.dump());
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
+  EXPECT_THAT(
+      ErrorLines(v.status()),
+      ElementsAre(AllOf(StartsWith("spec.deepspeed.train_batch_size: 64"), HasSubstr("128"))));
+}
+
+TEST(ValidateDeepSpeedTest, ExplicitValueDisagreeingWithAFlagIsAnError) {
+  JobSpec spec = SeedSpec();
+  json doc = json::parse(spec.deepspeed_config_json());
+  doc["gradient_accumulation_steps"] = 2;
+  doc["bf16"]["enabled"] = false;
+  spec.set_deepspeed_config_json(doc.dump());
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
+  const std::vector<std::string> lines = ErrorLines(v.status());
+  EXPECT_THAT(lines, Each(StartsWith("spec.deepspeed.")));
+  EXPECT_THAT(lines, Contains(AllOf(StartsWith("spec.deepspeed.gradient_accumulation_steps: "),
+                                    HasSubstr("--gradient_accumulation_steps 4"))));
+  EXPECT_THAT(lines, Contains(StartsWith("spec.deepspeed.bf16.enabled: ")));
+}
+
+TEST(ValidateDeepSpeedTest, SyntaxErrorInEmbeddedDocumentNamesTheSource) {
+  JobSpec spec = SeedSpec();
+  spec.set_deepspeed_config_json("{\"zero_optimization\": ");
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
+  ASSERT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(v.status().message()),
+              StartsWith("spec.deepspeed: ./configs/ds_zero3_bf16.json"));
+
+  spec.clear_deepspeed();
+  v = ValidateJobSpec(spec);
+  ASSERT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(v.status().message()),
+              StartsWith("spec.deepspeed: spec.deepspeed_config_json"));
+}
+
+TEST(ValidateDeepSpeedTest, SpecErrorsAreReportedBeforeDeepSpeedIsResolved) {
+  JobSpec spec = SeedSpec();
+  spec.mutable_resources()->set_slots_per_node(0);
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
+  ASSERT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(v.status().message(), "spec.resources.slots_per_node: must be >= 1, got 0");
+}
+
+// --- Example specs ---------------------------------------------------------------------------
+
+TEST(ExampleSpecsTest, EveryExampleLoadsAndValidates) {
+  const std::filesystem::path dir = std::filesystem::path(kSourceDir) / "configs" / "examples";
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string path = entry.path().string();
+    const std::string ext = entry.path().extension().string();
+    if (ext != ".yaml" && ext != ".yml" && ext != ".json") continue;
+    ++count;
+    SCOPED_TRACE(path);
+    absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(*spec);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_FALSE(v->resolved_deepspeed_config_json.empty());
+  }
+  EXPECT_GE(count, 3);
+}
+
+TEST(ExampleSpecsTest, SftExampleIsTheSeedsJob) {
+  absl::StatusOr<JobSpec> spec =
+      LoadJobSpecFile(std::string(kSourceDir) + "/configs/examples/sft_qwen2vl_7b.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->kind(), trainctl::v1::JOB_KIND_SFT);
+  EXPECT_EQ(spec->model_name_or_path(), "Qwen/Qwen2-VL-7B-Instruct");
+  EXPECT_EQ(spec->data_path(), "./data/processed_multimodal");
+  EXPECT_EQ(spec->output_dir(), "./checkpoints/qwen2vl_r1");
+  EXPECT_EQ(spec->deepspeed_config_json(), ReadFile(kSeedDeepSpeed));
+  EXPECT_EQ(spec->resources().nodes(), 1);
+  EXPECT_EQ(spec->resources().slots_per_node(), 8);
+  EXPECT_EQ(spec->env().at("NCCL_DEBUG"), "INFO");
+  const auto& t = spec->training();
+  EXPECT_EQ(t.per_device_train_batch_size(), 4);
+  EXPECT_EQ(t.gradient_accumulation_steps(), 4);
+  EXPECT_DOUBLE_EQ(t.learning_rate(), 2e-5);
+  EXPECT_DOUBLE_EQ(t.num_train_epochs(), 3);
+  EXPECT_TRUE(t.bf16());
+  EXPECT_TRUE(t.tf32());
+  EXPECT_DOUBLE_EQ(t.logging_steps(), 10);
+  EXPECT_EQ(t.save_strategy(), "epoch");
+
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(*spec);
+  ASSERT_TRUE(v.ok()) << v.status();
+  const json resolved = json::parse(v->resolved_deepspeed_config_json);
+  EXPECT_EQ(resolved["train_batch_size"], 128);
+  EXPECT_EQ(resolved["zero_optimization"]["reduce_bucket_size"], 12845056);
+}
+
+TEST(ExampleSpecsTest, PipelineExampleRunsDistillSftGrpoEval) {
+  absl::StatusOr<JobSpec> spec =
+      LoadJobSpecFile(std::string(kSourceDir) + "/configs/examples/pipeline_r1.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(*spec);
+  ASSERT_TRUE(v.ok()) << v.status();
+  std::vector<JobKind> kinds;
+  for (const auto& stage : v->spec.stages()) kinds.push_back(stage.kind());
+  EXPECT_THAT(kinds, ElementsAre(trainctl::v1::JOB_KIND_DISTILL, trainctl::v1::JOB_KIND_SFT,
+                                 trainctl::v1::JOB_KIND_GRPO, trainctl::v1::JOB_KIND_EVAL));
+  EXPECT_EQ(v->spec.env().at("NCCL_IB_DISABLE"), "0");
+}
+
+TEST(JobKindNameTest, ShortLowerCaseNames) {
+  EXPECT_EQ(JobKindName(trainctl::v1::JOB_KIND_DISTILL), "distill");
+  EXPECT_EQ(JobKindName(trainctl::v1::JOB_KIND_SFT), "sft");
+  EXPECT_EQ(JobKindName(trainctl::v1::JOB_KIND_GRPO), "grpo");
+  EXPECT_EQ(JobKindName(trainctl::v1::JOB_KIND_EVAL), "eval");
+  EXPECT_EQ(JobKindName(trainctl::v1::JOB_KIND_PIPELINE), "pipeline");
+}
+
+}  // namespace
+}  // namespace trainctl

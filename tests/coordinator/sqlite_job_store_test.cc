@@ -1,0 +1,151 @@
+// What only the SQLite store promises: durability across reopen, migrations, and clear errors for
+// files it cannot use.
+#include "coordinator/sqlite_job_store.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "tests/coordinator/job_store_test_util.h"
+#include "tests/testing/temp_dir.h"
+
+namespace trainctl {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+using testing::Line;
+using testing::PendingJob;
+using testing::StateEvent;
+
+class SqliteJobStoreTest : public ::testing::Test {
+ protected:
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> Open(int schema_version = 0) {
+    SqliteJobStore::Options options;
+    options.path = path_;
+    options.schema_version = schema_version;
+    return SqliteJobStore::Open(options);
+  }
+  testing::TempDir dir_;
+  std::string path_ = dir_.path() + "/jobs.db";
+};
+
+TEST_F(SqliteJobStoreTest, ReopenKeepsJobsEventsAndLogs) {
+  Job created;
+  {
+    auto store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto result = (*store)->CreateJob(PendingJob("keep"), "req", {StateEvent(trainctl::v1::JOB_STATE_UNSPECIFIED, trainctl::v1::JOB_STATE_PENDING)});
+    ASSERT_TRUE(result.ok());
+    created = result->job;
+    std::vector<LogLine> lines = {Line(created.id(), 0, "hello")};
+    ASSERT_TRUE((*store)->AppendLogs(&lines).ok());
+  }
+  EXPECT_TRUE(std::filesystem::exists(path_ + "-wal") || std::filesystem::file_size(path_) > 0);
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto job = (*store)->GetJob(created.id());
+  ASSERT_TRUE(job.ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(*job, created));
+  EXPECT_EQ((*store)->ListEvents(created.id(), 0, 10)->size(), 1u);
+  EXPECT_EQ((*store)->ListLogs(created.id(), {})->at(0).text(), "hello");
+  // The request id survives too: a retried submit after a restart does not duplicate the job.
+  auto again = (*store)->CreateJob(PendingJob("other"), "req", {});
+  EXPECT_FALSE(again->created);
+  EXPECT_EQ(again->job.id(), created.id());
+}
+
+TEST_F(SqliteJobStoreTest, UsesWalMode) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+TEST_F(SqliteJobStoreTest, MigratesAnOlderSchemaKeepingItsJobs) {
+  std::string id;
+  {
+    auto v1 = Open(/*schema_version=*/1);
+    ASSERT_TRUE(v1.ok()) << v1.status();
+    EXPECT_EQ(*(*v1)->SchemaVersion(), 1);
+    id = (*v1)->CreateJob(PendingJob("old"), "", {})->job.id();
+    std::vector<LogLine> lines = {Line(id, 0, "x")};
+    EXPECT_FALSE((*v1)->AppendLogs(&lines).ok());  // version 1 has no log table
+  }
+  auto latest = Open();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*(*latest)->SchemaVersion(), SqliteJobStore::LatestSchemaVersion());
+  EXPECT_EQ((*latest)->GetJob(id)->spec().name(), "old");
+  std::vector<LogLine> lines = {Line(id, 0, "after migration")};
+  EXPECT_TRUE((*latest)->AppendLogs(&lines).ok());
+}
+
+TEST_F(SqliteJobStoreTest, RefusesASchemaNewerThanItKnows) {
+  { ASSERT_TRUE(Open().ok()); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 99", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto store = Open();
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("schema version 99"), absl::string_view::npos) << store.status();
+  EXPECT_NE(store.status().message().find(path_), absl::string_view::npos);
+}
+
+TEST_F(SqliteJobStoreTest, AFileThatIsNotADatabaseIsDataLossNamingIt) {
+  std::ofstream(path_) << std::string(4096, 'x');
+  auto store = Open();
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
+  EXPECT_NE(store.status().message().find(path_), absl::string_view::npos) << store.status();
+}
+
+TEST_F(SqliteJobStoreTest, UnopenablePathIsUnavailable) {
+  SqliteJobStore::Options options;
+  options.path = dir_.path() + "/no/such/dir/jobs.db";
+  auto store = SqliteJobStore::Open(options);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable) << store.status();
+}
+
+TEST_F(SqliteJobStoreTest, AFailingWriterInAGroupDoesNotUndoTheOthers) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok());
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE((*store)->CreateJob(PendingJob("j"), "", {}).ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> failed{0};
+  for (int i = 1; i <= 40; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = (*store)->UpdateJob(
+          FormatJobId(i),
+          [i](Job* job, std::vector<JobEvent>* events) {
+            job->set_message("touched");
+            events->push_back(StateEvent(trainctl::v1::JOB_STATE_PENDING, trainctl::v1::JOB_STATE_PENDING));
+            return i % 4 == 0 ? absl::AbortedError("odd one out") : absl::OkStatus();
+          },
+          nullptr);
+      if (!r.ok()) ++failed;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 10);
+  for (int i = 1; i <= 40; ++i) {
+    auto job = (*store)->GetJob(FormatJobId(i));
+    EXPECT_EQ(job->message(), i % 4 == 0 ? "" : "touched") << i;
+    EXPECT_EQ((*store)->ListEvents(FormatJobId(i), 0, 10)->size(), i % 4 == 0 ? 0u : 1u) << i;
+  }
+}
+
+}  // namespace
+}  // namespace trainctl

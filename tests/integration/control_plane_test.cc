@@ -1,0 +1,323 @@
+// The control plane as users run it: the real trainctl-coordinator binary on a loopback port with a
+// real SQLite file, driven by the real trainctl binary (and, for load, by concurrent gRPC clients).
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cli/job_client.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/grpc_probe.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+
+namespace trainctl {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+using testing::RunResult;
+using testing::Subprocess;
+using testing::WaitFor;
+
+const std::string kSeedDeepSpeed = TRAINCTL_SOURCE_DIR "/configs/ds_zero3_bf16.json";
+
+// The seed's launch flags, verbatim (with trainctl's --kind in front).
+std::vector<std::string> SeedFlags() {
+  return {"--kind", "sft", "--num_gpus=8", "src/train_multimodal.py",
+          "--model_name_or_path", "Qwen/Qwen2-VL-7B-Instruct", "--data_path", "./data/processed_multimodal",
+          "--deepspeed", "./configs/ds_zero3_bf16.json", "--per_device_train_batch_size", "4",
+          "--gradient_accumulation_steps", "4", "--learning_rate", "2e-5", "--num_train_epochs", "3",
+          "--bf16", "True", "--tf32", "True", "--output_dir", "./checkpoints/qwen2vl_r1",
+          "--logging_steps", "10", "--save_strategy", "epoch"};
+}
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  // Starts the coordinator on a fresh port over the test's database; waits until it serves.
+  void StartCoordinator() {
+    const std::string ready = dir_.path() + "/ready";
+    std::filesystem::remove(ready);
+    coordinator_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{TRAINCTL_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db", db_,
+                                 "--ready_file", ready, "--log_level", "warning"},
+        dir_.path() + "/coordinator.log");
+    ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(ready); }, absl::Seconds(30)))
+        << testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log");
+    address_ = std::string(absl::StripAsciiWhitespace(testing::ReadFileOrEmpty(ready)));
+  }
+
+  RunResult Trainctl(std::vector<std::string> args, const std::string& cwd = "") {
+    args.insert(args.begin(), TRAINCTL_CLI_BIN);
+    return testing::Run(args, {{"TRAINCTL_COORDINATOR", address_}}, absl::Seconds(60), cwd);
+  }
+
+  std::string WriteSpec() {
+    std::filesystem::copy_file(kSeedDeepSpeed, dir_.path() + "/ds.json");
+    return dir_.Write("job.yaml", R"(name: qwen2vl-r1
+kind: sft
+model_name_or_path: Qwen/Qwen2-VL-7B-Instruct
+data_path: ./data/processed_multimodal
+deepspeed: ds.json
+output_dir: ./checkpoints/qwen2vl_r1
+training:
+  per_device_train_batch_size: 4
+  gradient_accumulation_steps: 4
+  learning_rate: 2e-5
+  bf16: true
+  tf32: true
+  logging_steps: 10
+  save_strategy: epoch
+resources: {nodes: 1, slots_per_node: 8}
+env: {NCCL_DEBUG: INFO, NCCL_IB_DISABLE: 0}
+priority: 5
+)");
+  }
+
+  testing::TempDir dir_;
+  std::string db_ = dir_.path() + "/var/trainctl.db";
+  std::unique_ptr<Subprocess> coordinator_;
+  std::string address_;
+};
+
+TEST_F(ControlPlaneTest, SubmitListDescribeCancelThroughTheCli) {
+  StartCoordinator();
+  RunResult submit = Trainctl({"submit", WriteSpec(), "-o", "json"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const auto job = nlohmann::json::parse(submit.out);
+  const std::string id = job["id"];
+  EXPECT_EQ(job["state"], "JOB_STATE_PENDING");
+  EXPECT_EQ(job["spec"]["env"]["NCCL_IB_DISABLE"], "0");
+  EXPECT_NE(submit.err.find("warning: spec.deepspeed.bf16.loss_scale"), std::string::npos) << submit.err;
+
+  RunResult ls = Trainctl({"ls"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  std::vector<std::string> rows = absl::StrSplit(ls.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 2u) << ls.out;
+  EXPECT_TRUE(absl::StartsWith(rows[0], "ID "));
+  EXPECT_TRUE(absl::StartsWith(rows[1], id + " "));
+  EXPECT_NE(rows[1].find("qwen2vl-r1"), std::string::npos);
+  EXPECT_NE(rows[1].find("pending"), std::string::npos);
+  // Columns line up: STATE starts at the same offset in the header and the row.
+  EXPECT_EQ(rows[0].find("STATE"), rows[1].find("pending"));
+
+  RunResult describe = Trainctl({"describe", id});
+  ASSERT_EQ(describe.exit_code, 0) << describe.err;
+  EXPECT_NE(describe.out.find("State:        pending"), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("world 8"), std::string::npos);
+  EXPECT_NE(describe.out.find("NCCL_DEBUG=INFO"), std::string::npos);
+  EXPECT_NE(describe.out.find("-> pending"), std::string::npos);
+
+  RunResult cancel = Trainctl({"cancel", id, "--reason", "test over"});
+  ASSERT_EQ(cancel.exit_code, 0) << cancel.err;
+  EXPECT_EQ(cancel.out, id + " cancelled\n");
+
+  RunResult after = Trainctl({"describe", id, "-o", "json"});
+  ASSERT_EQ(after.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(after.out)["state"], "JOB_STATE_CANCELLED");
+  EXPECT_EQ(nlohmann::json::parse(after.out)["message"], "cancelled: test over");
+
+  RunResult watch = Trainctl({"watch", id});
+  EXPECT_EQ(watch.exit_code, 1);  // the stream ends; the job did not succeed
+  EXPECT_NE(watch.out.find("pending -> cancelled"), std::string::npos) << watch.out;
+  RunResult logs = Trainctl({"logs", id, "-f"});  // a finished job's logs end at once
+  EXPECT_EQ(logs.exit_code, 0) << logs.err;
+
+  RunResult ls_json = Trainctl({"ls", "-o", "json", "--state", "cancelled"});
+  ASSERT_EQ(ls_json.exit_code, 0) << ls_json.err;
+  EXPECT_EQ(nlohmann::json::parse(ls_json.out)["jobs"].size(), 1u);
+  RunResult again = Trainctl({"cancel", id});
+  EXPECT_EQ(again.exit_code, 0);
+  RunResult missing = Trainctl({"describe", "job-999"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.err, "trainctl: job job-999 not found\n");
+}
+
+TEST_F(ControlPlaneTest, SubmitTheSeedsLaunchFlagsVerbatim) {
+  StartCoordinator();
+  std::vector<std::string> args = {"submit", "-o", "json"};
+  for (const auto& f : SeedFlags()) args.push_back(f);
+  RunResult submit = Trainctl(args, TRAINCTL_SOURCE_DIR);
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const auto job = nlohmann::json::parse(submit.out);
+  EXPECT_EQ(job["spec"]["resources"]["slots_per_node"], 8);
+  EXPECT_EQ(job["spec"]["training"]["gradient_accumulation_steps"], 4);
+  const auto ds = nlohmann::json::parse(std::string(job["resolved_deepspeed_config_json"]));
+  EXPECT_EQ(ds["train_batch_size"], 128);
+  EXPECT_EQ(ds["zero_optimization"]["stage3_param_persistence_threshold"], 35840);
+}
+
+TEST_F(ControlPlaneTest, ValidateWorksOfflineAndListsEveryError) {
+  address_ = "127.0.0.1:1";  // nothing listens: validate must not need it
+  std::vector<std::string> args = {"validate"};
+  for (const auto& f : SeedFlags()) args.push_back(f);
+  RunResult ok = Trainctl(args, TRAINCTL_SOURCE_DIR);
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  const auto ds = nlohmann::json::parse(ok.out);
+  EXPECT_EQ(ds["train_batch_size"], 128);
+  EXPECT_EQ(ds["train_micro_batch_size_per_gpu"], 4);
+  EXPECT_EQ(ds["zero_optimization"]["reduce_bucket_size"], 12845056);
+
+  args.push_back("--num_gpus");
+  args.push_back("0");
+  args.push_back("--learning_rate");
+  args.push_back("-1");
+  RunResult bad = Trainctl(args, TRAINCTL_SOURCE_DIR);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_TRUE(bad.out.empty());
+  EXPECT_NE(bad.err.find("trainctl: spec.resources.slots_per_node: must be >= 1, got 0\n"), std::string::npos)
+      << bad.err;
+  EXPECT_NE(bad.err.find("trainctl: spec.training.learning_rate: must be > 0, got -1\n"), std::string::npos)
+      << bad.err;
+}
+
+TEST_F(ControlPlaneTest, UnreachableCoordinatorIsOneLineWithinFiveSeconds) {
+  // A port nobody listens on: refused at once.
+  RunResult refused = testing::Run({TRAINCTL_CLI_BIN, "ls", "--coordinator", "127.0.0.1:1"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_LT(refused.elapsed, absl::Seconds(5));
+  EXPECT_TRUE(absl::StartsWith(refused.err, "trainctl: cannot reach coordinator at 127.0.0.1:1: "))
+      << refused.err;
+  EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+
+  // A port that accepts TCP but never speaks HTTP/2: only the deadline can end the wait.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string silent = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  for (const std::vector<std::string>& verb : {std::vector<std::string>{"ls"}, {"watch", "job-1"}}) {
+    std::vector<std::string> argv = {TRAINCTL_CLI_BIN};
+    argv.insert(argv.end(), verb.begin(), verb.end());
+    RunResult hung = testing::Run(argv, {{"TRAINCTL_COORDINATOR", silent}});
+    EXPECT_EQ(hung.exit_code, 1) << verb[0];
+    EXPECT_LT(hung.elapsed, absl::Seconds(5)) << verb[0];
+    EXPECT_TRUE(absl::StartsWith(hung.err, "trainctl: cannot reach coordinator at " + silent)) << hung.err;
+  }
+  close(fd);
+}
+
+TEST_F(ControlPlaneTest, HealthAndReflectionAreServed) {
+  StartCoordinator();
+  auto serving = testing::HealthServing(address_);
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_TRUE(*serving);
+  auto services = testing::ReflectionListServices(address_);
+  ASSERT_TRUE(services.ok()) << services.status();
+  EXPECT_NE(services->find("trainctl.v1.JobService"), std::string::npos);
+  EXPECT_NE(services->find("grpc.health.v1.Health"), std::string::npos);
+}
+
+TEST_F(ControlPlaneTest, RestartKeepsEveryJob) {
+  StartCoordinator();
+  const std::string spec = WriteSpec();
+  std::map<std::string, nlohmann::json> before;  // id -> describe -o json (map order is free)
+  for (int i = 0; i < 5; ++i) {
+    RunResult r = Trainctl({"submit", spec, "--name", absl::StrCat("job", i), "-o", "json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    before[nlohmann::json::parse(r.out)["id"]] = nullptr;
+  }
+  ASSERT_EQ(Trainctl({"cancel", "job-2"}).exit_code, 0);
+  for (auto& [id, json] : before) json = nlohmann::json::parse(Trainctl({"describe", id, "-o", "json"}).out);
+
+  for (int signal : {SIGTERM, SIGKILL}) {
+    coordinator_->Kill(signal);
+    ASSERT_TRUE(coordinator_->Wait(absl::Seconds(10)).ok());
+    StartCoordinator();
+    for (const auto& [id, json] : before) {
+      RunResult r = Trainctl({"describe", id, "-o", "json"});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(nlohmann::json::parse(r.out), json) << "after signal " << signal;
+    }
+    RunResult ls = Trainctl({"ls", "-o", "json"});
+    EXPECT_EQ(nlohmann::json::parse(ls.out)["jobs"].size(), 5u);
+  }
+}
+
+TEST_F(ControlPlaneTest, KillNineDuringConcurrentSubmitsLosesNoAcknowledgedJob) {
+  StartCoordinator();
+  constexpr int kClients = 8, kSubmits = 200;
+  std::ifstream ds_file(kSeedDeepSpeed);
+  const std::string ds((std::istreambuf_iterator<char>(ds_file)), std::istreambuf_iterator<char>());
+  auto request_for = [&](int i) {
+    trainctl::v1::SubmitJobRequest request;
+    auto* spec = request.mutable_spec();
+    spec->set_name(absl::StrCat("load-", i));
+    spec->set_kind(trainctl::v1::JOB_KIND_SFT);
+    spec->set_model_name_or_path("Qwen/Qwen2-VL-7B-Instruct");
+    spec->set_data_path(absl::StrCat("/data/shard-", i));
+    spec->set_output_dir(absl::StrCat("/out/", i));
+    spec->set_deepspeed_config_json(ds);
+    spec->mutable_training()->set_per_device_train_batch_size(4);
+    spec->mutable_training()->set_gradient_accumulation_steps(4);
+    spec->mutable_training()->set_bf16(true);
+    spec->mutable_resources()->set_slots_per_node(8);
+    (*spec->mutable_env())["SEQ"] = absl::StrCat(i);
+    request.set_request_id(absl::StrCat("kill9-", i));
+    return request;
+  };
+
+  std::mutex mu;
+  std::map<int, trainctl::v1::Job> acked;  // submit index -> the job the coordinator acknowledged
+  std::atomic<int> next{0}, acks{0};
+  const std::string address = address_;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&] {
+      cli::JobClient client(address, absl::Seconds(2));
+      for (int i = next++; i < kSubmits; i = next++) {
+        auto r = client.Submit(request_for(i));
+        if (!r.ok()) continue;  // not acknowledged: may or may not exist
+        ++acks;
+        std::lock_guard<std::mutex> lock(mu);
+        acked[i] = r->job();
+      }
+    });
+  }
+  ASSERT_TRUE(WaitFor([&] { return acks.load() >= 60; }, absl::Seconds(60)));
+  coordinator_->Kill(SIGKILL);  // mid-flight: other submits are in the air
+  ASSERT_TRUE(coordinator_->Wait(absl::Seconds(10)).ok());
+  for (auto& t : clients) t.join();
+  ASSERT_GE(acked.size(), 60u);
+  ASSERT_LT(acked.size(), static_cast<size_t>(kSubmits)) << "the kill came too late to test anything";
+
+  StartCoordinator();
+  cli::JobClient client(address_);
+  for (const auto& [i, job] : acked) {
+    auto stored = client.Get(job.id());
+    ASSERT_TRUE(stored.ok()) << "acknowledged job " << job.id() << " lost: " << stored.status();
+    EXPECT_TRUE(MessageDifferencer::Equals(*stored, job)) << job.id();
+  }
+  // Retrying every submit with its request id completes the set without duplicating anything.
+  for (int i = 0; i < kSubmits; ++i) {
+    auto r = client.Submit(request_for(i));
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (acked.count(i)) {
+      EXPECT_FALSE(r->created());
+      EXPECT_EQ(r->job().id(), acked[i].id());
+    }
+  }
+  trainctl::v1::ListJobsRequest list;
+  list.set_page_size(1000);
+  auto all = client.List(list);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->jobs_size(), kSubmits);
+}
+
+}  // namespace
+}  // namespace trainctl
