@@ -228,7 +228,9 @@ std::string DescribeEvent(const JobEvent& e) {
   switch (e.payload_case()) {
     case JobEvent::kStateChange: {
       const auto& s = e.state_change();
-      return absl::StrCat("state      ", StateName(s.from()), " -> ", StateName(s.to()),
+      const std::string from =
+          s.from() == trainctl::v1::JOB_STATE_UNSPECIFIED ? "" : StateName(s.from()) + " ";
+      return absl::StrCat("state      ", from, "-> ", StateName(s.to()),
                           s.reason().empty() ? "" : absl::StrCat("  (", s.reason(), ")"));
     }
     case JobEvent::kMetric: {

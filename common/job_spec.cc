@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -228,7 +229,7 @@ std::optional<nlohmann::json> ResolveFor(const nlohmann::json& doc, const JobSpe
   return resolved->json;
 }
 
-void CheckStages(JobSpec& spec, Checker& c) {
+void CheckStages(JobSpec& spec, int world, Checker& c) {
   std::set<std::string> names;
   for (int i = 0; i < spec.stages_size(); ++i) {
     const PipelineStage& stage = spec.stages(i);
@@ -246,8 +247,7 @@ void CheckStages(JobSpec& spec, Checker& c) {
     if (i == 0 && stage.data_path().empty()) {
       c.Fail(path + ".data_path", "required for the first stage (and spec.data_path is empty)");
     }
-    CheckTraining(path + ".training", stage.training(), stage.kind(),
-                  spec.resources().nodes() * spec.resources().slots_per_node(), c);
+    CheckTraining(path + ".training", stage.training(), stage.kind(), world, c);
   }
 }
 
@@ -355,9 +355,17 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input) {
   c.AtLeast("spec.resources.nodes", spec.resources().nodes(), 1);
   c.AtLeast("spec.resources.slots_per_node", spec.resources().slots_per_node(), 1);
   c.AtLeast("spec.max_restarts", spec.max_restarts(), 0);
-  const int world = std::max(1, spec.resources().nodes()) * std::max(1, spec.resources().slots_per_node());
+  // In 64 bits: both factors are user-supplied int32s.
+  const int64_t world64 = int64_t{std::max(1, spec.resources().nodes())} *
+                          std::max(1, spec.resources().slots_per_node());
+  constexpr int64_t kMaxWorld = std::numeric_limits<int32_t>::max();
+  if (world64 > kMaxWorld) {
+    c.Fail("spec.resources", absl::StrCat("nodes x slots_per_node must be at most ", kMaxWorld,
+                                          ", got ", world64));
+  }
+  const int world = static_cast<int>(std::min(world64, kMaxWorld));
   if (!pipeline) CheckTraining("spec.training", spec.training(), spec.kind(), world, c);
-  CheckStages(spec, c);
+  CheckStages(spec, world, c);
   CheckMaps(spec, c);
   if (!spec.deepspeed().empty() && spec.deepspeed_config_json().empty()) {
     c.Fail("spec.deepspeed_config_json",

@@ -242,6 +242,42 @@ void DecodeField(const json& value, const std::string& path, const FieldDescript
   }
 }
 
+// Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+// JSON text and proto string fields must be; yaml-cpp passes stray bytes through unchecked.
+bool IsValidUtf8(absl::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    size_t extra;
+    uint32_t cp;
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    } else if ((lead & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = lead & 0x1F;
+    } else if ((lead & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = lead & 0x0F;
+    } else if ((lead & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = lead & 0x07;
+    } else {
+      return false;
+    }
+    if (text.size() - i <= extra) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      const auto cont = static_cast<unsigned char>(text[i + k]);
+      if ((cont & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cont & 0x3F);
+    }
+    constexpr uint32_t kMinForLength[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMinForLength[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
 json YamlNodeToJson(const YAML::Node& node, const std::string& source) {
   switch (node.Type()) {
     case YAML::NodeType::Null:
@@ -256,6 +292,7 @@ json YamlNodeToJson(const YAML::Node& node, const std::string& source) {
       json out = json::object();
       for (const auto& item : node) {
         const std::string key = item.first.as<std::string>();
+        if (!IsValidUtf8(key)) throw YAML::ParserException(item.first.Mark(), "invalid UTF-8");
         if (out.contains(key)) {
           throw YAML::ParserException(item.first.Mark(), "duplicate key '" + key + "'");
         }
@@ -267,6 +304,7 @@ json YamlNodeToJson(const YAML::Node& node, const std::string& source) {
       break;
   }
   const std::string& text = node.Scalar();
+  if (!IsValidUtf8(text)) throw YAML::ParserException(node.Mark(), "invalid UTF-8");
   if (node.Tag() == "!") return text;  // quoted: always a string
   if (text == "~" || text == "null" || text == "Null" || text == "NULL") return nullptr;
   if (text == "true" || text == "True" || text == "TRUE") return true;
@@ -323,6 +361,7 @@ absl::StatusOr<bool> ParseHfBool(absl::string_view text) {
 }
 
 absl::Status SetFieldFromText(absl::string_view text, const FieldDescriptor* field, Message* msg) {
+  if (!IsValidUtf8(text)) return absl::InvalidArgumentError("must be valid UTF-8 text");
   json value;
   switch (field->cpp_type()) {
     case FieldDescriptor::CPPTYPE_STRING:
@@ -384,7 +423,8 @@ std::string Describe(const json& value) {
   if (value.is_object()) return "a mapping";
   if (value.is_array()) return "a list";
   if (value.is_null()) return "null";
-  std::string text = value.dump();
+  // Never throws: invalid UTF-8 (which has no place in a message anyway) is shown as U+FFFD.
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.size() > 60) text = text.substr(0, 57) + "...";
   return text;
 }

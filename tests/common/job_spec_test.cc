@@ -371,6 +371,34 @@ TEST(ParseJobSpecTest, JsonSyntaxErrorNamesFileAndLine) {
   EXPECT_THAT(std::string(truncated.status().message()), StartsWith("t.json:"));
 }
 
+// Stray bytes are reported where they are, never thrown out of the parser.
+TEST(ParseJobSpecTest, InvalidUtf8IsAnErrorNamingFileAndLine) {
+  absl::StatusOr<JobSpec> value =
+      ParseJobSpec("kind: sft\nenv:\n  A: \"a\xff\"\n", SpecFormat::kYaml, "u.yaml");
+  EXPECT_THAT(ErrorLines(value.status()), ElementsAre("u.yaml:3:6: invalid YAML: invalid UTF-8"));
+  // A mistyped value would otherwise be quoted in the error message.
+  absl::StatusOr<JobSpec> typed =
+      ParseJobSpec("resources:\n  nodes: \"\xc3\x28\"\n", SpecFormat::kYaml, "u.yaml");
+  EXPECT_THAT(ErrorLines(typed.status()), ElementsAre("u.yaml:2:10: invalid YAML: invalid UTF-8"));
+  absl::StatusOr<JobSpec> key =
+      ParseJobSpec("env:\n  \xed\xa0\x80: x\n", SpecFormat::kYaml, "u.yaml");  // a surrogate
+  EXPECT_THAT(ErrorLines(key.status()), ElementsAre("u.yaml:2:3: invalid YAML: invalid UTF-8"));
+  absl::StatusOr<JobSpec> inline_ds =
+      ParseJobSpec("deepspeed:\n  x: \"\xff\"\n", SpecFormat::kYaml, "u.yaml");
+  EXPECT_THAT(ErrorLines(inline_ds.status()),
+              ElementsAre("u.yaml:2:6: invalid YAML: invalid UTF-8"));
+  absl::StatusOr<JobSpec> from_json =
+      ParseJobSpec("{\"env\": {\"A\": \"\xff\"}}", SpecFormat::kJson, "u.json");
+  ASSERT_EQ(from_json.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(from_json.status().message()), StartsWith("u.json:1:"));
+  // Well-formed multi-byte text is fine.
+  absl::StatusOr<JobSpec> ok =
+      ParseJobSpec("labels:\n  owner: \"J\xc3\xbcrgen \xe2\x9c\x93 \xf0\x9f\x9a\x80\"\n",
+                   SpecFormat::kYaml, "u.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->labels().at("owner"), "J\xc3\xbcrgen \xe2\x9c\x93 \xf0\x9f\x9a\x80");
+}
+
 TEST(ParseJobSpecTest, TopLevelMustBeAMapping) {
   absl::StatusOr<JobSpec> list = ParseJobSpec("- kind: sft\n", SpecFormat::kYaml, "l.yaml");
   EXPECT_THAT(ErrorLines(list.status()),
@@ -618,6 +646,14 @@ TEST(ValidateJobSpecTest, SlotsPerNodeZeroIsExactlyOneLine) {
       ValidateYaml(std::string(kMinimalSpec) + "resources:\n  slots_per_node: 0\n");
   ASSERT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(v.status().message(), "spec.resources.slots_per_node: must be >= 1, got 0");
+}
+
+TEST(ValidateJobSpecTest, WorldSizeThatOverflowsIsAnError) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(
+      std::string(kMinimalSpec) + "resources: {nodes: 65536, slots_per_node: 65536}\n");
+  EXPECT_THAT(ErrorLines(v.status()),
+              ElementsAre("spec.resources: nodes x slots_per_node must be at most 2147483647, got "
+                          "4294967296"));
 }
 
 TEST(ValidateJobSpecTest, RequiredFields) {

@@ -192,6 +192,13 @@ TEST(SeedFlagsTest, BadValuesNameTheFlag) {
               ElementsAre(StartsWith("--learning_rate: must be a number")));
 }
 
+TEST(SeedFlagsTest, InvalidUtf8IsAnErrorNotACrash) {
+  EXPECT_THAT(ErrorLines(Parse({"--learning_rate", "\xff"}).status()),
+              ElementsAre("--learning_rate: must be valid UTF-8 text"));
+  EXPECT_THAT(ErrorLines(Parse({"--output_dir=./a\xc3"}).status()),
+              ElementsAre("--output_dir: must be valid UTF-8 text"));
+}
+
 TEST(SeedFlagsTest, IntegerFlagsTakeIntegralFloats) {
   absl::StatusOr<FlagSpec> parsed = Parse({"--max_pixels", "1.2845056e7", "--max_steps", "-1"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
