@@ -48,7 +48,8 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args,
       continue;
     }
     if (!value) {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(token, ": needs a value"));
+      if (i + 1 >= args.size())
+        return absl::InvalidArgumentError(absl::StrCat(token, ": needs a value"));
       value = args[++i];
     }
     out.options[spec->name] = *value;

@@ -36,7 +36,8 @@ absl::Status JobClient::Connect() {
   if (channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + connect_timeout_))) {
     return absl::OkStatus();
   }
-  return absl::UnavailableError(absl::StrCat("cannot reach coordinator at ", address_, ": no connection within ",
+  return absl::UnavailableError(absl::StrCat("cannot reach coordinator at ", address_,
+                                             ": no connection within ",
                                              absl::FormatDuration(connect_timeout_)));
 }
 

@@ -20,7 +20,8 @@ class JobClient {
  public:
   explicit JobClient(std::string address, absl::Duration connect_timeout = absl::Seconds(4));
 
-  absl::StatusOr<trainctl::v1::SubmitJobResponse> Submit(const trainctl::v1::SubmitJobRequest& request);
+  absl::StatusOr<trainctl::v1::SubmitJobResponse> Submit(
+      const trainctl::v1::SubmitJobRequest& request);
   absl::StatusOr<trainctl::v1::Job> Get(const std::string& id);
   absl::StatusOr<trainctl::v1::ListJobsResponse> List(const trainctl::v1::ListJobsRequest& request);
   absl::StatusOr<trainctl::v1::Job> Cancel(const std::string& id, const std::string& reason);

@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "common/job_spec.h"
 
 #include <cmath>
@@ -12,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "common/deepspeed_config.h"
 #include "common/json_proto.h"
 #include "common/model_catalog.h"
@@ -26,14 +26,20 @@ using trainctl::v1::TrainingArguments;
 
 constexpr const char* kSaveStrategies[] = {"no", "steps", "epoch"};
 // transformers.SchedulerType values.
-constexpr const char* kSchedulers[] = {
-    "linear",   "cosine",        "cosine_with_restarts", "polynomial",         "constant",
-    "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr",
-    "warmup_stable_decay"};
+constexpr const char* kSchedulers[] = {"linear",
+                                       "cosine",
+                                       "cosine_with_restarts",
+                                       "polynomial",
+                                       "constant",
+                                       "constant_with_warmup",
+                                       "inverse_sqrt",
+                                       "reduce_lr_on_plateau",
+                                       "cosine_with_min_lr",
+                                       "warmup_stable_decay"};
 // Set by the worker for every rank; a job may not override them.
-constexpr const char* kReservedEnv[] = {"RANK",         "LOCAL_RANK",         "WORLD_SIZE",
-                                        "LOCAL_WORLD_SIZE", "NODE_RANK",       "MASTER_ADDR",
-                                        "MASTER_PORT",  "CUDA_VISIBLE_DEVICES", "TRAINCTL_EVENT_FD"};
+constexpr const char* kReservedEnv[] = {
+    "RANK",        "LOCAL_RANK",  "WORLD_SIZE",           "LOCAL_WORLD_SIZE", "NODE_RANK",
+    "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "TRAINCTL_EVENT_FD"};
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -128,8 +134,8 @@ void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind 
   c.Positive(path + ".learning_rate", t.learning_rate());
   if (t.max_steps() <= 0) c.Positive(path + ".num_train_epochs", t.num_train_epochs());
   if (t.max_steps() == 0 || t.max_steps() < -1) {
-    c.Fail(path + ".max_steps", absl::StrCat("must be > 0, or -1 to use num_train_epochs, got ",
-                                             t.max_steps()));
+    c.Fail(path + ".max_steps",
+           absl::StrCat("must be > 0, or -1 to use num_train_epochs, got ", t.max_steps()));
   }
   if (t.bf16() && t.fp16()) c.Fail(path + ".fp16", "bf16 and fp16 cannot both be enabled");
   c.Positive(path + ".logging_steps", t.logging_steps());
@@ -146,8 +152,8 @@ void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind 
   c.OneOf(path + ".lr_scheduler_type", t.lr_scheduler_type(), kSchedulers);
   c.AtLeast(path + ".min_pixels", t.min_pixels(), int64_t{1});
   if (t.max_pixels() < t.min_pixels()) {
-    c.Fail(path + ".max_pixels", absl::StrCat("must be >= min_pixels (", t.min_pixels(), "), got ",
-                                              t.max_pixels()));
+    c.Fail(path + ".max_pixels",
+           absl::StrCat("must be >= min_pixels (", t.min_pixels(), "), got ", t.max_pixels()));
   }
   if (kind == trainctl::v1::JOB_KIND_GRPO) {
     c.AtLeast(path + ".num_generations", t.num_generations(), 2);
@@ -158,9 +164,9 @@ void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind 
     const int64_t global = int64_t{world} * t.per_device_train_batch_size();
     if (t.num_generations() >= 2 && global % t.num_generations() != 0) {
       c.Fail(path + ".num_generations",
-             absl::StrCat("must divide the global batch (world ", world, " x per_device_train_batch_size ",
-                          t.per_device_train_batch_size(), " = ", global, "), got ",
-                          t.num_generations()));
+             absl::StrCat("must divide the global batch (world ", world,
+                          " x per_device_train_batch_size ", t.per_device_train_batch_size(), " = ",
+                          global, "), got ", t.num_generations()));
     }
   }
 }
@@ -225,7 +231,8 @@ std::optional<nlohmann::json> ResolveFor(const nlohmann::json& doc, const JobSpe
     }
     return std::nullopt;
   }
-  for (const std::string& w : resolved->warnings) warnings->push_back(absl::StrCat("spec.", w, suffix));
+  for (const std::string& w : resolved->warnings)
+    warnings->push_back(absl::StrCat("spec.", w, suffix));
   return resolved->json;
 }
 
@@ -242,7 +249,8 @@ void CheckStages(JobSpec& spec, int world, Checker& c) {
       c.Fail(path + ".kind", "required, one of distill|sft|grpo|eval");
     }
     if (i == 0 && stage.model_name_or_path().empty()) {
-      c.Fail(path + ".model_name_or_path", "required for the first stage (and spec.model_name_or_path is empty)");
+      c.Fail(path + ".model_name_or_path",
+             "required for the first stage (and spec.model_name_or_path is empty)");
     }
     if (i == 0 && stage.data_path().empty()) {
       c.Fail(path + ".data_path", "required for the first stage (and spec.data_path is empty)");
@@ -284,7 +292,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
 
 absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  const SpecFormat format = absl::EndsWithIgnoreCase(path, ".json") ? SpecFormat::kJson : SpecFormat::kYaml;
+  const SpecFormat format =
+      absl::EndsWithIgnoreCase(path, ".json") ? SpecFormat::kJson : SpecFormat::kYaml;
   ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(text, format, path));
   RETURN_IF_ERROR(EmbedDeepSpeedConfig(Dirname(path), &spec));
   return spec;
@@ -296,10 +305,12 @@ absl::Status EmbedDeepSpeedConfig(absl::string_view base_dir, JobSpec* spec) {
                                ? spec->deepspeed()
                                : absl::StrCat(base_dir, "/", spec->deepspeed());
   auto text = ReadFile(path);
-  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.deepspeed: ", text.status().message()));
+  if (!text.ok())
+    return absl::InvalidArgumentError(absl::StrCat("spec.deepspeed: ", text.status().message()));
   // Syntax errors are reported here, where the file name still means something to the user.
   auto doc = ParseDeepSpeedJson(*text, path);
-  if (!doc.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.deepspeed: ", doc.status().message()));
+  if (!doc.ok())
+    return absl::InvalidArgumentError(absl::StrCat("spec.deepspeed: ", doc.status().message()));
   spec->set_deepspeed_config_json(*text);
   return absl::OkStatus();
 }
@@ -314,7 +325,8 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
     const std::string model = spec->model_name_or_path().empty() && spec->stages_size() > 0
                                   ? spec->stages(0).model_name_or_path()
                                   : spec->model_name_or_path();
-    spec->set_name(absl::StrCat(JobKindName(spec->kind()), "-", absl::AsciiStrToLower(BaseName(model))));
+    spec->set_name(
+        absl::StrCat(JobKindName(spec->kind()), "-", absl::AsciiStrToLower(BaseName(model))));
   }
   for (int i = 0; i < spec->stages_size(); ++i) {
     PipelineStage* stage = spec->mutable_stages(i);
@@ -326,7 +338,8 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
       stage->set_output_dir(absl::StrCat(spec->output_dir(), "/", stage->name()));
     }
     if (i == 0) {
-      if (stage->model_name_or_path().empty()) stage->set_model_name_or_path(spec->model_name_or_path());
+      if (stage->model_name_or_path().empty())
+        stage->set_model_name_or_path(spec->model_name_or_path());
       if (stage->data_path().empty()) stage->set_data_path(spec->data_path());
     }
   }
@@ -360,27 +373,31 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input) {
                           std::max(1, spec.resources().slots_per_node());
   constexpr int64_t kMaxWorld = std::numeric_limits<int32_t>::max();
   if (world64 > kMaxWorld) {
-    c.Fail("spec.resources", absl::StrCat("nodes x slots_per_node must be at most ", kMaxWorld,
-                                          ", got ", world64));
+    c.Fail("spec.resources",
+           absl::StrCat("nodes x slots_per_node must be at most ", kMaxWorld, ", got ", world64));
   }
   const int world = static_cast<int>(std::min(world64, kMaxWorld));
   if (!pipeline) CheckTraining("spec.training", spec.training(), spec.kind(), world, c);
   CheckStages(spec, world, c);
   CheckMaps(spec, c);
   if (!spec.deepspeed().empty() && spec.deepspeed_config_json().empty()) {
-    c.Fail("spec.deepspeed_config_json",
-           absl::StrCat("empty: the DeepSpeed file '", spec.deepspeed(),
-                        "' was not embedded (trainctl submit embeds it; API clients must send the document)"));
+    c.Fail(
+        "spec.deepspeed_config_json",
+        absl::StrCat(
+            "empty: the DeepSpeed file '", spec.deepspeed(),
+            "' was not embedded (trainctl submit embeds it; API clients must send the document)"));
   }
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
 
   if (!spec.deepspeed_config_json().empty()) {
-    auto doc = ParseDeepSpeedJson(spec.deepspeed_config_json(),
-                                  spec.deepspeed().empty() ? "spec.deepspeed_config_json" : spec.deepspeed());
-    if (!doc.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.deepspeed: ", doc.status().message()));
+    auto doc = ParseDeepSpeedJson(spec.deepspeed_config_json(), spec.deepspeed().empty()
+                                                                    ? "spec.deepspeed_config_json"
+                                                                    : spec.deepspeed());
+    if (!doc.ok())
+      return absl::InvalidArgumentError(absl::StrCat("spec.deepspeed: ", doc.status().message()));
     if (!pipeline) {
-      auto resolved = ResolveFor(*doc, spec, spec.model_name_or_path(), spec.training(), "", &errors,
-                                 &out.warnings);
+      auto resolved = ResolveFor(*doc, spec, spec.model_name_or_path(), spec.training(), "",
+                                 &errors, &out.warnings);
       if (resolved) out.resolved_deepspeed_config_json = resolved->dump(2);
     } else {
       nlohmann::json per_stage = nlohmann::json::object();

@@ -1,14 +1,15 @@
 // Job specs: reading them from YAML/JSON files, filling the HF Trainer's defaults, and validating
-// them (DeepSpeed config included). Every error names the field path: "spec.resources.slots_per_node:
-// must be >= 1, got 0". Errors are returned all at once, one per line of the status message.
+// them (DeepSpeed config included). Every error names the field path:
+// "spec.resources.slots_per_node: must be >= 1, got 0". Errors are returned all at once, one per
+// line of the status message.
 #ifndef TRAINCTL_COMMON_JOB_SPEC_H_
 #define TRAINCTL_COMMON_JOB_SPEC_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "trainctl/v1/job.pb.h"
 
 namespace trainctl {
@@ -17,19 +18,22 @@ using trainctl::v1::JobSpec;
 
 enum class SpecFormat { kYaml, kJson };
 
-// Parses a spec document (YAML is a superset of the JSON we accept, but JSON errors read better when
-// parsed as JSON). `deepspeed` may be a path or an inline mapping; an inline mapping is stored in
-// deepspeed_config_json. INVALID_ARGUMENT lists every problem, naming `source` for syntax errors.
+// Parses a spec document (YAML is a superset of the JSON we accept, but JSON errors read better
+// when parsed as JSON). `deepspeed` may be a path or an inline mapping; an inline mapping is stored
+// in deepspeed_config_json. INVALID_ARGUMENT lists every problem, naming `source` for syntax
+// errors.
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
                                      absl::string_view source);
 
-// Reads a spec file (format from the extension: .json, else YAML) and embeds the DeepSpeed config it
-// names, resolving relative paths against the spec file's directory. NOT_FOUND if the file is missing.
+// Reads a spec file (format from the extension: .json, else YAML) and embeds the DeepSpeed config
+// it names, resolving relative paths against the spec file's directory. NOT_FOUND if the file is
+// missing.
 absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
 
-// Reads the DeepSpeed document named by spec->deepspeed (relative to `base_dir` unless absolute) into
-// spec->deepspeed_config_json. Does nothing when no path is set or the document is already embedded.
-// The error names the field and the file: "spec.deepspeed: cannot read ./ds.json: No such file".
+// Reads the DeepSpeed document named by spec->deepspeed (relative to `base_dir` unless absolute)
+// into spec->deepspeed_config_json. Does nothing when no path is set or the document is already
+// embedded. The error names the field and the file: "spec.deepspeed: cannot read ./ds.json: No such
+// file".
 absl::Status EmbedDeepSpeedConfig(absl::string_view base_dir, JobSpec* spec);
 
 // Fills every unset field with its default (the HF Trainer's, where it has one). Pipeline stages
@@ -39,7 +43,8 @@ void ApplyJobSpecDefaults(JobSpec* spec);
 struct ValidatedJobSpec {
   JobSpec spec;  // defaults applied
   // The DeepSpeed config the ranks will run with, every "auto" the control plane can know resolved.
-  // For a pipeline, a JSON object of stage name -> resolved config. Empty without a DeepSpeed config.
+  // For a pipeline, a JSON object of stage name -> resolved config. Empty without a DeepSpeed
+  // config.
   std::string resolved_deepspeed_config_json;
   std::vector<std::string> warnings;  // ignored DeepSpeed keys, values deferred to the trainer
 };

@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "common/json_proto.h"
 
 #include <cmath>
@@ -10,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "google/protobuf/util/json_util.h"
 #include "yaml-cpp/yaml.h"
 
@@ -91,7 +91,8 @@ bool JsonToInt64(const json& value, int64_t* out) {
   }
   if (value.is_number_float()) {
     const double d = value.get<double>();
-    if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9.007199254740992e15) return false;
+    if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9.007199254740992e15)
+      return false;
     *out = static_cast<int64_t>(d);
     return true;
   }
@@ -124,12 +125,13 @@ std::string SetScalar(const json& value, const FieldDescriptor* field, Message* 
       int64_t v;
       if (!JsonToInt64(value, &v)) return absl::StrCat("must be an integer, got ", Describe(value));
       const auto type = field->cpp_type();
-      const bool is32 = type == FieldDescriptor::CPPTYPE_INT32 || type == FieldDescriptor::CPPTYPE_UINT32;
+      const bool is32 =
+          type == FieldDescriptor::CPPTYPE_INT32 || type == FieldDescriptor::CPPTYPE_UINT32;
       const bool is_unsigned =
           type == FieldDescriptor::CPPTYPE_UINT32 || type == FieldDescriptor::CPPTYPE_UINT64;
       if (is_unsigned && v < 0) return absl::StrCat("must be >= 0, got ", v);
-      if (is32 && (v > std::numeric_limits<int32_t>::max() ||
-                   v < std::numeric_limits<int32_t>::min())) {
+      if (is32 &&
+          (v > std::numeric_limits<int32_t>::max() || v < std::numeric_limits<int32_t>::min())) {
         return absl::StrCat("out of range for a 32-bit integer, got ", v);
       }
       switch (type) {
@@ -312,7 +314,8 @@ json YamlNodeToJson(const YAML::Node& node, const std::string& source) {
   int64_t i;
   if (absl::SimpleAtoi(text, &i) && text.find_first_of("xX") == std::string::npos) return i;
   double d;
-  const bool looks_numeric = !text.empty() && text.find_first_not_of("0123456789+-.eE") == std::string::npos;
+  const bool looks_numeric =
+      !text.empty() && text.find_first_not_of("0123456789+-.eE") == std::string::npos;
   if (looks_numeric && absl::SimpleAtod(text, &d)) return d;
   return text;
 }
@@ -354,8 +357,10 @@ void DecodeJsonIntoMessage(const json& value, absl::string_view path, Message* m
 
 absl::StatusOr<bool> ParseHfBool(absl::string_view text) {
   const std::string lower = absl::AsciiStrToLower(text);
-  if (lower == "true" || lower == "t" || lower == "yes" || lower == "y" || lower == "1") return true;
-  if (lower == "false" || lower == "f" || lower == "no" || lower == "n" || lower == "0") return false;
+  if (lower == "true" || lower == "t" || lower == "yes" || lower == "y" || lower == "1")
+    return true;
+  if (lower == "false" || lower == "f" || lower == "no" || lower == "n" || lower == "0")
+    return false;
   return absl::InvalidArgumentError(
       absl::StrCat("must be True or False (or yes/no, 1/0), got '", text, "'"));
 }

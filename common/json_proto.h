@@ -5,11 +5,11 @@
 #define TRAINCTL_COMMON_JSON_PROTO_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "google/protobuf/message.h"
 #include "nlohmann/json.hpp"
 
@@ -18,13 +18,15 @@ namespace trainctl {
 // Decodes the JSON object `value` into `msg`, field by field (proto field names). Every problem is
 // appended to `errors` as "<path>.<field>: <what is wrong>"; fields without problems are still set.
 // Enum fields take the short lower-case name ("sft" for JOB_KIND_SFT); string fields take numbers
-// and booleans as their text (YAML `NCCL_IB_DISABLE: 0`); integer fields take integral floats (1e9).
+// and booleans as their text (YAML `NCCL_IB_DISABLE: 0`); integer fields take integral floats
+// (1e9).
 void DecodeJsonIntoMessage(const nlohmann::json& value, absl::string_view path,
                            google::protobuf::Message* msg, std::vector<std::string>* errors);
 
 // Sets a singular scalar field from command-line text. Booleans follow the HF argument parser
 // (true/false, yes/no, t/f, y/n, 1/0, any case). Returns INVALID_ARGUMENT saying what was expected.
-absl::Status SetFieldFromText(absl::string_view text, const google::protobuf::FieldDescriptor* field,
+absl::Status SetFieldFromText(absl::string_view text,
+                              const google::protobuf::FieldDescriptor* field,
                               google::protobuf::Message* msg);
 
 // Parses an HF-style boolean (see SetFieldFromText).

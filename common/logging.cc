@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "common/logging.h"
 
 #include <unistd.h>
@@ -7,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -54,8 +54,9 @@ absl::Status ParseLogLevel(absl::string_view text, LogLevel* level) {
 LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(level) {
   absl::string_view base(file);
   if (auto slash = base.rfind('/'); slash != absl::string_view::npos) base.remove_prefix(slash + 1);
-  stream_ << LevelLetter(level) << absl::FormatTime("%m%d %H:%M:%E6S", absl::Now(), absl::UTCTimeZone())
-          << " " << getpid() << " " << base << ":" << line << "] ";
+  stream_ << LevelLetter(level)
+          << absl::FormatTime("%m%d %H:%M:%E6S", absl::Now(), absl::UTCTimeZone()) << " "
+          << getpid() << " " << base << ":" << line << "] ";
 }
 
 LogMessage::~LogMessage() {

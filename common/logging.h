@@ -7,9 +7,9 @@
 #define TRAINCTL_COMMON_LOGGING_H_
 
 #include <sstream>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace trainctl {
 

@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "common/model_catalog.h"
 
 #include <fstream>
@@ -7,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 
 namespace trainctl {
@@ -19,10 +19,10 @@ struct KnownModel {
 
 // From each model's published config.json.
 constexpr KnownModel kKnownModels[] = {
-    {"qwen2-vl-2b-instruct", 1536},   {"qwen2-vl-2b", 1536},
-    {"qwen2-vl-7b-instruct", 3584},   {"qwen2-vl-7b", 3584},
-    {"qwen2-vl-72b-instruct", 8192},  {"qwen2-vl-72b", 8192},
-    {"qwen2.5-vl-3b-instruct", 2048}, {"qwen2.5-vl-7b-instruct", 3584},
+    {"qwen2-vl-2b-instruct", 1536},    {"qwen2-vl-2b", 1536},
+    {"qwen2-vl-7b-instruct", 3584},    {"qwen2-vl-7b", 3584},
+    {"qwen2-vl-72b-instruct", 8192},   {"qwen2-vl-72b", 8192},
+    {"qwen2.5-vl-3b-instruct", 2048},  {"qwen2.5-vl-7b-instruct", 3584},
     {"qwen2.5-vl-32b-instruct", 5120}, {"qwen2.5-vl-72b-instruct", 8192},
 };
 
@@ -33,7 +33,8 @@ std::optional<int64_t> HiddenSizeFromConfigFile(const std::string& path) {
   buffer << in.rdbuf();
   const auto config = nlohmann::json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) return std::nullopt;
-  for (const auto* section : {&config, config.contains("text_config") ? &config["text_config"] : nullptr}) {
+  for (const auto* section :
+       {&config, config.contains("text_config") ? &config["text_config"] : nullptr}) {
     if (section != nullptr && section->is_object() && section->contains("hidden_size") &&
         (*section)["hidden_size"].is_number_integer()) {
       return (*section)["hidden_size"].get<int64_t>();

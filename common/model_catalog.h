@@ -6,13 +6,15 @@
 
 #include <cstdint>
 #include <optional>
+
 #include "absl/strings/string_view.h"
 
 namespace trainctl {
 
-// The model's (text) hidden size: from `<model_name_or_path>/config.json` when that file exists here
-// (`hidden_size`, or `text_config.hidden_size` in the newer layout), else from the built-in table of
-// Qwen2-VL / Qwen2.5-VL hub ids (with or without the "Qwen/" owner). nullopt when unknown; the
+// The model's (text) hidden size: from `<model_name_or_path>/config.json` when that file exists
+// here
+// (`hidden_size`, or `text_config.hidden_size` in the newer layout), else from the built-in table
+// of Qwen2-VL / Qwen2.5-VL hub ids (with or without the "Qwen/" owner). nullopt when unknown; the
 // trainer then resolves the remaining "auto" values from the checkpoint it loads.
 std::optional<int64_t> LookupHiddenSize(absl::string_view model_name_or_path);
 

@@ -23,9 +23,9 @@ struct FlagTarget {
   const FieldDescriptor* field = nullptr;
 };
 
-constexpr const char* kTopLevelFlags[] = {"kind",        "name",     "model_name_or_path",
-                                          "data_path",   "deepspeed", "output_dir",
-                                          "priority",    "max_restarts"};
+constexpr const char* kTopLevelFlags[] = {"kind",      "name",        "model_name_or_path",
+                                          "data_path", "deepspeed",   "output_dir",
+                                          "priority",  "max_restarts"};
 
 google::protobuf::Map<std::string, std::string>* MapFlag(const std::string& name, JobSpec* spec) {
   if (name == "env") return spec->mutable_env();
@@ -36,10 +36,12 @@ google::protobuf::Map<std::string, std::string>* MapFlag(const std::string& name
 
 FlagTarget FindTarget(const std::string& name, JobSpec* spec) {
   if (name == "num_gpus" || name == "slots_per_node") {
-    return {spec->mutable_resources(), trainctl::v1::Resources::descriptor()->FindFieldByName("slots_per_node")};
+    return {spec->mutable_resources(),
+            trainctl::v1::Resources::descriptor()->FindFieldByName("slots_per_node")};
   }
   if (name == "nnodes" || name == "nodes") {
-    return {spec->mutable_resources(), trainctl::v1::Resources::descriptor()->FindFieldByName("nodes")};
+    return {spec->mutable_resources(),
+            trainctl::v1::Resources::descriptor()->FindFieldByName("nodes")};
   }
   for (const char* top : kTopLevelFlags) {
     if (name == top) return {spec, JobSpec::descriptor()->FindFieldByName(name)};
@@ -78,7 +80,8 @@ std::string UnknownFlag(const std::string& name) {
   // Suggest the closest known flag when the name is a near miss (typo, dash vs underscore).
   std::string normalized = name;
   std::replace(normalized.begin(), normalized.end(), '-', '_');
-  if (IsSeedFlag(normalized)) return absl::StrCat("--", name, ": unknown flag (did you mean --", normalized, "?)");
+  if (IsSeedFlag(normalized))
+    return absl::StrCat("--", name, ": unknown flag (did you mean --", normalized, "?)");
   std::string best;
   size_t best_distance = 3;  // at most two edits away
   for (const std::string& known : AllFlagNames()) {
@@ -111,7 +114,8 @@ absl::StatusOr<FlagSpec> JobSpecFromFlags(const std::vector<std::string>& args,
     const std::string& arg = args[i];
     if (!absl::StartsWith(arg, "--")) {
       if (absl::EndsWith(arg, ".py")) {
-        out.warnings.push_back(absl::StrCat(arg, ": trainctl runs its own trainer; the script is ignored"));
+        out.warnings.push_back(
+            absl::StrCat(arg, ": trainctl runs its own trainer; the script is ignored"));
       } else {
         errors.push_back(absl::StrCat(arg, ": unexpected argument (flags are --name value)"));
       }
@@ -130,7 +134,8 @@ absl::StatusOr<FlagSpec> JobSpecFromFlags(const std::vector<std::string>& args,
       if (!value && i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--")) ++i;
       continue;
     }
-    const bool is_bool = target.field != nullptr && target.field->cpp_type() == FieldDescriptor::CPPTYPE_BOOL;
+    const bool is_bool =
+        target.field != nullptr && target.field->cpp_type() == FieldDescriptor::CPPTYPE_BOOL;
     if (!value) {
       if (i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--")) {
         value = args[++i];

@@ -3,10 +3,11 @@
 //   trainctl submit --kind sft --num_gpus=8 src/train_multimodal.py --model_name_or_path M
 //       --data_path D --deepspeed ./configs/ds_zero3_bf16.json --per_device_train_batch_size 4 ...
 //
-// Launcher flags (--num_gpus, --nnodes) map onto spec.resources; every HF TrainingArguments flag the
-// spec knows maps onto spec.training with the HF Trainer's meaning and value syntax (`--bf16 True`,
-// `--bf16=true`, bare `--bf16`); --model_name_or_path, --data_path, --deepspeed, --output_dir and the
-// trainctl fields (--kind, --name, --priority, --max_restarts, --env K=V, --label K=V,
+// Launcher flags (--num_gpus, --nnodes) map onto spec.resources; every HF TrainingArguments flag
+// the spec knows maps onto spec.training with the HF Trainer's meaning and value syntax (`--bf16
+// True`,
+// `--bf16=true`, bare `--bf16`); --model_name_or_path, --data_path, --deepspeed, --output_dir and
+// the trainctl fields (--kind, --name, --priority, --max_restarts, --env K=V, --label K=V,
 // --node_selector K=V) map onto the spec's top level.
 #ifndef TRAINCTL_COMMON_SEED_FLAGS_H_
 #define TRAINCTL_COMMON_SEED_FLAGS_H_

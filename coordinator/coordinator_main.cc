@@ -24,7 +24,8 @@
 #include "coordinator/job_service.h"
 #include "coordinator/sqlite_job_store.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "HOST:PORT to serve gRPC on (port 0: any free port)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "HOST:PORT to serve gRPC on (port 0: any free port)");
 ABSL_FLAG(std::string, db, "./var/trainctl.db", "SQLite database file (':memory:' keeps nothing)");
 ABSL_FLAG(std::string, db_sync, "full",
           "full: fsync every commit (survives power loss); normal: survives process crashes only");
@@ -36,15 +37,19 @@ ABSL_FLAG(std::string, ready_file, "",
 namespace trainctl {
 namespace {
 
-absl::StatusOr<std::unique_ptr<JobStore>> OpenStore(const std::string& path, const std::string& sync) {
+absl::StatusOr<std::unique_ptr<JobStore>> OpenStore(const std::string& path,
+                                                    const std::string& sync) {
   if (path == ":memory:") return std::unique_ptr<JobStore>(new InMemoryJobStore());
   if (sync != "full" && sync != "normal") {
-    return absl::InvalidArgumentError(absl::StrCat("--db_sync must be full or normal, got '", sync, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--db_sync must be full or normal, got '", sync, "'"));
   }
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", parent.string(), ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", parent.string(), ": ", ec.message()));
   SqliteJobStore::Options options;
   options.path = path;
   options.synchronous_full = sync == "full";

@@ -1,9 +1,9 @@
-#include "absl/strings/string_view.h"
 #include "coordinator/in_memory_job_store.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 
 namespace trainctl {
@@ -78,7 +78,8 @@ absl::StatusOr<Job> InMemoryJobStore::UpdateJob(absl::string_view id, const JobM
   return updated;
 }
 
-void InMemoryJobStore::AppendEventsLocked(const std::string& job_id, std::vector<JobEvent>* events) {
+void InMemoryJobStore::AppendEventsLocked(const std::string& job_id,
+                                          std::vector<JobEvent>* events) {
   for (JobEvent& event : *events) {
     event.set_seq(++last_event_seq_);
     event.set_job_id(job_id);

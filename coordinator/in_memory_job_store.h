@@ -6,8 +6,8 @@
 #include <map>
 #include <string>
 
-#include "absl/strings/string_view.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/job_store.h"
 

@@ -1,9 +1,9 @@
-#include "absl/strings/string_view.h"
 #include "coordinator/job_manager.h"
 
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "coordinator/job_state.h"
@@ -39,7 +39,8 @@ absl::StatusOr<JobEvent> ApplyTransition(Job* job, JobState to, const std::strin
   if (from == trainctl::v1::JOB_STATE_RESTARTING && to == trainctl::v1::JOB_STATE_SCHEDULED) {
     job->set_attempt(job->attempt() + 1);
   }
-  if (to == trainctl::v1::JOB_STATE_RUNNING && !job->has_start_time()) *job->mutable_start_time() = now;
+  if (to == trainctl::v1::JOB_STATE_RUNNING && !job->has_start_time())
+    *job->mutable_start_time() = now;
   if (IsTerminal(to)) *job->mutable_end_time() = now;
   job->set_state(to);
   job->set_message(reason);
@@ -59,8 +60,8 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spe
   job.set_resolved_deepspeed_config_json(std::move(validated.resolved_deepspeed_config_json));
   *job.mutable_create_time() = now;
   *job.mutable_update_time() = now;
-  std::vector<JobEvent> events = {StateChangeEvent(trainctl::v1::JOB_STATE_UNSPECIFIED,
-                                                   trainctl::v1::JOB_STATE_PENDING, "submitted", 0, now)};
+  std::vector<JobEvent> events = {StateChangeEvent(
+      trainctl::v1::JOB_STATE_UNSPECIFIED, trainctl::v1::JOB_STATE_PENDING, "submitted", 0, now)};
   ASSIGN_OR_RETURN(CreateJobResult created, store_->CreateJob(job, request_id, std::move(events)));
   if (created.created) notifier_->Notify(created.job.id());
   return SubmitResult{std::move(created.job), created.created, std::move(validated.warnings)};
@@ -85,7 +86,8 @@ absl::StatusOr<Job> JobManager::Update(absl::string_view id, const JobMutation& 
 
 absl::StatusOr<Job> JobManager::Cancel(absl::string_view id, const std::string& reason) {
   const auto now = ToProto(clock_->Now());
-  const std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
+  const std::string why =
+      reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
   return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
     switch (job->state()) {
       case trainctl::v1::JOB_STATE_CANCELLED:
@@ -93,7 +95,8 @@ absl::StatusOr<Job> JobManager::Cancel(absl::string_view id, const std::string& 
       case trainctl::v1::JOB_STATE_PENDING:
       case trainctl::v1::JOB_STATE_RESTARTING: {
         job->set_cancel_requested(true);
-        ASSIGN_OR_RETURN(JobEvent event, ApplyTransition(job, trainctl::v1::JOB_STATE_CANCELLED, why, now));
+        ASSIGN_OR_RETURN(JobEvent event,
+                         ApplyTransition(job, trainctl::v1::JOB_STATE_CANCELLED, why, now));
         events->push_back(std::move(event));
         return absl::OkStatus();
       }
@@ -127,8 +130,10 @@ absl::StatusOr<Job> JobManager::RecordMetric(absl::string_view id,
   return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
     auto* progress = job->mutable_progress();
     progress->set_step(std::max(progress->step(), sample.step()));
-    if (auto it = sample.values().find("loss"); it != sample.values().end()) progress->set_loss(it->second);
-    if (auto it = sample.values().find("epoch"); it != sample.values().end()) progress->set_epoch(it->second);
+    if (auto it = sample.values().find("loss"); it != sample.values().end())
+      progress->set_loss(it->second);
+    if (auto it = sample.values().find("epoch"); it != sample.values().end())
+      progress->set_epoch(it->second);
     if (auto it = sample.values().find("total_steps"); it != sample.values().end()) {
       progress->set_total_steps(static_cast<int64_t>(it->second));
     }

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/clock.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_store.h"
@@ -30,7 +30,8 @@ class JobManager {
 
   // Validates the spec (INVALID_ARGUMENT listing every problem), stores the job as pending with
   // its defaults applied and its DeepSpeed config resolved, and returns it once committed.
-  absl::StatusOr<SubmitResult> Submit(const trainctl::v1::JobSpec& spec, const std::string& request_id);
+  absl::StatusOr<SubmitResult> Submit(const trainctl::v1::JobSpec& spec,
+                                      const std::string& request_id);
 
   absl::StatusOr<Job> Get(absl::string_view id);
   absl::StatusOr<JobPage> List(const JobFilter& filter);
@@ -47,7 +48,8 @@ class JobManager {
 
   // Records a metric sample (updating progress) or a completed checkpoint as job events.
   absl::StatusOr<Job> RecordMetric(absl::string_view id, const trainctl::v1::MetricSample& sample);
-  absl::StatusOr<Job> RecordCheckpoint(absl::string_view id, const trainctl::v1::Checkpoint& checkpoint);
+  absl::StatusOr<Job> RecordCheckpoint(absl::string_view id,
+                                       const trainctl::v1::Checkpoint& checkpoint);
 
   // Stores rank log lines (each names its job) and wakes their followers.
   absl::Status AppendLogs(std::vector<LogLine> lines);

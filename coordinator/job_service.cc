@@ -75,7 +75,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
     filter.page_size = request->page_size() == 0 ? 100 : request->page_size();
     if (!request->page_token().empty() &&
         (!absl::SimpleAtoi(request->page_token(), &filter.before_id) || filter.before_id <= 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("invalid page_token '", request->page_token(), "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid page_token '", request->page_token(), "'"));
     }
     ASSIGN_OR_RETURN(JobPage page, jobs_->List(filter));
     for (Job& job : page.jobs) *response->add_jobs() = std::move(job);
@@ -103,7 +104,8 @@ grpc::ServerWriteReactor<JobEvent>* JobServiceImpl::WatchJob(
   source.follow = !request->replay_only();
   source.fetch = [store, id](int64_t after) { return store->ListEvents(id, after, kStreamBatch); };
   source.job_over = [store, id] { return JobOver(store, id); };
-  return new StoreTailWriter<JobEvent>(jobs_->notifier(), id, request->after_seq(), std::move(source));
+  return new StoreTailWriter<JobEvent>(jobs_->notifier(), id, request->after_seq(),
+                                       std::move(source));
 }
 
 grpc::ServerWriteReactor<LogLine>* JobServiceImpl::StreamLogs(

@@ -35,7 +35,8 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
   grpc::ServerWriteReactor<trainctl::v1::JobEvent>* WatchJob(
       grpc::CallbackServerContext* context, const trainctl::v1::WatchJobRequest* request) override;
   grpc::ServerWriteReactor<trainctl::v1::LogLine>* StreamLogs(
-      grpc::CallbackServerContext* context, const trainctl::v1::StreamLogsRequest* request) override;
+      grpc::CallbackServerContext* context,
+      const trainctl::v1::StreamLogsRequest* request) override;
 
  private:
   // Runs `work` on the executor and finishes the returned reactor with its status.

@@ -37,10 +37,12 @@ absl::Status CheckTransition(JobState from, JobState to) {
       break;
     case JOB_STATE_SCHEDULED:
       // A failed launch may be retried (restarting) or give up (failed).
-      legal = In(to, {JOB_STATE_RUNNING, JOB_STATE_RESTARTING, JOB_STATE_FAILED, JOB_STATE_CANCELLED});
+      legal =
+          In(to, {JOB_STATE_RUNNING, JOB_STATE_RESTARTING, JOB_STATE_FAILED, JOB_STATE_CANCELLED});
       break;
     case JOB_STATE_RUNNING:
-      legal = In(to, {JOB_STATE_SUCCEEDED, JOB_STATE_FAILED, JOB_STATE_CANCELLED, JOB_STATE_RESTARTING});
+      legal = In(
+          to, {JOB_STATE_SUCCEEDED, JOB_STATE_FAILED, JOB_STATE_CANCELLED, JOB_STATE_RESTARTING});
       break;
     case JOB_STATE_RESTARTING:
       legal = In(to, {JOB_STATE_SCHEDULED, JOB_STATE_FAILED, JOB_STATE_CANCELLED});
@@ -59,7 +61,8 @@ absl::Status CheckTransition(JobState from, JobState to) {
 
 std::string JobStateName(JobState state) {
   const auto* value = trainctl::v1::JobState_descriptor()->FindValueByNumber(state);
-  return value == nullptr ? absl::StrCat("state(", static_cast<int>(state), ")") : EnumShortName(value);
+  return value == nullptr ? absl::StrCat("state(", static_cast<int>(state), ")")
+                          : EnumShortName(value);
 }
 
 }  // namespace trainctl

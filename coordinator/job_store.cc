@@ -1,9 +1,9 @@
-#include "absl/strings/string_view.h"
 #include "coordinator/job_store.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace trainctl {
 

@@ -1,19 +1,20 @@
 // JobStore: the coordinator's durable record of jobs, their events and their log lines.
 //
-// Two implementations share one conformance suite (tests/coordinator/job_store_conformance_test.cc):
-// SqliteJobStore (production; WAL, every write committed before it returns) and InMemoryJobStore
-// (tests of other components). Both are thread-safe.
+// Two implementations share one conformance suite
+// (tests/coordinator/job_store_conformance_test.cc): SqliteJobStore (production; WAL, every write
+// committed before it returns) and InMemoryJobStore (tests of other components). Both are
+// thread-safe.
 #ifndef TRAINCTL_COORDINATOR_JOB_STORE_H_
 #define TRAINCTL_COORDINATOR_JOB_STORE_H_
 
 #include <cstdint>
 #include <functional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "trainctl/v1/job.pb.h"
 
 namespace trainctl {
@@ -34,7 +35,7 @@ struct JobFilter {
 };
 
 struct JobPage {
-  std::vector<Job> jobs;  // newest first
+  std::vector<Job> jobs;       // newest first
   int64_t next_before_id = 0;  // 0: no more pages
 };
 

@@ -1,10 +1,10 @@
-#include "absl/strings/string_view.h"
 #include "coordinator/sqlite_job_store.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/time_util.h"
@@ -60,7 +60,8 @@ int64_t ToMicros(const google::protobuf::Timestamp& t) {
 }
 
 absl::Status Corrupt(const Db& db, absl::string_view what, int64_t key) {
-  return absl::DataLossError(absl::StrCat(db.path(), ": stored ", what, " ", key, " does not parse"));
+  return absl::DataLossError(
+      absl::StrCat(db.path(), ": stored ", what, " ", key, " does not parse"));
 }
 
 absl::StatusOr<Job> ReadJobRow(const Db& db, const Statement& st, int id_col, int blob_col) {
@@ -92,7 +93,8 @@ absl::Status InsertEvents(Db& db, int64_t job_n, std::vector<JobEvent>* events) 
     event.clear_seq();
     event.clear_job_id();
     st.Reset();
-    RETURN_IF_ERROR(st.Bind(1, job_n).Bind(2, EventKind(event)).BindBlob(3, event.SerializeAsString()).Run());
+    RETURN_IF_ERROR(
+        st.Bind(1, job_n).Bind(2, EventKind(event)).BindBlob(3, event.SerializeAsString()).Run());
     event.set_seq(db.LastInsertRowId());
     event.set_job_id(FormatJobId(job_n));
   }
@@ -102,8 +104,10 @@ absl::Status InsertEvents(Db& db, int64_t job_n, std::vector<JobEvent>* events) 
 absl::Status WriteJobRow(Db& db, int64_t n, const Job& job) {
   Job blob = job;
   blob.clear_id();
-  ASSIGN_OR_RETURN(Statement st, db.Prepare(
-      "UPDATE jobs SET state = ?, priority = ?, update_time_us = ?, job = ? WHERE id = ?"));
+  ASSIGN_OR_RETURN(
+      Statement st,
+      db.Prepare(
+          "UPDATE jobs SET state = ?, priority = ?, update_time_us = ?, job = ? WHERE id = ?"));
   return st.Bind(1, int64_t{job.state()})
       .Bind(2, int64_t{job.spec().priority()})
       .Bind(3, ToMicros(job.update_time()))
@@ -143,10 +147,11 @@ absl::Status Configure(Db& db, bool synchronous_full) {
   ASSIGN_OR_RETURN(Statement wal, db.Prepare("PRAGMA journal_mode = WAL"));
   ASSIGN_OR_RETURN(bool row, wal.Step());
   if (!row || wal.ColumnText(0) != "wal") {
-    return absl::FailedPreconditionError(
-        absl::StrCat(db.path(), ": cannot enable WAL mode (journal_mode is ", wal.ColumnText(0), ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        db.path(), ": cannot enable WAL mode (journal_mode is ", wal.ColumnText(0), ")"));
   }
-  RETURN_IF_ERROR(db.Exec(synchronous_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL"));
+  RETURN_IF_ERROR(
+      db.Exec(synchronous_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL"));
   return db.Exec("PRAGMA foreign_keys = ON");
 }
 
@@ -235,9 +240,11 @@ absl::StatusOr<CreateJobResult> SqliteJobStore::CreateJob(const Job& job,
     }
     Job blob = job;
     blob.clear_id();
-    ASSIGN_OR_RETURN(Statement insert, db.Prepare(
-        "INSERT INTO jobs(request_id, state, priority, create_time_us, update_time_us, job) "
-        "VALUES(?, ?, ?, ?, ?, ?)"));
+    ASSIGN_OR_RETURN(
+        Statement insert,
+        db.Prepare(
+            "INSERT INTO jobs(request_id, state, priority, create_time_us, update_time_us, job) "
+            "VALUES(?, ?, ?, ?, ?, ?)"));
     if (request_id.empty()) {
       insert.BindNull(1);
     } else {
@@ -279,7 +286,8 @@ absl::StatusOr<JobPage> SqliteJobStore::ListJobs(const JobFilter& filter) {
   absl::StrAppend(&sql, " ORDER BY id DESC LIMIT ?");
   absl::MutexLock lock(&read_mu_);
   ASSIGN_OR_RETURN(Statement st, reader_db_->Prepare(sql));
-  st.Bind(1, filter.before_id > 0 ? filter.before_id : INT64_MAX).Bind(2, int64_t{filter.page_size} + 1);
+  st.Bind(1, filter.before_id > 0 ? filter.before_id : INT64_MAX)
+      .Bind(2, int64_t{filter.page_size} + 1);
   JobPage page;
   while (true) {
     ASSIGN_OR_RETURN(bool row, st.Step());
@@ -320,15 +328,18 @@ absl::StatusOr<std::vector<JobEvent>> SqliteJobStore::ListEvents(absl::string_vi
   ASSIGN_OR_RETURN(Job job, GetJob(job_id));  // NOT_FOUND for unknown jobs
   const int64_t n = ParseJobId(job.id()).value();
   absl::MutexLock lock(&read_mu_);
-  ASSIGN_OR_RETURN(Statement st, reader_db_->Prepare(
-      "SELECT seq, event FROM job_events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"));
+  ASSIGN_OR_RETURN(
+      Statement st,
+      reader_db_->Prepare(
+          "SELECT seq, event FROM job_events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"));
   st.Bind(1, n).Bind(2, after_seq).Bind(3, int64_t{limit});
   std::vector<JobEvent> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, st.Step());
     if (!row) break;
     JobEvent event;
-    if (!event.ParseFromString(st.ColumnBlob(1))) return Corrupt(*reader_db_, "event", st.ColumnInt(0));
+    if (!event.ParseFromString(st.ColumnBlob(1)))
+      return Corrupt(*reader_db_, "event", st.ColumnInt(0));
     event.set_seq(st.ColumnInt(0));
     event.set_job_id(job.id());
     out.push_back(std::move(event));
@@ -340,8 +351,10 @@ absl::Status SqliteJobStore::AppendLogs(std::vector<LogLine>* lines) {
   if (lines->empty()) return absl::OkStatus();
   return Write([&](Db& db) -> absl::Status {
     ASSIGN_OR_RETURN(Statement exists, db.Prepare("SELECT 1 FROM jobs WHERE id = ?"));
-    ASSIGN_OR_RETURN(Statement insert, db.Prepare(
-        "INSERT INTO log_lines(job_id, rank, stream, time_us, text) VALUES(?, ?, ?, ?, ?)"));
+    ASSIGN_OR_RETURN(
+        Statement insert,
+        db.Prepare(
+            "INSERT INTO log_lines(job_id, rank, stream, time_us, text) VALUES(?, ?, ?, ?, ?)"));
     int64_t checked = 0;
     for (LogLine& line : *lines) {
       ASSIGN_OR_RETURN(int64_t n, ParseJobId(line.job_id()));
@@ -373,7 +386,8 @@ absl::StatusOr<std::vector<LogLine>> SqliteJobStore::ListLogs(absl::string_view 
   // With a tail, read the newest lines backwards and flip them.
   const bool tail = query.tail > 0;
   const std::string sql = absl::StrCat(
-      "SELECT seq, rank, stream, time_us, text FROM log_lines WHERE job_id = ? AND seq > ? ORDER BY seq ",
+      "SELECT seq, rank, stream, time_us, text FROM log_lines WHERE job_id = ? AND seq > ? ORDER "
+      "BY seq ",
       tail ? "DESC" : "ASC", " LIMIT ?");
   absl::MutexLock lock(&read_mu_);
   ASSIGN_OR_RETURN(Statement st, reader_db_->Prepare(sql));
@@ -387,7 +401,8 @@ absl::StatusOr<std::vector<LogLine>> SqliteJobStore::ListLogs(absl::string_view 
     line.set_job_id(job.id());
     line.set_rank(static_cast<int32_t>(st.ColumnInt(1)));
     line.set_stream(st.ColumnText(2));
-    *line.mutable_time() = google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(st.ColumnInt(3));
+    *line.mutable_time() =
+        google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(st.ColumnInt(3));
     line.set_text(st.ColumnText(4));
     out.push_back(std::move(line));
   }

@@ -1,10 +1,10 @@
 // SqliteJobStore: the JobStore on one SQLite file in WAL mode.
 //
 // Durability: every write is committed (synchronous=FULL by default: survives power loss, not only
-// a crash of the process) before the call returns. Concurrent writers are group-committed: the first
-// writer in the queue runs every queued writer's work in one transaction (one fsync), each inside
-// its own savepoint so one failure does not undo the others. Reads use a second connection and
-// never wait for a commit in progress.
+// a crash of the process) before the call returns. Concurrent writers are group-committed: the
+// first writer in the queue runs every queued writer's work in one transaction (one fsync), each
+// inside its own savepoint so one failure does not undo the others. Reads use a second connection
+// and never wait for a commit in progress.
 //
 // Schema changes are numbered migrations (PRAGMA user_version); opening a database applies the
 // missing ones, each in its own transaction. Thread-safe.
@@ -15,8 +15,8 @@
 #include <memory>
 #include <string>
 
-#include "absl/strings/string_view.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/internal/sqlite.h"
 #include "coordinator/job_store.h"

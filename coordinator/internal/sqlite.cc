@@ -1,7 +1,7 @@
-#include "absl/strings/string_view.h"
 #include "coordinator/internal/sqlite.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace trainctl::sqlite {
 
@@ -105,8 +105,9 @@ std::string Statement::ColumnText(int column) const {
 
 std::string Statement::ColumnBlob(int column) const {
   const void* blob = sqlite3_column_blob(stmt_, column);
-  return blob == nullptr ? std::string()
-                         : std::string(static_cast<const char*>(blob), sqlite3_column_bytes(stmt_, column));
+  return blob == nullptr
+             ? std::string()
+             : std::string(static_cast<const char*>(blob), sqlite3_column_bytes(stmt_, column));
 }
 
 }  // namespace trainctl::sqlite

@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace trainctl::sqlite {
 
@@ -42,7 +42,9 @@ class Db {
 
 class Statement {
  public:
-  Statement(Statement&& other) noexcept : db_(other.db_), stmt_(other.stmt_) { other.stmt_ = nullptr; }
+  Statement(Statement&& other) noexcept : db_(other.db_), stmt_(other.stmt_) {
+    other.stmt_ = nullptr;
+  }
   Statement& operator=(Statement&&) = delete;
   Statement(const Statement&) = delete;
   ~Statement();

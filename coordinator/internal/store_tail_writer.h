@@ -37,7 +37,8 @@ class StoreTailWriter final : public grpc::ServerWriteReactor<T> {
   };
 
   // Starts streaming at once. The reactor deletes itself when gRPC is done with it.
-  StoreTailWriter(JobNotifier* notifier, const std::string& job_id, int64_t after_seq, Source source)
+  StoreTailWriter(JobNotifier* notifier, const std::string& job_id, int64_t after_seq,
+                  Source source)
       : state_(std::make_shared<State>()) {
     state_->reactor = this;
     state_->source = std::move(source);
@@ -50,7 +51,8 @@ class StoreTailWriter final : public grpc::ServerWriteReactor<T> {
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&state_->mu);
     state_->writing = false;
-    if (!ok) return state_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream closed"));
+    if (!ok)
+      return state_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream closed"));
     state_->pending.pop_front();
     state_->PumpLocked();
   }

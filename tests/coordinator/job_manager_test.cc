@@ -88,7 +88,8 @@ TEST_F(JobManagerTest, InvalidSpecIsRejectedWithEveryErrorAndNothingStored) {
   spec.clear_output_dir();
   auto r = jobs_.Submit(spec, "");
   ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("spec.resources.slots_per_node: must be >= 1, got 0"), std::string::npos);
+  EXPECT_NE(r.status().message().find("spec.resources.slots_per_node: must be >= 1, got 0"),
+            std::string::npos);
   EXPECT_NE(r.status().message().find("spec.output_dir: required"), std::string::npos);
   EXPECT_TRUE(store_.ListJobs({})->jobs.empty());
 }
@@ -110,7 +111,8 @@ TEST_F(JobManagerTest, CancelPendingEndsItAtOnce) {
   EXPECT_EQ(cancelled->state(), trainctl::v1::JOB_STATE_CANCELLED);
   EXPECT_EQ(cancelled->message(), "cancelled: wrong data");
   EXPECT_EQ(cancelled->end_time().seconds(), absl::ToUnixSeconds(clock_.Now()));
-  EXPECT_EQ(store_.ListEvents(job.id(), 0, 10)->back().state_change().to(), trainctl::v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(store_.ListEvents(job.id(), 0, 10)->back().state_change().to(),
+            trainctl::v1::JOB_STATE_CANCELLED);
   // Twice is fine and changes nothing.
   auto again = jobs_.Cancel(job.id(), "");
   ASSERT_TRUE(again.ok());

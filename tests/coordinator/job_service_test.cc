@@ -102,9 +102,11 @@ TEST_F(JobServiceTest, ErrorsKeepTheirCodeAndEveryLine) {
   auto r = client_->Submit(request);
   ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("spec.resources.slots_per_node: must be >= 1, got 0\n"),
-            absl::string_view::npos) << r.status();
+            absl::string_view::npos)
+      << r.status();
   EXPECT_NE(r.status().message().find("spec.training.learning_rate: must be > 0, got -1"),
-            absl::string_view::npos) << r.status();
+            absl::string_view::npos)
+      << r.status();
   EXPECT_EQ(client_->Get("job-77").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(client_->Get("nonsense").status().code(), absl::StatusCode::kInvalidArgument);
   trainctl::v1::ListJobsRequest list;
@@ -188,10 +190,13 @@ TEST_F(JobServiceTest, LogsFollowUntilTheJobEndsAndTailStartsLate) {
     trainctl::v1::StreamLogsRequest request;
     request.set_id(id);
     request.set_follow(true);
-    EXPECT_TRUE(client_->Logs(request, [&](const LogLine& l) {
-      absl::MutexLock lock(&mu);
-      followed.push_back(absl::StrCat(l.rank(), ":", l.text()));
-    }).ok());
+    EXPECT_TRUE(client_
+                    ->Logs(request,
+                           [&](const LogLine& l) {
+                             absl::MutexLock lock(&mu);
+                             followed.push_back(absl::StrCat(l.rank(), ":", l.text()));
+                           })
+                    .ok());
   });
   auto count = [&] {
     absl::MutexLock lock(&mu);
@@ -226,7 +231,8 @@ TEST_F(JobServiceTest, ManyConcurrentWatchersAllFinish) {
       if (own.Watch(request, [&](const JobEvent&) { ++events; }).ok() && events == 2) ++finished;
     });
   }
-  ASSERT_TRUE(testing::WaitFor([&] { return notifier_.ListenerCount(id) == 16; }, absl::Seconds(10)));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return notifier_.ListenerCount(id) == 16; }, absl::Seconds(10)));
   ASSERT_TRUE(jobs_->Cancel(id, "").ok());
   for (auto& t : watchers) t.join();
   EXPECT_EQ(finished.load(), 16);

@@ -21,13 +21,13 @@ constexpr JobState kAll[] = {
 const std::set<std::pair<JobState, JobState>>& Legal() {
   using namespace trainctl::v1;  // NOLINT: the table reads better with bare names
   static const auto* legal = new std::set<std::pair<JobState, JobState>>{
-      {JOB_STATE_PENDING, JOB_STATE_SCHEDULED},     {JOB_STATE_PENDING, JOB_STATE_CANCELLED},
-      {JOB_STATE_PENDING, JOB_STATE_FAILED},        {JOB_STATE_SCHEDULED, JOB_STATE_RUNNING},
-      {JOB_STATE_SCHEDULED, JOB_STATE_RESTARTING},  {JOB_STATE_SCHEDULED, JOB_STATE_FAILED},
-      {JOB_STATE_SCHEDULED, JOB_STATE_CANCELLED},   {JOB_STATE_RUNNING, JOB_STATE_SUCCEEDED},
-      {JOB_STATE_RUNNING, JOB_STATE_FAILED},        {JOB_STATE_RUNNING, JOB_STATE_CANCELLED},
-      {JOB_STATE_RUNNING, JOB_STATE_RESTARTING},    {JOB_STATE_RESTARTING, JOB_STATE_SCHEDULED},
-      {JOB_STATE_RESTARTING, JOB_STATE_FAILED},     {JOB_STATE_RESTARTING, JOB_STATE_CANCELLED},
+      {JOB_STATE_PENDING, JOB_STATE_SCHEDULED},    {JOB_STATE_PENDING, JOB_STATE_CANCELLED},
+      {JOB_STATE_PENDING, JOB_STATE_FAILED},       {JOB_STATE_SCHEDULED, JOB_STATE_RUNNING},
+      {JOB_STATE_SCHEDULED, JOB_STATE_RESTARTING}, {JOB_STATE_SCHEDULED, JOB_STATE_FAILED},
+      {JOB_STATE_SCHEDULED, JOB_STATE_CANCELLED},  {JOB_STATE_RUNNING, JOB_STATE_SUCCEEDED},
+      {JOB_STATE_RUNNING, JOB_STATE_FAILED},       {JOB_STATE_RUNNING, JOB_STATE_CANCELLED},
+      {JOB_STATE_RUNNING, JOB_STATE_RESTARTING},   {JOB_STATE_RESTARTING, JOB_STATE_SCHEDULED},
+      {JOB_STATE_RESTARTING, JOB_STATE_FAILED},    {JOB_STATE_RESTARTING, JOB_STATE_CANCELLED},
   };
   return *legal;
 }
@@ -60,10 +60,12 @@ TEST(JobStateTest, TerminalStatesAreFinal) {
 }
 
 TEST(JobStateTest, MessagesNameBothStates) {
-  EXPECT_EQ(CheckTransition(trainctl::v1::JOB_STATE_RUNNING, trainctl::v1::JOB_STATE_PENDING).message(),
-            "illegal job state transition running -> pending");
-  EXPECT_EQ(CheckTransition(trainctl::v1::JOB_STATE_SUCCEEDED, trainctl::v1::JOB_STATE_RUNNING).message(),
-            "job already succeeded; cannot move to running");
+  EXPECT_EQ(
+      CheckTransition(trainctl::v1::JOB_STATE_RUNNING, trainctl::v1::JOB_STATE_PENDING).message(),
+      "illegal job state transition running -> pending");
+  EXPECT_EQ(
+      CheckTransition(trainctl::v1::JOB_STATE_SUCCEEDED, trainctl::v1::JOB_STATE_RUNNING).message(),
+      "job already succeeded; cannot move to running");
 }
 
 }  // namespace

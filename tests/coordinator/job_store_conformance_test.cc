@@ -47,8 +47,10 @@ TEST_P(JobStoreConformanceTest, CreateAssignsIdsInOrderAndGetReturnsTheJob) {
 }
 
 TEST_P(JobStoreConformanceTest, RequestIdMakesCreateIdempotent) {
-  auto first = store_->CreateJob(PendingJob("first"), "req-1", {StateEvent(JOB_STATE_UNSPECIFIED, JOB_STATE_PENDING)});
-  auto again = store_->CreateJob(PendingJob("second"), "req-1", {StateEvent(JOB_STATE_UNSPECIFIED, JOB_STATE_PENDING)});
+  auto first = store_->CreateJob(PendingJob("first"), "req-1",
+                                 {StateEvent(JOB_STATE_UNSPECIFIED, JOB_STATE_PENDING)});
+  auto again = store_->CreateJob(PendingJob("second"), "req-1",
+                                 {StateEvent(JOB_STATE_UNSPECIFIED, JOB_STATE_PENDING)});
   ASSERT_TRUE(first.ok() && again.ok());
   EXPECT_FALSE(again->created);
   EXPECT_EQ(again->job.id(), first->job.id());
@@ -102,8 +104,10 @@ TEST_P(JobStoreConformanceTest, ListIsNewestFirstWithPagesAndStateFilter) {
 }
 
 TEST_P(JobStoreConformanceTest, UpdateAppliesMutationAndNumbersEventsAcrossJobs) {
-  auto a = store_->CreateJob(PendingJob("a"), "", {StateEvent(JOB_STATE_UNSPECIFIED, JOB_STATE_PENDING)});
-  auto b = store_->CreateJob(PendingJob("b"), "", {StateEvent(JOB_STATE_UNSPECIFIED, JOB_STATE_PENDING)});
+  auto a = store_->CreateJob(PendingJob("a"), "",
+                             {StateEvent(JOB_STATE_UNSPECIFIED, JOB_STATE_PENDING)});
+  auto b = store_->CreateJob(PendingJob("b"), "",
+                             {StateEvent(JOB_STATE_UNSPECIFIED, JOB_STATE_PENDING)});
   std::vector<JobEvent> appended;
   auto updated = store_->UpdateJob(
       a->job.id(),
@@ -145,7 +149,9 @@ TEST_P(JobStoreConformanceTest, FailedMutationWritesNothing) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(store_->GetJob("job-1")->state(), JOB_STATE_PENDING);
   EXPECT_TRUE(store_->ListEvents("job-1", 0, 10)->empty());
-  EXPECT_EQ(store_->UpdateJob("job-5", [](Job*, std::vector<JobEvent>*) { return absl::OkStatus(); }, nullptr)
+  EXPECT_EQ(store_
+                ->UpdateJob(
+                    "job-5", [](Job*, std::vector<JobEvent>*) { return absl::OkStatus(); }, nullptr)
                 .status()
                 .code(),
             absl::StatusCode::kNotFound);
@@ -155,7 +161,8 @@ TEST_P(JobStoreConformanceTest, LogsAppendInOrderWithTailAndLimit) {
   ASSERT_TRUE(store_->CreateJob(PendingJob("a"), "", {}).ok());
   ASSERT_TRUE(store_->CreateJob(PendingJob("b"), "", {}).ok());
   std::vector<LogLine> lines;
-  for (int i = 0; i < 10; ++i) lines.push_back(Line(i % 2 ? "job-1" : "2", i % 3, "line " + std::to_string(i)));
+  for (int i = 0; i < 10; ++i)
+    lines.push_back(Line(i % 2 ? "job-1" : "2", i % 3, "line " + std::to_string(i)));
   ASSERT_TRUE(store_->AppendLogs(&lines).ok());
   EXPECT_EQ(lines[0].job_id(), "job-2");  // normalised
   EXPECT_LT(lines[0].seq(), lines[9].seq());
@@ -198,14 +205,18 @@ TEST_P(JobStoreConformanceTest, ConcurrentCreatesAndUpdatesLoseNothing) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
         const std::string name = "t" + std::to_string(t) + "-" + std::to_string(i);
-        auto created = store_->CreateJob(PendingJob(name), name, {StateEvent(JOB_STATE_UNSPECIFIED, JOB_STATE_PENDING)});
+        auto created = store_->CreateJob(PendingJob(name), name,
+                                         {StateEvent(JOB_STATE_UNSPECIFIED, JOB_STATE_PENDING)});
         ASSERT_TRUE(created.ok()) << created.status();
         ids[t].push_back(created->job.id());
-        auto updated = store_->UpdateJob(created->job.id(), [](Job* job, std::vector<JobEvent>* events) {
-          job->set_state(JOB_STATE_SCHEDULED);
-          events->push_back(StateEvent(JOB_STATE_PENDING, JOB_STATE_SCHEDULED));
-          return absl::OkStatus();
-        }, nullptr);
+        auto updated = store_->UpdateJob(
+            created->job.id(),
+            [](Job* job, std::vector<JobEvent>* events) {
+              job->set_state(JOB_STATE_SCHEDULED);
+              events->push_back(StateEvent(JOB_STATE_PENDING, JOB_STATE_SCHEDULED));
+              return absl::OkStatus();
+            },
+            nullptr);
         ASSERT_TRUE(updated.ok()) << updated.status();
       }
     });
@@ -228,16 +239,18 @@ TEST_P(JobStoreConformanceTest, ConcurrentCreatesAndUpdatesLoseNothing) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllStores, JobStoreConformanceTest,
-    ::testing::Values(
-        StoreFactory{"InMemory", [](const std::string&) -> std::unique_ptr<JobStore> {
-                       return std::make_unique<InMemoryJobStore>();
-                     }},
-        StoreFactory{"Sqlite", [](const std::string& dir) -> std::unique_ptr<JobStore> {
-                       SqliteJobStore::Options options;
-                       options.path = dir + "/jobs.db";
-                       options.synchronous_full = false;  // same semantics; fsync only slows tests
-                       return std::move(SqliteJobStore::Open(options).value());
-                     }}),
+    ::testing::Values(StoreFactory{"InMemory",
+                                   [](const std::string&) -> std::unique_ptr<JobStore> {
+                                     return std::make_unique<InMemoryJobStore>();
+                                   }},
+                      StoreFactory{"Sqlite",
+                                   [](const std::string& dir) -> std::unique_ptr<JobStore> {
+                                     SqliteJobStore::Options options;
+                                     options.path = dir + "/jobs.db";
+                                     options.synchronous_full =
+                                         false;  // same semantics; fsync only slows tests
+                                     return std::move(SqliteJobStore::Open(options).value());
+                                   }}),
     [](const ::testing::TestParamInfo<StoreFactory>& param_info) { return param_info.param.name; });
 
 }  // namespace

@@ -4,8 +4,8 @@
 
 #include <sqlite3.h>
 
-#include <filesystem>
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -39,7 +39,9 @@ TEST_F(SqliteJobStoreTest, ReopenKeepsJobsEventsAndLogs) {
   {
     auto store = Open();
     ASSERT_TRUE(store.ok()) << store.status();
-    auto result = (*store)->CreateJob(PendingJob("keep"), "req", {StateEvent(trainctl::v1::JOB_STATE_UNSPECIFIED, trainctl::v1::JOB_STATE_PENDING)});
+    auto result = (*store)->CreateJob(
+        PendingJob("keep"), "req",
+        {StateEvent(trainctl::v1::JOB_STATE_UNSPECIFIED, trainctl::v1::JOB_STATE_PENDING)});
     ASSERT_TRUE(result.ok());
     created = result->job;
     std::vector<LogLine> lines = {Line(created.id(), 0, "hello")};
@@ -99,7 +101,8 @@ TEST_F(SqliteJobStoreTest, RefusesASchemaNewerThanItKnows) {
   auto store = Open();
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(store.status().message().find("schema version 99"), absl::string_view::npos) << store.status();
+  EXPECT_NE(store.status().message().find("schema version 99"), absl::string_view::npos)
+      << store.status();
   EXPECT_NE(store.status().message().find(path_), absl::string_view::npos);
 }
 
@@ -131,7 +134,8 @@ TEST_F(SqliteJobStoreTest, AFailingWriterInAGroupDoesNotUndoTheOthers) {
           FormatJobId(i),
           [i](Job* job, std::vector<JobEvent>* events) {
             job->set_message("touched");
-            events->push_back(StateEvent(trainctl::v1::JOB_STATE_PENDING, trainctl::v1::JOB_STATE_PENDING));
+            events->push_back(
+                StateEvent(trainctl::v1::JOB_STATE_PENDING, trainctl::v1::JOB_STATE_PENDING));
             return i % 4 == 0 ? absl::AbortedError("odd one out") : absl::OkStatus();
           },
           nullptr);

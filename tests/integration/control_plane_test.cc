@@ -35,12 +35,34 @@ const std::string kSeedDeepSpeed = TRAINCTL_SOURCE_DIR "/configs/ds_zero3_bf16.j
 
 // The seed's launch flags, verbatim (with trainctl's --kind in front).
 std::vector<std::string> SeedFlags() {
-  return {"--kind", "sft", "--num_gpus=8", "src/train_multimodal.py",
-          "--model_name_or_path", "Qwen/Qwen2-VL-7B-Instruct", "--data_path", "./data/processed_multimodal",
-          "--deepspeed", "./configs/ds_zero3_bf16.json", "--per_device_train_batch_size", "4",
-          "--gradient_accumulation_steps", "4", "--learning_rate", "2e-5", "--num_train_epochs", "3",
-          "--bf16", "True", "--tf32", "True", "--output_dir", "./checkpoints/qwen2vl_r1",
-          "--logging_steps", "10", "--save_strategy", "epoch"};
+  return {"--kind",
+          "sft",
+          "--num_gpus=8",
+          "src/train_multimodal.py",
+          "--model_name_or_path",
+          "Qwen/Qwen2-VL-7B-Instruct",
+          "--data_path",
+          "./data/processed_multimodal",
+          "--deepspeed",
+          "./configs/ds_zero3_bf16.json",
+          "--per_device_train_batch_size",
+          "4",
+          "--gradient_accumulation_steps",
+          "4",
+          "--learning_rate",
+          "2e-5",
+          "--num_train_epochs",
+          "3",
+          "--bf16",
+          "True",
+          "--tf32",
+          "True",
+          "--output_dir",
+          "./checkpoints/qwen2vl_r1",
+          "--logging_steps",
+          "10",
+          "--save_strategy",
+          "epoch"};
 }
 
 class ControlPlaneTest : public ::testing::Test {
@@ -99,7 +121,8 @@ TEST_F(ControlPlaneTest, SubmitListDescribeCancelThroughTheCli) {
   const std::string id = job["id"];
   EXPECT_EQ(job["state"], "JOB_STATE_PENDING");
   EXPECT_EQ(job["spec"]["env"]["NCCL_IB_DISABLE"], "0");
-  EXPECT_NE(submit.err.find("warning: spec.deepspeed.bf16.loss_scale"), std::string::npos) << submit.err;
+  EXPECT_NE(submit.err.find("warning: spec.deepspeed.bf16.loss_scale"), std::string::npos)
+      << submit.err;
 
   RunResult ls = Trainctl({"ls"});
   ASSERT_EQ(ls.exit_code, 0) << ls.err;
@@ -176,9 +199,11 @@ TEST_F(ControlPlaneTest, ValidateWorksOfflineAndListsEveryError) {
   RunResult bad = Trainctl(args, TRAINCTL_SOURCE_DIR);
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_TRUE(bad.out.empty());
-  EXPECT_NE(bad.err.find("trainctl: spec.resources.slots_per_node: must be >= 1, got 0\n"), std::string::npos)
+  EXPECT_NE(bad.err.find("trainctl: spec.resources.slots_per_node: must be >= 1, got 0\n"),
+            std::string::npos)
       << bad.err;
-  EXPECT_NE(bad.err.find("trainctl: spec.training.learning_rate: must be > 0, got -1\n"), std::string::npos)
+  EXPECT_NE(bad.err.find("trainctl: spec.training.learning_rate: must be > 0, got -1\n"),
+            std::string::npos)
       << bad.err;
 }
 
@@ -201,13 +226,15 @@ TEST_F(ControlPlaneTest, UnreachableCoordinatorIsOneLineWithinFiveSeconds) {
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   const std::string silent = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
-  for (const std::vector<std::string>& verb : {std::vector<std::string>{"ls"}, {"watch", "job-1"}}) {
+  for (const std::vector<std::string>& verb :
+       {std::vector<std::string>{"ls"}, {"watch", "job-1"}}) {
     std::vector<std::string> argv = {TRAINCTL_CLI_BIN};
     argv.insert(argv.end(), verb.begin(), verb.end());
     RunResult hung = testing::Run(argv, {{"TRAINCTL_COORDINATOR", silent}});
     EXPECT_EQ(hung.exit_code, 1) << verb[0];
     EXPECT_LT(hung.elapsed, absl::Seconds(5)) << verb[0];
-    EXPECT_TRUE(absl::StartsWith(hung.err, "trainctl: cannot reach coordinator at " + silent)) << hung.err;
+    EXPECT_TRUE(absl::StartsWith(hung.err, "trainctl: cannot reach coordinator at " + silent))
+        << hung.err;
   }
   close(fd);
 }
@@ -233,7 +260,8 @@ TEST_F(ControlPlaneTest, RestartKeepsEveryJob) {
     before[nlohmann::json::parse(r.out)["id"]] = nullptr;
   }
   ASSERT_EQ(Trainctl({"cancel", "job-2"}).exit_code, 0);
-  for (auto& [id, json] : before) json = nlohmann::json::parse(Trainctl({"describe", id, "-o", "json"}).out);
+  for (auto& [id, json] : before)
+    json = nlohmann::json::parse(Trainctl({"describe", id, "-o", "json"}).out);
 
   for (int signal : {SIGTERM, SIGKILL}) {
     coordinator_->Kill(signal);
@@ -294,7 +322,8 @@ TEST_F(ControlPlaneTest, KillNineDuringConcurrentSubmitsLosesNoAcknowledgedJob) 
   ASSERT_TRUE(coordinator_->Wait(absl::Seconds(10)).ok());
   for (auto& t : clients) t.join();
   ASSERT_GE(acked.size(), 60u);
-  ASSERT_LT(acked.size(), static_cast<size_t>(kSubmits)) << "the kill came too late to test anything";
+  ASSERT_LT(acked.size(), static_cast<size_t>(kSubmits))
+      << "the kill came too late to test anything";
 
   StartCoordinator();
   cli::JobClient client(address_);

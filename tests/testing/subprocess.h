@@ -25,7 +25,8 @@ struct RunResult {
 
 // Runs `argv` to completion (killing it after `timeout`) with extra `env` entries.
 // `cwd`, when not empty, is the child's working directory.
-RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
+RunResult Run(const std::vector<std::string>& argv,
+              const std::map<std::string, std::string>& env = {},
               absl::Duration timeout = absl::Seconds(60), const std::string& cwd = "");
 
 // A long-running child (a daemon). Stdout and stderr go to `log_path`. The destructor kills it
