@@ -53,6 +53,8 @@ ABSL_FLAG(std::string, sync, "full",
 ABSL_FLAG(int, clients, 32, "concurrent clients in the contended phases");
 ABSL_FLAG(int, rounds, 5,
           "the contended phases take turns this many times (disk speed drifts; see README)");
+ABSL_FLAG(int, turn, 50,
+          "one-client measurements take turns of this many calls (disk speed drifts; see README)");
 ABSL_FLAG(int, rpc_threads, 16, "executor threads of the server (trainctl-coordinator's default)");
 
 namespace trainctl::bench {
@@ -117,13 +119,18 @@ absl::Status TimedCall(const Op& op, Sample* sample) {
   return absl::OkStatus();
 }
 
-// One client calling each of `ops` in turn, `count` times: every op meets the same disk.
+// One client taking `ops` in turns of `turn` calls each, until each has made `count` measured
+// calls: every op meets the same disk, yet runs warm (no other kind of call in between).
 absl::StatusOr<std::vector<Stats>> MeasureInterleaved(const std::vector<Op>& ops, int warmup,
-                                                      int count) {
+                                                      int count, int turn) {
   std::vector<Sample> samples(ops.size());
-  for (int i = 0; i < warmup + count; ++i) {
+  for (const Op& op : ops) {
+    for (int i = 0; i < warmup; ++i) RETURN_IF_ERROR(TimedCall(op, nullptr));
+  }
+  for (int done = 0; done < count; done += turn) {
+    const int calls = std::min(turn, count - done);
     for (size_t k = 0; k < ops.size(); ++k) {
-      RETURN_IF_ERROR(TimedCall(ops[k], i < warmup ? nullptr : &samples[k]));
+      for (int i = 0; i < calls; ++i) RETURN_IF_ERROR(TimedCall(ops[k], &samples[k]));
     }
   }
   return SummarizeAll(std::move(samples));
@@ -481,12 +488,13 @@ void PrintReport(const Results& r, int clients) {
 // ---------------------------------------------------------------------------------------------
 
 struct Config {
-  int requests;
-  int warmup;
-  bool synchronous_full;
-  int clients;
-  int rounds;
-  int rpc_threads;
+  int requests = 0;
+  int warmup = 0;
+  bool synchronous_full = true;
+  int clients = 0;
+  int rounds = 0;
+  int turn = 0;
+  int rpc_threads = 0;
 };
 
 absl::StatusOr<Config> ReadFlags() {
@@ -495,13 +503,18 @@ absl::StatusOr<Config> ReadFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--sync must be full or normal, got '", sync, "'"));
   }
-  const Config config{
-      absl::GetFlag(FLAGS_requests), absl::GetFlag(FLAGS_warmup), sync == "full",
-      absl::GetFlag(FLAGS_clients),  absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_rpc_threads)};
+  Config config;
+  config.requests = absl::GetFlag(FLAGS_requests);
+  config.warmup = absl::GetFlag(FLAGS_warmup);
+  config.synchronous_full = sync == "full";
+  config.clients = absl::GetFlag(FLAGS_clients);
+  config.rounds = absl::GetFlag(FLAGS_rounds);
+  config.turn = absl::GetFlag(FLAGS_turn);
+  config.rpc_threads = absl::GetFlag(FLAGS_rpc_threads);
   if (config.requests < 1 || config.warmup < 0 || config.clients < 1 || config.rounds < 1 ||
-      config.rpc_threads < 1) {
+      config.turn < 1 || config.rpc_threads < 1) {
     return absl::InvalidArgumentError(
-        "--requests, --clients, --rounds and --rpc_threads must be >= 1, --warmup >= 0");
+        "--requests, --clients, --rounds, --turn and --rpc_threads must be >= 1, --warmup >= 0");
   }
   return config;
 }
@@ -520,8 +533,8 @@ absl::Status MeasureOneClient(const Config& c, const std::string& address, const
   ASSIGN_OR_RETURN(std::vector<Op> insert,
                    InserterClients(floor_db, c.synchronous_full, job_size, 1));
   ASSIGN_OR_RETURN(std::vector<Op> submit, SubmitClients(address, spec, "1", 1));
-  ASSIGN_OR_RETURN(std::vector<Stats> stats,
-                   MeasureInterleaved({health[0], insert[0], submit[0]}, c.warmup, c.requests));
+  ASSIGN_OR_RETURN(std::vector<Stats> stats, MeasureInterleaved({health[0], insert[0], submit[0]},
+                                                                c.warmup, c.requests, c.turn));
   r->rpc_1 = stats[0];
   r->insert_1 = stats[1];
   r->submit_1 = stats[2];

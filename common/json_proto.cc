@@ -26,33 +26,10 @@ std::string JoinPath(absl::string_view path, absl::string_view key) {
   return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
 }
 
-// Levenshtein distance, for "did you mean" hints on misspelt field names.
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 std::string UnknownFieldMessage(const google::protobuf::Descriptor* desc, absl::string_view key) {
-  std::string best;
-  size_t best_distance = 3;
-  for (int i = 0; i < desc->field_count(); ++i) {
-    const std::string& name = desc->field(i)->name();
-    const size_t d = EditDistance(key, name);
-    if (d < best_distance) {
-      best_distance = d;
-      best = name;
-    }
-  }
+  std::vector<std::string> names;
+  for (int i = 0; i < desc->field_count(); ++i) names.push_back(desc->field(i)->name());
+  const std::string best = ClosestName(key, names);
   if (!best.empty()) return absl::StrCat("unknown field (did you mean '", best, "'?)");
   return "unknown field";
 }
@@ -321,6 +298,33 @@ json YamlNodeToJson(const YAML::Node& node, const std::string& source) {
 }
 
 }  // namespace
+
+std::string ClosestName(absl::string_view name, const std::vector<std::string>& candidates) {
+  // Levenshtein distance, one row at a time.
+  auto distance = [](absl::string_view a, absl::string_view b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_distance = 3;  // at most two edits away
+  for (const std::string& candidate : candidates) {
+    if (const size_t d = distance(name, candidate); d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
 
 std::string EnumShortName(const google::protobuf::EnumValueDescriptor* value) {
   // JobKind -> JOB_KIND_, the prefix every value of the enum carries.

@@ -32,6 +32,10 @@ absl::Status SetFieldFromText(absl::string_view text,
 // Parses an HF-style boolean (see SetFieldFromText).
 absl::StatusOr<bool> ParseHfBool(absl::string_view text);
 
+// The candidate at most two edits from `name` (the nearest), or "" if none: for "did you mean"
+// hints.
+std::string ClosestName(absl::string_view name, const std::vector<std::string>& candidates);
+
 // The short, lower-case user-facing name of an enum value: JOB_KIND_SFT -> "sft".
 std::string EnumShortName(const google::protobuf::EnumValueDescriptor* value);
 

@@ -60,36 +60,13 @@ std::vector<std::string> AllFlagNames() {
   return names;
 }
 
-// Levenshtein distance, for "did you mean" hints on misspelt flags.
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 std::string UnknownFlag(const std::string& name) {
   // Suggest the closest known flag when the name is a near miss (typo, dash vs underscore).
   std::string normalized = name;
   std::replace(normalized.begin(), normalized.end(), '-', '_');
   if (IsSeedFlag(normalized))
     return absl::StrCat("--", name, ": unknown flag (did you mean --", normalized, "?)");
-  std::string best;
-  size_t best_distance = 3;  // at most two edits away
-  for (const std::string& known : AllFlagNames()) {
-    if (const size_t d = EditDistance(normalized, known); d < best_distance) {
-      best_distance = d;
-      best = known;
-    }
-  }
+  const std::string best = ClosestName(normalized, AllFlagNames());
   if (!best.empty()) return absl::StrCat("--", name, ": unknown flag (did you mean --", best, "?)");
   for (const std::string& known : AllFlagNames()) {
     if (absl::StrContains(known, normalized) || absl::StrContains(normalized, known)) {

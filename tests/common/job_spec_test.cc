@@ -18,6 +18,8 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/seed.h"
+#include "tests/testing/temp_dir.h"
 
 namespace trainctl {
 namespace {
@@ -36,43 +38,10 @@ using ::testing::UnorderedElementsAre;
 using trainctl::v1::JobKind;
 
 constexpr char kSourceDir[] = TRAINCTL_SOURCE_DIR;
-constexpr char kSeedDeepSpeed[] = TRAINCTL_SOURCE_DIR "/configs/ds_zero3_bf16.json";
+constexpr const char* kSeedDeepSpeed = testing::kSeedDeepSpeedPath;
 
-// A fresh directory for one test's files, removed with everything in it.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "job_spec_test.XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
-    path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string Write(const std::string& relative, const std::string& contents) const {
-    const std::filesystem::path full = std::filesystem::path(path_) / relative;
-    std::filesystem::create_directories(full.parent_path());
-    std::ofstream out(full, std::ios::binary);
-    out << contents;
-    EXPECT_TRUE(out.good()) << "cannot write " << full;
-    return full.string();
-  }
-
- private:
-  std::string path_;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::ReadTextFile;
+using ScratchDir = testing::TempDir;
 
 std::vector<std::string> Lines(absl::string_view text) { return absl::StrSplit(text, '\n'); }
 
@@ -473,7 +442,7 @@ TEST(LoadJobSpecFileTest, MissingFileIsNotFound) {
 
 TEST(LoadJobSpecFileTest, DeepSpeedPathIsReadRelativeToTheSpecFile) {
   ScratchDir dir;
-  const std::string ds_text = ReadFile(kSeedDeepSpeed);
+  const std::string ds_text = ReadTextFile(kSeedDeepSpeed);
   ASSERT_FALSE(ds_text.empty());
   dir.Write("configs/ds.json", ds_text);
   const std::string path =
@@ -491,7 +460,7 @@ TEST(LoadJobSpecFileTest, AbsoluteDeepSpeedPathIsReadAsIs) {
       dir.Write("seed.yaml", absl::StrCat(kMinimalSpec, "deepspeed: ", kSeedDeepSpeed, "\n"));
   absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->deepspeed_config_json(), ReadFile(kSeedDeepSpeed));
+  EXPECT_EQ(spec->deepspeed_config_json(), ReadTextFile(kSeedDeepSpeed));
 }
 
 TEST(LoadJobSpecFileTest, JsonExtensionSelectsTheJsonParser) {
@@ -557,7 +526,7 @@ TEST(EmbedDeepSpeedConfigTest, ReadsRelativeToBaseDir) {
   JobSpec spec;
   spec.set_deepspeed("./configs/ds_zero3_bf16.json");
   ASSERT_TRUE(EmbedDeepSpeedConfig(kSourceDir, &spec).ok());
-  EXPECT_EQ(spec.deepspeed_config_json(), ReadFile(kSeedDeepSpeed));
+  EXPECT_EQ(spec.deepspeed_config_json(), ReadTextFile(kSeedDeepSpeed));
 }
 
 // --- Defaults --------------------------------------------------------------------------------
@@ -933,7 +902,7 @@ TEST(PipelineTest, DeepSpeedIsResolvedPerStage) {
   absl::StatusOr<JobSpec> parsed = ParseYaml(kPipeline);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   spec = *parsed;
-  spec.set_deepspeed_config_json(ReadFile(kSeedDeepSpeed));
+  spec.set_deepspeed_config_json(ReadTextFile(kSeedDeepSpeed));
   absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
   ASSERT_TRUE(v.ok()) << v.status();
   const json per_stage = json::parse(v->resolved_deepspeed_config_json);
@@ -968,7 +937,7 @@ JobSpec SeedSpec() {
   spec.set_data_path("./data/processed_multimodal");
   spec.set_output_dir("./checkpoints/qwen2vl_r1");
   spec.set_deepspeed("./configs/ds_zero3_bf16.json");
-  spec.set_deepspeed_config_json(ReadFile(kSeedDeepSpeed));
+  spec.set_deepspeed_config_json(ReadTextFile(kSeedDeepSpeed));
   auto* t = spec.mutable_training();
   t->set_per_device_train_batch_size(4);
   t->set_gradient_accumulation_steps(4);
@@ -1098,7 +1067,7 @@ TEST(ExampleSpecsTest, SftExampleIsTheSeedsJob) {
   EXPECT_EQ(spec->model_name_or_path(), "Qwen/Qwen2-VL-7B-Instruct");
   EXPECT_EQ(spec->data_path(), "./data/processed_multimodal");
   EXPECT_EQ(spec->output_dir(), "./checkpoints/qwen2vl_r1");
-  EXPECT_EQ(spec->deepspeed_config_json(), ReadFile(kSeedDeepSpeed));
+  EXPECT_EQ(spec->deepspeed_config_json(), ReadTextFile(kSeedDeepSpeed));
   EXPECT_EQ(spec->resources().nodes(), 1);
   EXPECT_EQ(spec->resources().slots_per_node(), 8);
   EXPECT_EQ(spec->env().at("NCCL_DEBUG"), "INFO");

@@ -13,6 +13,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/seed.h"
 
 namespace trainctl {
 namespace {
@@ -28,43 +29,8 @@ using ::testing::UnorderedElementsAre;
 constexpr char kSourceDir[] = TRAINCTL_SOURCE_DIR;
 constexpr char kSeedDeepSpeed[] = TRAINCTL_SOURCE_DIR "/configs/ds_zero3_bf16.json";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// The seed's launch line after the shell has expanded its variables and stripped its quotes:
-//   deepspeed --num_gpus=8 src/train_multimodal.py --model_name_or_path $MODEL_ID ...
-std::vector<std::string> SeedArgs() {
-  return {"--num_gpus=8",
-          "src/train_multimodal.py",
-          "--model_name_or_path",
-          "Qwen/Qwen2-VL-7B-Instruct",
-          "--data_path",
-          "./data/processed_multimodal",
-          "--deepspeed",
-          "./configs/ds_zero3_bf16.json",
-          "--per_device_train_batch_size",
-          "4",
-          "--gradient_accumulation_steps",
-          "4",
-          "--learning_rate",
-          "2e-5",
-          "--num_train_epochs",
-          "3",
-          "--bf16",
-          "True",
-          "--tf32",
-          "True",
-          "--output_dir",
-          "./checkpoints/qwen2vl_r1",
-          "--logging_steps",
-          "10",
-          "--save_strategy",
-          "epoch"};
-}
+using testing::ReadTextFile;
+using testing::SeedLaunchFlags;
 
 absl::StatusOr<FlagSpec> Parse(std::vector<std::string> args) {
   return JobSpecFromFlags(args, kSourceDir);
@@ -77,7 +43,7 @@ std::vector<std::string> ErrorLines(const absl::Status& status) {
 
 TEST(SeedFlagsTest, SeedLaunchLineGivesTheSeedsJob) {
   std::vector<std::string> args = {"--kind", "sft"};
-  for (const std::string& arg : SeedArgs()) args.push_back(arg);
+  for (const std::string& arg : SeedLaunchFlags()) args.push_back(arg);
   absl::StatusOr<FlagSpec> parsed = Parse(args);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const JobSpec& spec = parsed->spec;
@@ -87,7 +53,7 @@ TEST(SeedFlagsTest, SeedLaunchLineGivesTheSeedsJob) {
   EXPECT_EQ(spec.data_path(), "./data/processed_multimodal");
   EXPECT_EQ(spec.output_dir(), "./checkpoints/qwen2vl_r1");
   EXPECT_EQ(spec.deepspeed(), "./configs/ds_zero3_bf16.json");
-  EXPECT_EQ(spec.deepspeed_config_json(), ReadFile(kSeedDeepSpeed));
+  EXPECT_EQ(spec.deepspeed_config_json(), ReadTextFile(kSeedDeepSpeed));
   ASSERT_TRUE(spec.resources().has_slots_per_node());
   EXPECT_EQ(spec.resources().slots_per_node(), 8);
   EXPECT_FALSE(spec.resources().has_nodes());
@@ -109,7 +75,7 @@ TEST(SeedFlagsTest, SeedLaunchLineGivesTheSeedsJob) {
 
 TEST(SeedFlagsTest, SeedJobValidatesToTheSeedsGlobalBatch) {
   std::vector<std::string> args = {"--kind", "sft"};
-  for (const std::string& arg : SeedArgs()) args.push_back(arg);
+  for (const std::string& arg : SeedLaunchFlags()) args.push_back(arg);
   absl::StatusOr<FlagSpec> parsed = Parse(args);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(parsed->spec);
@@ -160,7 +126,7 @@ TEST(SeedFlagsTest, HfBooleanSyntax) {
       {{"--bf16", "--tf32", "True"}, true},
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(testing::PrintToString(c.args));
+    SCOPED_TRACE(::testing::PrintToString(c.args));
     absl::StatusOr<FlagSpec> parsed = Parse(c.args);
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     ASSERT_TRUE(parsed->spec.training().has_bf16());
@@ -289,7 +255,7 @@ TEST(SeedFlagsTest, DeepSpeedPathIsReadRelativeToBaseDir) {
 
   absl::StatusOr<FlagSpec> absolute = JobSpecFromFlags({"--deepspeed", kSeedDeepSpeed}, "/");
   ASSERT_TRUE(absolute.ok()) << absolute.status();
-  EXPECT_EQ(absolute->spec.deepspeed_config_json(), ReadFile(kSeedDeepSpeed));
+  EXPECT_EQ(absolute->spec.deepspeed_config_json(), ReadTextFile(kSeedDeepSpeed));
 }
 
 TEST(SeedFlagsTest, NonScriptPositionalIsAnError) {

@@ -8,19 +8,13 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/seed.h"
 
 namespace trainctl {
 namespace {
 
 using trainctl::v1::JobSpec;
 using trainctl::v1::JobState;
-
-std::string SeedDeepSpeed() {
-  std::ifstream in(TRAINCTL_SOURCE_DIR "/configs/ds_zero3_bf16.json");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 JobSpec SeedSpec() {
   JobSpec spec;
@@ -29,7 +23,7 @@ JobSpec SeedSpec() {
   spec.set_data_path("./data/processed_multimodal");
   spec.set_output_dir("./checkpoints/qwen2vl_r1");
   spec.set_deepspeed("./configs/ds_zero3_bf16.json");
-  spec.set_deepspeed_config_json(SeedDeepSpeed());
+  spec.set_deepspeed_config_json(testing::SeedDeepSpeedText());
   auto* t = spec.mutable_training();
   t->set_per_device_train_batch_size(4);
   t->set_gradient_accumulation_steps(4);

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/grpc_probe.h"
+#include "tests/testing/seed.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
@@ -31,38 +32,11 @@ using testing::RunResult;
 using testing::Subprocess;
 using testing::WaitFor;
 
-const std::string kSeedDeepSpeed = TRAINCTL_SOURCE_DIR "/configs/ds_zero3_bf16.json";
-
-// The seed's launch flags, verbatim (with trainctl's --kind in front).
+// The seed's launch flags, verbatim, with trainctl's --kind in front.
 std::vector<std::string> SeedFlags() {
-  return {"--kind",
-          "sft",
-          "--num_gpus=8",
-          "src/train_multimodal.py",
-          "--model_name_or_path",
-          "Qwen/Qwen2-VL-7B-Instruct",
-          "--data_path",
-          "./data/processed_multimodal",
-          "--deepspeed",
-          "./configs/ds_zero3_bf16.json",
-          "--per_device_train_batch_size",
-          "4",
-          "--gradient_accumulation_steps",
-          "4",
-          "--learning_rate",
-          "2e-5",
-          "--num_train_epochs",
-          "3",
-          "--bf16",
-          "True",
-          "--tf32",
-          "True",
-          "--output_dir",
-          "./checkpoints/qwen2vl_r1",
-          "--logging_steps",
-          "10",
-          "--save_strategy",
-          "epoch"};
+  std::vector<std::string> flags = {"--kind", "sft"};
+  for (const std::string& f : testing::SeedLaunchFlags()) flags.push_back(f);
+  return flags;
 }
 
 class ControlPlaneTest : public ::testing::Test {
@@ -86,7 +60,7 @@ class ControlPlaneTest : public ::testing::Test {
   }
 
   std::string WriteSpec() {
-    std::filesystem::copy_file(kSeedDeepSpeed, dir_.path() + "/ds.json");
+    std::filesystem::copy_file(testing::kSeedDeepSpeedPath, dir_.path() + "/ds.json");
     return dir_.Write("job.yaml", R"(name: qwen2vl-r1
 kind: sft
 model_name_or_path: Qwen/Qwen2-VL-7B-Instruct
@@ -280,8 +254,7 @@ TEST_F(ControlPlaneTest, RestartKeepsEveryJob) {
 TEST_F(ControlPlaneTest, KillNineDuringConcurrentSubmitsLosesNoAcknowledgedJob) {
   StartCoordinator();
   constexpr int kClients = 8, kSubmits = 200;
-  std::ifstream ds_file(kSeedDeepSpeed);
-  const std::string ds((std::istreambuf_iterator<char>(ds_file)), std::istreambuf_iterator<char>());
+  const std::string ds = testing::SeedDeepSpeedText();
   auto request_for = [&](int i) {
     trainctl::v1::SubmitJobRequest request;
     auto* spec = request.mutable_spec();
