@@ -18,10 +18,6 @@ JobClient::JobClient(std::string address, absl::Duration connect_timeout)
   stub_ = trainctl::v1::JobService::NewStub(channel_);
 }
 
-void JobClient::PrepareUnary(grpc::ClientContext* context) const {
-  context->set_deadline(absl::ToChronoTime(absl::Now() + connect_timeout_));
-}
-
 absl::Status JobClient::Convert(const grpc::Status& status) const {
   if (status.ok()) return absl::OkStatus();
   const auto code = status.error_code();
@@ -41,43 +37,37 @@ absl::Status JobClient::Connect() {
                                              absl::FormatDuration(connect_timeout_)));
 }
 
-absl::StatusOr<trainctl::v1::SubmitJobResponse> JobClient::Submit(
-    const trainctl::v1::SubmitJobRequest& request) {
+template <typename Request, typename Response>
+absl::StatusOr<Response> JobClient::Unary(UnaryMethod<Request, Response> method,
+                                          const Request& request) {
   grpc::ClientContext context;
-  PrepareUnary(&context);
-  trainctl::v1::SubmitJobResponse response;
-  if (auto s = Convert(stub_->SubmitJob(&context, request, &response)); !s.ok()) return s;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + connect_timeout_));
+  Response response;
+  if (auto s = Convert((stub_.get()->*method)(&context, request, &response)); !s.ok()) return s;
   return response;
 }
 
+absl::StatusOr<trainctl::v1::SubmitJobResponse> JobClient::Submit(
+    const trainctl::v1::SubmitJobRequest& request) {
+  return Unary(&trainctl::v1::JobService::Stub::SubmitJob, request);
+}
+
 absl::StatusOr<Job> JobClient::Get(const std::string& id) {
-  grpc::ClientContext context;
-  PrepareUnary(&context);
   trainctl::v1::GetJobRequest request;
   request.set_id(id);
-  Job response;
-  if (auto s = Convert(stub_->GetJob(&context, request, &response)); !s.ok()) return s;
-  return response;
+  return Unary(&trainctl::v1::JobService::Stub::GetJob, request);
 }
 
 absl::StatusOr<trainctl::v1::ListJobsResponse> JobClient::List(
     const trainctl::v1::ListJobsRequest& request) {
-  grpc::ClientContext context;
-  PrepareUnary(&context);
-  trainctl::v1::ListJobsResponse response;
-  if (auto s = Convert(stub_->ListJobs(&context, request, &response)); !s.ok()) return s;
-  return response;
+  return Unary(&trainctl::v1::JobService::Stub::ListJobs, request);
 }
 
 absl::StatusOr<Job> JobClient::Cancel(const std::string& id, const std::string& reason) {
-  grpc::ClientContext context;
-  PrepareUnary(&context);
   trainctl::v1::CancelJobRequest request;
   request.set_id(id);
   request.set_reason(reason);
-  Job response;
-  if (auto s = Convert(stub_->CancelJob(&context, request, &response)); !s.ok()) return s;
-  return response;
+  return Unary(&trainctl::v1::JobService::Stub::CancelJob, request);
 }
 
 absl::Status JobClient::Watch(const trainctl::v1::WatchJobRequest& request,

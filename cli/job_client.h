@@ -34,8 +34,12 @@ class JobClient {
   const std::string& address() const { return address_; }
 
  private:
-  // Configures a unary call's deadline.
-  void PrepareUnary(grpc::ClientContext* context) const;
+  template <typename Request, typename Response>
+  using UnaryMethod = grpc::Status (trainctl::v1::JobService::Stub::*)(grpc::ClientContext*,
+                                                                       const Request&, Response*);
+  // One unary call with the connect deadline.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Unary(UnaryMethod<Request, Response> method, const Request& request);
   // Waits for a connection (streams have no deadline once connected).
   absl::Status Connect();
   absl::Status Convert(const grpc::Status& status) const;

@@ -1,5 +1,7 @@
 #include "worker/trainer/tokenizer/internal/tokenizer_json.h"
 
+#include <cctype>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
@@ -16,7 +18,15 @@ absl::Status Invalid(absl::string_view path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
 }
 
-// The string at `path`'s "type" key, or "" when absent / null.
+// obj[key], or null when `obj` is not an object or lacks `key` (never a copy).
+const Json& Field(const Json& obj, const char* key) {
+  static const Json* const kNull = new Json();
+  if (!obj.is_object()) return *kNull;
+  auto it = obj.find(key);
+  return it == obj.end() ? *kNull : *it;
+}
+
+// The string at `j`'s "type" key, or "" when absent / null.
 std::string TypeOf(const Json& j) {
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) return "";
   return j["type"].get<std::string>();
@@ -32,20 +42,21 @@ bool EmptyOrNull(const Json& obj, const char* key) {
   return it == obj.end() || it->is_null() || (it->is_string() && it->get<std::string>().empty());
 }
 
-absl::StatusOr<bool> ParseNormalizer(const Json& n) {
+absl::StatusOr<bool> ParseNormalizer(const Json& n, const std::string& path) {
   if (n.is_null()) return false;
   const std::string type = TypeOf(n);
   if (type == "NFC") return true;
-  if (type == "Sequence" && n.contains("normalizers") && n["normalizers"].is_array()) {
+  const Json& list = Field(n, "normalizers");
+  if (type == "Sequence" && list.is_array()) {
     bool nfc = false;
-    for (size_t i = 0; i < n["normalizers"].size(); ++i) {
-      auto inner = ParseNormalizer(n["normalizers"][i]);
-      if (!inner.ok()) return Invalid(absl::StrCat("normalizer.normalizers[", i, "]"), inner.status().message());
+    for (size_t i = 0; i < list.size(); ++i) {
+      auto inner = ParseNormalizer(list[i], absl::StrCat(path, ".normalizers[", i, "]"));
+      if (!inner.ok()) return inner.status();
       nfc = nfc || *inner;
     }
     return nfc;
   }
-  return Invalid("normalizer", absl::StrCat("unsupported type '", type, "' (supported: NFC)"));
+  return Invalid(path, absl::StrCat("unsupported type '", type, "' (supported: NFC)"));
 }
 
 absl::Status CheckByteLevel(const Json& p, absl::string_view path, bool want_regex) {
@@ -61,11 +72,12 @@ absl::StatusOr<std::string> ParseSplit(const Json& s, absl::string_view path) {
   if (s.value("behavior", "") != "Isolated" || FlagOr(s, "invert", false)) {
     return Invalid(path, "only behavior Isolated without invert is supported");
   }
-  const Json& pattern = s.contains("pattern") ? s["pattern"] : Json();
-  if (pattern.contains("Regex") && pattern["Regex"].is_string()) return pattern["Regex"].get<std::string>();
-  if (pattern.contains("String") && pattern["String"].is_string()) {
+  const Json& regex = Field(Field(s, "pattern"), "Regex");
+  const Json& string = Field(Field(s, "pattern"), "String");
+  if (regex.is_string()) return regex.get<std::string>();
+  if (string.is_string()) {
     std::string literal;
-    for (const char c : pattern["String"].get<std::string>()) {
+    for (const char c : string.get<std::string>()) {
       if (!std::isalnum(static_cast<unsigned char>(c)) && !(static_cast<unsigned char>(c) & 0x80)) {
         literal.push_back('\\');
       }
@@ -83,7 +95,7 @@ absl::StatusOr<std::string> ParsePreTokenizer(const Json& p) {
     if (auto s = CheckByteLevel(p, "pre_tokenizer", true); !s.ok()) return s;
     return std::string(kGpt2SplitPattern);
   }
-  const Json& list = p.is_object() && p.contains("pretokenizers") ? p["pretokenizers"] : Json();
+  const Json& list = Field(p, "pretokenizers");
   if (type != "Sequence" || !list.is_array() || list.size() != 2 || TypeOf(list[0]) != "Split" ||
       TypeOf(list[1]) != "ByteLevel") {
     return Invalid("pre_tokenizer", "supported: ByteLevel, or Sequence [Split, ByteLevel]");
@@ -96,7 +108,7 @@ absl::Status CheckModelOptions(const Json& m) {
   if (!TypeOf(m).empty() && TypeOf(m) != "BPE") {
     return Invalid("model.type", absl::StrCat("'", TypeOf(m), "' is not supported (BPE only)"));
   }
-  if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"] != 0) {
+  if (const Json& dropout = Field(m, "dropout"); !dropout.is_null() && dropout != 0) {
     return Invalid("model.dropout", "BPE dropout is not supported");
   }
   if (!EmptyOrNull(m, "continuing_subword_prefix") || !EmptyOrNull(m, "end_of_word_suffix")) {
@@ -141,8 +153,8 @@ absl::Status ParseMerges(const Json& merges, BpeModelSpec* model) {
 absl::Status ParseModel(const Json& m, BpeModelSpec* model) {
   if (!m.is_object()) return Invalid("model", "missing or not an object");
   if (auto s = CheckModelOptions(m); !s.ok()) return s;
-  if (auto s = ParseVocab(m.contains("vocab") ? m["vocab"] : Json(), model); !s.ok()) return s;
-  if (auto s = ParseMerges(m.contains("merges") ? m["merges"] : Json(), model); !s.ok()) return s;
+  if (auto s = ParseVocab(Field(m, "vocab"), model); !s.ok()) return s;
+  if (auto s = ParseMerges(Field(m, "merges"), model); !s.ok()) return s;
   model->ignore_merges = FlagOr(m, "ignore_merges", false);
   return absl::OkStatus();
 }
@@ -186,17 +198,16 @@ absl::StatusOr<TokenizerSpec> ParseTokenizerJson(absl::string_view json_text) {
     return absl::InvalidArgumentError(absl::StrCat("not valid JSON: ", e.what()));
   }
   if (!root.is_object()) return absl::InvalidArgumentError("not a JSON object");
-  auto field = [&root](const char* key) { return root.contains(key) ? root[key] : Json(); };
   TokenizerSpec spec;
-  auto nfc = ParseNormalizer(field("normalizer"));
+  auto nfc = ParseNormalizer(Field(root, "normalizer"), "normalizer");
   if (!nfc.ok()) return nfc.status();
   spec.nfc = *nfc;
-  auto pattern = ParsePreTokenizer(field("pre_tokenizer"));
+  auto pattern = ParsePreTokenizer(Field(root, "pre_tokenizer"));
   if (!pattern.ok()) return pattern.status();
   spec.split_pattern = std::move(*pattern);
-  if (auto s = ParseModel(field("model"), &spec.model); !s.ok()) return s;
-  if (auto s = ParseAddedTokens(field("added_tokens"), &spec.added_tokens); !s.ok()) return s;
-  if (auto s = CheckDecoder(field("decoder")); !s.ok()) return s;
+  if (auto s = ParseModel(Field(root, "model"), &spec.model); !s.ok()) return s;
+  if (auto s = ParseAddedTokens(Field(root, "added_tokens"), &spec.added_tokens); !s.ok()) return s;
+  if (auto s = CheckDecoder(Field(root, "decoder")); !s.ok()) return s;
   return spec;
 }
 
