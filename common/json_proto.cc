@@ -66,6 +66,11 @@ bool JsonToInt64(const json& value, int64_t* out) {
     *out = value.get<int64_t>();
     return true;
   }
+  if (value.is_string()) {  // proto3 JSON writes 64-bit integers as strings
+    const std::string& text = value.get_ref<const std::string&>();
+    return !text.empty() && text.find_first_not_of("-0123456789") == std::string::npos &&
+           absl::SimpleAtoi(text, out);
+  }
   if (value.is_number_float()) {
     const double d = value.get<double>();
     if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9.007199254740992e15)
