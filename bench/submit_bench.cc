@@ -11,11 +11,13 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/client_unary_call.h>
 #include <grpcpp/impl/rpc_method.h>
-#include <stdlib.h>
+#include <stdlib.h>  // mkdtemp
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -74,6 +76,9 @@ struct Stats {
   double p50_us = 0;
   double p99_us = 0;
   double ops_per_s = 0;
+  // One-client rows: the lowest and highest p50 of a single turn, to show drift within the run.
+  double turn_p50_min_us = 0;
+  double turn_p50_max_us = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -119,6 +124,20 @@ absl::Status TimedCall(const Op& op, Sample* sample) {
   return absl::OkStatus();
 }
 
+// Sets the range of the p50s of each `turn` consecutive calls in `in_order`.
+void SetTurnRange(std::vector<double> in_order, int turn, Stats* stats) {
+  stats->turn_p50_min_us = INFINITY;
+  stats->turn_p50_max_us = 0;
+  for (size_t begin = 0; begin < in_order.size(); begin += turn) {
+    const auto first = in_order.begin() + begin;
+    const auto last = in_order.begin() + std::min(in_order.size(), begin + turn);
+    std::sort(first, last);
+    const double p50 = *(first + (last - first - 1) / 2);
+    stats->turn_p50_min_us = std::min(stats->turn_p50_min_us, p50);
+    stats->turn_p50_max_us = std::max(stats->turn_p50_max_us, p50);
+  }
+}
+
 // One client taking `ops` in turns of `turn` calls each, until each has made `count` measured
 // calls: every op meets the same disk, yet runs warm (no other kind of call in between).
 absl::StatusOr<std::vector<Stats>> MeasureInterleaved(const std::vector<Op>& ops, int warmup,
@@ -133,7 +152,12 @@ absl::StatusOr<std::vector<Stats>> MeasureInterleaved(const std::vector<Op>& ops
       for (int i = 0; i < calls; ++i) RETURN_IF_ERROR(TimedCall(ops[k], &samples[k]));
     }
   }
-  return SummarizeAll(std::move(samples));
+  std::vector<Stats> stats;
+  for (const Sample& sample : samples) {
+    stats.push_back(Summarize(sample));
+    SetTurnRange(sample.latencies_us, turn, &stats.back());
+  }
+  return stats;
 }
 
 struct ClientRun {
@@ -225,8 +249,9 @@ class BenchServer {
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
-    if (server_ == nullptr || port == 0)
+    if (server_ == nullptr || port == 0) {
       return absl::UnavailableError("cannot listen on 127.0.0.1");
+    }
     address_ = absl::StrCat("127.0.0.1:", port);
     return absl::OkStatus();
   }
@@ -393,48 +418,37 @@ absl::StatusOr<JobSpec> SeedSftSpec() {
   return spec;
 }
 
-template <typename Client, typename MakeOp>
-absl::StatusOr<std::vector<Op>> MakeClients(int n,
-                                            const std::function<absl::StatusOr<Client>(int)>& open,
-                                            MakeOp make_op) {
+absl::StatusOr<std::vector<Op>> HealthClients(const std::string& address, int n) {
   std::vector<Op> ops;
   for (int i = 0; i < n; ++i) {
-    ASSIGN_OR_RETURN(Client client, open(i));
-    ops.push_back(make_op(std::move(client)));
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, Connect(address));
+    auto client = std::make_shared<HealthClient>(std::move(channel));
+    ops.push_back([client] { return client->Check(); });
   }
   return ops;
 }
 
-absl::StatusOr<std::vector<Op>> HealthClients(const std::string& address, int n) {
-  return MakeClients<std::shared_ptr<HealthClient>>(
-      n,
-      [&](int) -> absl::StatusOr<std::shared_ptr<HealthClient>> {
-        ASSIGN_OR_RETURN(auto channel, Connect(address));
-        return std::make_shared<HealthClient>(std::move(channel));
-      },
-      [](std::shared_ptr<HealthClient> c) { return [c] { return c->Check(); }; });
-}
-
 absl::StatusOr<std::vector<Op>> SubmitClients(const std::string& address, const JobSpec& spec,
                                               absl::string_view phase, int n) {
-  return MakeClients<std::shared_ptr<SubmitClient>>(
-      n,
-      [&](int i) -> absl::StatusOr<std::shared_ptr<SubmitClient>> {
-        ASSIGN_OR_RETURN(auto channel, Connect(address));
-        return std::make_shared<SubmitClient>(std::move(channel), spec,
-                                              absl::StrCat("bench-", phase, "-", i, "-"));
-      },
-      [](std::shared_ptr<SubmitClient> c) { return [c] { return c->Submit().status(); }; });
+  std::vector<Op> ops;
+  for (int i = 0; i < n; ++i) {
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, Connect(address));
+    auto client = std::make_shared<SubmitClient>(std::move(channel), spec,
+                                                 absl::StrCat("bench-", phase, "-", i, "-"));
+    ops.push_back([client] { return client->Submit().status(); });
+  }
+  return ops;
 }
 
 absl::StatusOr<std::vector<Op>> InserterClients(const std::string& path, bool synchronous_full,
                                                 size_t blob_size, int n) {
-  return MakeClients<std::shared_ptr<SqliteInserter>>(
-      n,
-      [&](int) -> absl::StatusOr<std::shared_ptr<SqliteInserter>> {
-        return SqliteInserter::Open(path, synchronous_full, blob_size);
-      },
-      [](std::shared_ptr<SqliteInserter> c) { return [c] { return c->Insert(); }; });
+  std::vector<Op> ops;
+  for (int i = 0; i < n; ++i) {
+    ASSIGN_OR_RETURN(std::shared_ptr<SqliteInserter> client,
+                     SqliteInserter::Open(path, synchronous_full, blob_size));
+    ops.push_back([client] { return client->Insert(); });
+  }
+  return ops;
 }
 
 // The size of the row SubmitJob writes: the stored Job, as one probe submit returns it.
@@ -470,7 +484,16 @@ void PrintTable(const std::vector<Row>& rows) {
   }
 }
 
-void PrintReport(const Results& r, int clients) {
+// A floor slower than the call it is a floor of, or turns whose p50s are an order of magnitude
+// apart, mean the disk changed speed under the run (virtual disks do: ~0.2 ms <-> ~4 ms fsyncs).
+bool DiskDrifted(const Results& r) {
+  constexpr double kMaxSpread = 10;
+  auto spread = [](const Stats& s) { return s.turn_p50_max_us / s.turn_p50_min_us; };
+  return r.insert_1.p50_us > r.submit_1.p50_us || spread(r.insert_1) > kMaxSpread ||
+         spread(r.submit_1) > kMaxSpread;
+}
+
+void PrintReport(const Results& r, int clients, bool synchronous_full) {
   PrintTable({
       {"floor A: Health/Check RPC", 1, r.rpc_1},
       {"floor B: SQLite insert+commit", 1, r.insert_1},
@@ -483,6 +506,14 @@ void PrintReport(const Results& r, int clients) {
                ratio, ratio <= 1.5 ? "met" : "MISSED");
   absl::PrintF("submit_throughput_%d / sqlite_insert_throughput_%d:  %.2f\n", clients, clients,
                r.submit_n.ops_per_s / r.insert_n.ops_per_s);
+  absl::PrintF("\nfloor B p50 per turn: %.0f..%.0f us; SubmitJob p50 per turn: %.0f..%.0f us\n",
+               r.insert_1.turn_p50_min_us, r.insert_1.turn_p50_max_us, r.submit_1.turn_p50_min_us,
+               r.submit_1.turn_p50_max_us);
+  if (synchronous_full && DiskDrifted(r)) {
+    absl::PrintF(
+        "warning: the disk changed speed during the run; the ratios are unreliable, run "
+        "again\n");
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -579,9 +610,10 @@ int Run() {
     absl::FPrintF(stderr, "submit_bench: %s\n", dir.status().ToString());
     return 1;
   }
-  absl::PrintF("submit_bench: sync=%s requests=%d warmup=%d clients=%d rounds=%d rpc_threads=%d\n",
-               config->synchronous_full ? "full" : "normal", config->requests, config->warmup,
-               config->clients, config->rounds, config->rpc_threads);
+  absl::PrintF(
+      "submit_bench: sync=%s requests=%d warmup=%d turn=%d clients=%d rounds=%d rpc_threads=%d\n",
+      config->synchronous_full ? "full" : "normal", config->requests, config->warmup, config->turn,
+      config->clients, config->rounds, config->rpc_threads);
   absl::StatusOr<Results> results = Measure(*config, *dir);
   std::error_code ignored;
   std::filesystem::remove_all(*dir, ignored);
@@ -589,7 +621,7 @@ int Run() {
     absl::FPrintF(stderr, "submit_bench: %s\n", results.status().ToString());
     return 1;
   }
-  PrintReport(*results, config->clients);
+  PrintReport(*results, config->clients, config->synchronous_full);
   return 0;
 }
 
@@ -598,7 +630,8 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "submit_bench [--requests N] [--warmup N] [--sync full|normal] [--clients N]");
+      "submit_bench [--requests N] [--warmup N] [--sync full|normal] [--clients N] [--turn N] "
+      "[--rounds N] [--rpc_threads N]");
   absl::ParseCommandLine(argc, argv);
   return trainctl::bench::Run();
 }

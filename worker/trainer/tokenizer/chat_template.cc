@@ -61,7 +61,8 @@ absl::Status CheckSpecialTokens(const BpeTokenizer& tokenizer, bool images) {
 
 // The messages with their text as the tokenizer normalizes it, so that spans found in the
 // rendered text stay exact after tokenization.
-std::vector<ChatMessage> Normalized(std::vector<ChatMessage> messages, const BpeTokenizer& tokenizer) {
+std::vector<ChatMessage> Normalized(std::vector<ChatMessage> messages,
+                                    const BpeTokenizer& tokenizer) {
   for (ChatMessage& m : messages) {
     for (ChatPart& part : m.content) {
       if (part.kind == ChatPart::Kind::kText) part.text = tokenizer.Normalize(part.text);
@@ -88,7 +89,8 @@ absl::StatusOr<RenderedChat> RenderChat(const std::vector<ChatMessage>& messages
     const size_t content_begin = out.text.size();
     AppendContent(messages[i], &out.text);
     out.text.append(kImEnd);
-    if (messages[i].role == "assistant") out.assistant_spans.emplace_back(content_begin, out.text.size());
+    if (messages[i].role == "assistant")
+      out.assistant_spans.emplace_back(content_begin, out.text.size());
     out.text.append("\n");
   }
   if (options.add_generation_prompt) absl::StrAppend(&out.text, kImStart, "assistant\n");

@@ -3,7 +3,8 @@
 // off), with each image's single <|image_pad|> already expanded to the image's merged patch count,
 // as Qwen2VLProcessor does:
 //
-//   <|im_start|>system\nYou are a helpful assistant.<|im_end|>\n      (only when no system turn first)
+//   <|im_start|>system\nYou are a helpful assistant.<|im_end|>\n      (only when no system turn
+//   first)
 //   <|im_start|>user\n<|vision_start|><|image_pad|>×N<|vision_end|>What is it?<|im_end|>\n
 //   <|im_start|>assistant\nA cat.<|im_end|>\n
 //   <|im_start|>assistant\n                                          (add_generation_prompt)

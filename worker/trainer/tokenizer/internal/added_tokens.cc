@@ -18,8 +18,9 @@ bool IsWordChar(char32_t c) {
     return true;
   }
   const int8_t type = u_charType(u);
-  return type == U_NON_SPACING_MARK || type == U_ENCLOSING_MARK || type == U_COMBINING_SPACING_MARK ||
-         type == U_DECIMAL_DIGIT_NUMBER || type == U_CONNECTOR_PUNCTUATION;
+  return type == U_NON_SPACING_MARK || type == U_ENCLOSING_MARK ||
+         type == U_COMBINING_SPACING_MARK || type == U_DECIMAL_DIGIT_NUMBER ||
+         type == U_CONNECTOR_PUNCTUATION;
 }
 
 size_t SkipWhiteSpaceLeft(absl::string_view text, size_t pos, size_t floor) {
@@ -89,7 +90,8 @@ void AddedTokenMatcher::Split(absl::string_view text, std::vector<TextPiece>* pi
     pieces->push_back({begin, end, token->id});
     plain_begin = end;
   }
-  if (plain_begin < text.size()) pieces->push_back({plain_begin, text.size(), TextPiece::kPlainText});
+  if (plain_begin < text.size())
+    pieces->push_back({plain_begin, text.size(), TextPiece::kPlainText});
 }
 
 }  // namespace trainctl::tokenizer::internal

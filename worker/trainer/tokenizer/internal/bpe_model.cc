@@ -21,9 +21,7 @@ struct Candidate {
   int32_t left;
   int32_t right;
   int32_t merged;
-  bool operator>(const Candidate& o) const {
-    return rank != o.rank ? rank > o.rank : pos > o.pos;
-  }
+  bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
 };
 
 struct Symbol {
@@ -55,8 +53,9 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(BpeModelSpec spec) {
     const auto end = model->vocab_.end();
     if (l == end || r == end || m == end) {
       const std::string missing = l == end ? left : r == end ? right : absl::StrCat(left, right);
-      return absl::InvalidArgumentError(absl::StrCat("model.merges[", rank, "] ('", left, " ", right,
-                                                     "'): token '", missing, "' is not in model.vocab"));
+      return absl::InvalidArgumentError(absl::StrCat("model.merges[", rank, "] ('", left, " ",
+                                                     right, "'): token '", missing,
+                                                     "' is not in model.vocab"));
     }
     // A repeated pair keeps its last rank, as HF's tokenizers (Rust and JS) do.
     model->merges_[PairKey(l->second, r->second)] = {static_cast<int32_t>(rank), m->second};

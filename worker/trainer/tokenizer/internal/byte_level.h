@@ -1,7 +1,7 @@
-// GPT-2's byte-level alphabet, which byte-level BPE vocabularies (Qwen's among them) are written in:
-// each of the 256 byte values stands for one printable code point, so any byte string is a string
-// of vocabulary symbols. Printable Latin-1 bytes stand for themselves; the other 68 map, in byte
-// order, to U+0100.. (space 0x20 is 'Ġ' U+0120, newline 0x0A is 'Ċ' U+010A). Thread-safe.
+// GPT-2's byte-level alphabet, which byte-level BPE vocabularies (Qwen's among them) are written
+// in: each of the 256 byte values stands for one printable code point, so any byte string is a
+// string of vocabulary symbols. Printable Latin-1 bytes stand for themselves; the other 68 map, in
+// byte order, to U+0100.. (space 0x20 is 'Ġ' U+0120, newline 0x0A is 'Ċ' U+010A). Thread-safe.
 #ifndef TRAINCTL_WORKER_TRAINER_TOKENIZER_INTERNAL_BYTE_LEVEL_H_
 #define TRAINCTL_WORKER_TRAINER_TOKENIZER_INTERNAL_BYTE_LEVEL_H_
 

@@ -9,7 +9,9 @@
 namespace trainctl::tokenizer::internal {
 namespace {
 
-const icu::Normalizer2* Nfc(UErrorCode* status) { return icu::Normalizer2::getNFCInstance(*status); }
+const icu::Normalizer2* Nfc(UErrorCode* status) {
+  return icu::Normalizer2::getNFCInstance(*status);
+}
 
 // Text below U+0300 contains nothing that composes or reorders, so it is NFC as it stands.
 bool TriviallyNfc(absl::string_view text) {
@@ -25,7 +27,8 @@ absl::Status CheckNfcAvailable() {
   UErrorCode status = U_ZERO_ERROR;
   Nfc(&status);
   if (U_FAILURE(status)) {
-    return absl::InternalError(absl::StrCat("ICU NFC normalizer unavailable: ", u_errorName(status)));
+    return absl::InternalError(
+        absl::StrCat("ICU NFC normalizer unavailable: ", u_errorName(status)));
   }
   return absl::OkStatus();
 }

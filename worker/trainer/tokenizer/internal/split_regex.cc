@@ -68,9 +68,9 @@ absl::StatusOr<std::unique_ptr<SplitRegex>> SplitRegex::Compile(absl::string_vie
   code->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                              PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
   if (code->code == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("split regex does not compile (", Pcre2Error(error),
-                                                   " at offset ", offset, " of '", translated,
-                                                   "')"));
+    return absl::InvalidArgumentError(absl::StrCat("split regex does not compile (",
+                                                   Pcre2Error(error), " at offset ", offset,
+                                                   " of '", translated, "')"));
   }
   // Without JIT (a platform PCRE2 lacks it for) matching still works, only slower.
   pcre2_jit_compile(code->code, PCRE2_JIT_COMPLETE);

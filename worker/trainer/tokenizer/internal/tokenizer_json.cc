@@ -60,7 +60,8 @@ absl::StatusOr<bool> ParseNormalizer(const Json& n, const std::string& path) {
 }
 
 absl::Status CheckByteLevel(const Json& p, absl::string_view path, bool want_regex) {
-  if (FlagOr(p, "add_prefix_space", false)) return Invalid(path, "add_prefix_space is not supported");
+  if (FlagOr(p, "add_prefix_space", false))
+    return Invalid(path, "add_prefix_space is not supported");
   if (FlagOr(p, "use_regex", true) != want_regex) {
     return Invalid(path, want_regex ? "use_regex: false needs a Split before it"
                                     : "use_regex must be false after a Split");
@@ -123,7 +124,8 @@ absl::Status ParseVocab(const Json& vocab, BpeModelSpec* model) {
   model->vocab.reserve(vocab.size());
   for (const auto& [token, id] : vocab.items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-      return Invalid(absl::StrCat("model.vocab['", token, "']"), "id must be a non-negative integer");
+      return Invalid(absl::StrCat("model.vocab['", token, "']"),
+                     "id must be a non-negative integer");
     }
     model->vocab.emplace(token, id.get<int32_t>());
   }
@@ -143,7 +145,8 @@ absl::Status ParseMerges(const Json& merges, BpeModelSpec* model) {
     std::vector<std::string> parts;
     if (m.is_string()) parts = absl::StrSplit(m.get<std::string>(), ' ');
     if (parts.size() != 2) {
-      return Invalid(absl::StrCat("model.merges[", i, "]"), "expected \"left right\" or [left, right]");
+      return Invalid(absl::StrCat("model.merges[", i, "]"),
+                     "expected \"left right\" or [left, right]");
     }
     model->merges.emplace_back(std::move(parts[0]), std::move(parts[1]));
   }
@@ -165,8 +168,9 @@ absl::Status ParseAddedTokens(const Json& list, std::vector<AddedToken>* out) {
   for (size_t i = 0; i < list.size(); ++i) {
     const Json& t = list[i];
     const std::string path = absl::StrCat("added_tokens[", i, "]");
-    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() || t["id"].get<int64_t>() < 0 ||
-        t["id"].get<int64_t>() > INT32_MAX || !t.contains("content") || !t["content"].is_string()) {
+    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() ||
+        t["id"].get<int64_t>() < 0 || t["id"].get<int64_t>() > INT32_MAX ||
+        !t.contains("content") || !t["content"].is_string()) {
       return Invalid(path, "needs an integer id >= 0 and a string content");
     }
     AddedToken token;

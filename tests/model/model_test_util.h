@@ -1,0 +1,61 @@
+// Shared helpers for the model tests: the tiny registry config and token/pixel builders.
+#ifndef TRAINCTL_TESTS_MODEL_MODEL_TEST_UTIL_H_
+#define TRAINCTL_TESTS_MODEL_MODEL_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "worker/trainer/model/qwen2vl_config.h"
+
+namespace trainctl::model::testing {
+
+inline constexpr int64_t kVisionStart = 151652;
+inline constexpr int64_t kVisionEnd = 151653;
+inline constexpr int64_t kImagePad = 151655;
+
+inline Qwen2VLConfig TinyConfig() {
+  auto path = FindModelConfig("tiny");
+  EXPECT_TRUE(path.ok()) << path.status();
+  auto config = LoadQwen2VLConfig(*path);
+  EXPECT_TRUE(config.ok()) << config.status();
+  return *config;
+}
+
+// <|vision_start|>, `pads` x <|image_pad|>, <|vision_end|>.
+inline std::vector<int64_t> ImageTokens(int64_t pads) {
+  std::vector<int64_t> out = {kVisionStart};
+  out.insert(out.end(), static_cast<size_t>(pads), kImagePad);
+  out.push_back(kVisionEnd);
+  return out;
+}
+
+inline std::vector<int64_t> Concat(std::initializer_list<std::vector<int64_t>> parts) {
+  std::vector<int64_t> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// [rows, cols] int64 from equal-length rows.
+inline torch::Tensor Ids(const std::vector<std::vector<int64_t>>& rows) {
+  std::vector<int64_t> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  return torch::tensor(flat, torch::kInt64)
+      .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
+}
+
+// Random patches for images with the given (t, h, w) grids.
+inline torch::Tensor RandomPixels(const std::vector<std::vector<int64_t>>& grids,
+                                  int64_t patch_dim = 1176) {
+  int64_t n = 0;
+  for (const auto& g : grids) n += g[0] * g[1] * g[2];
+  return torch::randn({n, patch_dim});
+}
+
+inline torch::Tensor Grid(const std::vector<std::vector<int64_t>>& grids) { return Ids(grids); }
+
+}  // namespace trainctl::model::testing
+
+#endif  // TRAINCTL_TESTS_MODEL_MODEL_TEST_UTIL_H_

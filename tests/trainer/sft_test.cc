@@ -1,0 +1,171 @@
+// SFT with the real parts: the shapes dataset made by `trainctl datagen`, shards made by
+// `trainctl prepare` with the real Qwen tokenizer, and the real trainctl-trainer binary training
+// the tiny Qwen2-VL config on one rank.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/tokenizer/qwen_fixture.h"
+
+namespace trainctl {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::RunResult;
+
+std::vector<json> ReadEvents(const std::string& path) {
+  std::vector<json> events;
+  for (absl::string_view line : absl::StrSplit(testing::ReadFileOrEmpty(path), '\n', absl::SkipEmpty())) {
+    events.push_back(json::parse(line));
+  }
+  return events;
+}
+
+// step -> loss of the metric events (logging_steps 1 makes that every step's loss).
+std::map<int64_t, double> Losses(const std::vector<json>& events) {
+  std::map<int64_t, double> losses;
+  for (const json& e : events) {
+    if (e["type"] == "metric") losses[e["step"].get<int64_t>()] = e["values"]["loss"].get<double>();
+  }
+  return losses;
+}
+
+class SftTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(tokenizer::testing::QwenFixturePresent());
+    RunResult gen = testing::Run({TRAINCTL_CLI_BIN, "datagen", "shapes", "--out", dir_.path() + "/shapes",
+                                  "--n", "32", "--seed", "1"});
+    ASSERT_EQ(gen.exit_code, 0) << gen.err;
+    RunResult prep = testing::Run({TRAINCTL_CLI_BIN, "prepare", "--input", dir_.path() + "/shapes/shapes.jsonl",
+                                   "--out", shards_, "--tokenizer", tokenizer::testing::QwenTokenizerDir()});
+    ASSERT_EQ(prep.exit_code, 0) << prep.err;
+  }
+
+  // A spec for the tiny model on the shapes shards; `training` overrides the defaults below.
+  std::string WriteSpec(const std::string& name, const std::string& output_dir, json training) {
+    json t = {{"per_device_train_batch_size", 4}, {"gradient_accumulation_steps", 2},
+              {"learning_rate", 5e-3},            {"warmup_ratio", 0.1},
+              {"logging_steps", 1},               {"save_strategy", "steps"},
+              {"save_steps", 4},                  {"seed", 7}};
+    t.update(training);
+    const json spec = {{"kind", "sft"},          {"name", name},         {"model_name_or_path", "tiny"},
+                       {"data_path", shards_},   {"output_dir", output_dir}, {"training", t}};
+    return dir_.Write(name + ".json", spec.dump());
+  }
+
+  std::vector<std::string> TrainArgs(const std::string& spec, const std::string& events) {
+    return {TRAINCTL_TRAINER_BIN, "train", "--spec", spec, "--events", events, "--threads", "1"};
+  }
+
+  testing::TempDir dir_;
+  std::string shards_ = dir_.path() + "/shards";
+};
+
+TEST_F(SftTest, LossFallsBelowThresholdOnTheShapesDataset) {
+  const std::string events = dir_.path() + "/learn.jsonl";
+  RunResult r = testing::Run(
+      TrainArgs(WriteSpec("learn", dir_.path() + "/learn", {{"max_steps", 40}, {"save_steps", 20}}), events), {},
+      absl::Minutes(10));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto all = ReadEvents(events);
+  const auto losses = Losses(all);
+  ASSERT_EQ(losses.size(), 40u);
+  EXPECT_GT(losses.begin()->second, 9.0);  // ln(151936) ~ 11.9 at the start
+  EXPECT_LT(losses.rbegin()->second, 2.5) << "step 40 loss";
+  std::vector<int64_t> checkpoints;
+  for (const json& e : all) {
+    if (e["type"] == "checkpoint") checkpoints.push_back(e["step"]);
+  }
+  EXPECT_EQ(checkpoints, (std::vector<int64_t>{20, 40}));
+  EXPECT_TRUE(fs::exists(dir_.path() + "/learn/checkpoint-40/manifest.json"));
+  EXPECT_TRUE(fs::exists(dir_.path() + "/learn/checkpoint-40/model.safetensors"));
+  EXPECT_EQ(all.back()["type"], "status");
+  EXPECT_EQ(all.back()["state"], "succeeded");
+  for (const char* key : {"learning_rate", "grad_norm", "tokens_per_second", "samples_per_second", "step_time"}) {
+    EXPECT_TRUE(all[1]["values"].contains(key)) << key;
+  }
+}
+
+TEST_F(SftTest, ResumeAfterAKillReproducesTheLossesExactly) {
+  const json training = {{"max_steps", 8}};
+  const std::string straight_events = dir_.path() + "/straight.jsonl";
+  ASSERT_EQ(testing::Run(TrainArgs(WriteSpec("straight", dir_.path() + "/straight", training), straight_events),
+                         {}, absl::Minutes(10))
+                .exit_code,
+            0);
+  const auto straight = Losses(ReadEvents(straight_events));
+  ASSERT_EQ(straight.size(), 8u);
+
+  // Same job, killed once its step-4 checkpoint is complete, then started again.
+  const std::string spec = WriteSpec("killed", dir_.path() + "/killed", training);
+  const std::string first_events = dir_.path() + "/killed-1.jsonl";
+  {
+    testing::Subprocess trainer(TrainArgs(spec, first_events), dir_.path() + "/killed-1.log");
+    ASSERT_TRUE(testing::WaitFor([&] { return fs::exists(dir_.path() + "/killed/checkpoint-4/manifest.json"); },
+                                 absl::Minutes(5)));
+    trainer.Kill(SIGKILL);
+    ASSERT_TRUE(trainer.Wait(absl::Seconds(30)).ok());
+  }
+  fs::remove_all(dir_.path() + "/killed/checkpoint-8");  // in case the kill came late
+  const std::string second_events = dir_.path() + "/killed-2.jsonl";
+  RunResult resumed = testing::Run(TrainArgs(spec, second_events), {}, absl::Minutes(10));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto events = ReadEvents(second_events);
+  EXPECT_EQ(events[1]["state"], "resumed");
+  EXPECT_EQ(events[1]["step"], 4);
+  const auto after = Losses(events);
+  ASSERT_EQ(after.size(), 4u);
+  for (const auto& [step, loss] : after) {
+    EXPECT_EQ(loss, straight.at(step)) << "step " << step;  // bit-identical on CPU, one thread
+  }
+}
+
+TEST_F(SftTest, ACorruptLatestCheckpointFallsBackToThePreviousOne) {
+  const std::string spec = WriteSpec("corrupt", dir_.path() + "/corrupt", {{"max_steps", 8}});
+  ASSERT_EQ(testing::Run(TrainArgs(spec, dir_.path() + "/c1.jsonl"), {}, absl::Minutes(10)).exit_code, 0);
+  const std::string weights = dir_.path() + "/corrupt/checkpoint-8/model.safetensors";
+  {
+    std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(weights) / 2));
+    f.put('\x7f');
+  }
+  const std::string events_path = dir_.path() + "/c2.jsonl";
+  RunResult r = testing::Run(TrainArgs(spec, events_path), {}, absl::Minutes(10));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto events = ReadEvents(events_path);
+  bool warned = false, resumed_from_4 = false;
+  for (const json& e : events) {
+    if (e["type"] == "warning" &&
+        e["message"].get<std::string>().find("checkpoint-8/model.safetensors") != std::string::npos) {
+      warned = true;
+    }
+    if (e["type"] == "status" && e["state"] == "resumed") resumed_from_4 = e["step"] == 4;
+  }
+  EXPECT_TRUE(warned) << testing::ReadFileOrEmpty(events_path);
+  EXPECT_TRUE(resumed_from_4);
+}
+
+TEST_F(SftTest, MissingDataFailsWithAStatusNamingIt) {
+  const json spec = {{"kind", "sft"}, {"model_name_or_path", "tiny"}, {"data_path", dir_.path() + "/nowhere"},
+                     {"output_dir", dir_.path() + "/o"}};
+  const std::string events_path = dir_.path() + "/bad.jsonl";
+  RunResult r = testing::Run(TrainArgs(dir_.Write("bad.json", spec.dump()), events_path));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(dir_.path() + "/nowhere"), std::string::npos) << r.err;
+  const auto events = ReadEvents(events_path);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["state"], "failed");
+}
+
+}  // namespace
+}  // namespace trainctl

@@ -1,0 +1,326 @@
+#include "worker/trainer/model/qwen2vl.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "absl/status/status.h"
+#include "worker/trainer/model/internal/activation_checkpoint.h"
+
+namespace trainctl::model {
+namespace {
+
+std::string Join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Rotary position ids
+
+torch::Tensor GetRopeIndex(const Qwen2VLConfig& config, const torch::Tensor& input_ids,
+                           const torch::Tensor& image_grid_thw,
+                           const torch::Tensor& attention_mask) {
+  TORCH_CHECK(input_ids.defined() && input_ids.dim() == 2, "input_ids must be [batch, seq]");
+  const torch::Device device = input_ids.device();
+  const torch::Tensor ids = input_ids.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t batch = ids.size(0);
+  const int64_t seq = ids.size(1);
+  torch::Tensor mask;
+  if (attention_mask.defined()) {
+    TORCH_CHECK(attention_mask.sizes() == input_ids.sizes(), "attention_mask has shape ",
+                attention_mask.sizes(), " but input_ids has ", input_ids.sizes());
+    mask = attention_mask.to(torch::kCPU, torch::kInt64).contiguous();
+  }
+
+  if (!image_grid_thw.defined()) {
+    torch::Tensor pos;
+    if (mask.defined()) {
+      pos = mask.cumsum(-1) - 1;
+      pos.masked_fill_(mask.eq(0), 1);
+    } else {
+      pos = torch::arange(seq, torch::kInt64).view({1, seq}).expand({batch, seq});
+    }
+    return pos.unsqueeze(0).expand({3, batch, seq}).contiguous().to(device);
+  }
+
+  TORCH_CHECK(image_grid_thw.dim() == 2 && image_grid_thw.size(1) == 3,
+              "image_grid_thw must be [num_images, 3], got ", image_grid_thw.sizes());
+  const torch::Tensor grid = image_grid_thw.to(torch::kCPU, torch::kInt64).contiguous();
+  const auto g = grid.accessor<int64_t, 2>();
+  const auto id = ids.accessor<int64_t, 2>();
+  const torch::Tensor keep = mask.defined() ? mask : torch::ones_like(ids);
+  const auto kept = keep.accessor<int64_t, 2>();
+  const int64_t merge = config.vision.spatial_merge_size;
+
+  torch::Tensor out = torch::ones({3, batch, seq}, torch::kInt64);
+  auto o = out.accessor<int64_t, 3>();
+  int64_t image_index = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<int64_t> cols, tokens;
+    for (int64_t j = 0; j < seq; ++j) {
+      if (kept[b][j] == 1) {
+        cols.push_back(j);
+        tokens.push_back(id[b][j]);
+      }
+    }
+    const auto n = static_cast<int64_t>(tokens.size());
+    int64_t image_count = 0;
+    for (int64_t k = 0; k + 1 < n; ++k) {
+      if (tokens[k] == config.vision_start_token_id && tokens[k + 1] == config.image_token_id) {
+        ++image_count;
+      }
+    }
+
+    std::vector<std::array<int64_t, 3>> pos;
+    pos.reserve(tokens.size());
+    int64_t st = 0;
+    int64_t next = 0;  // one past the largest position so far
+    auto push_text = [&pos, &next](int64_t count) {
+      for (int64_t k = 0; k < count; ++k) pos.push_back({next + k, next + k, next + k});
+      next += count;
+    };
+    for (int64_t i = 0; i < image_count; ++i) {
+      const auto it =
+          std::find(tokens.begin() + std::min(st, n), tokens.end(), config.image_token_id);
+      TORCH_CHECK(it != tokens.end(), "batch row ", b, ": no <|image_pad|> for image ", i);
+      TORCH_CHECK(image_index < grid.size(0), "batch row ", b, " holds more images than the ",
+                  grid.size(0), " rows of image_grid_thw");
+      const int64_t ed = it - tokens.begin();
+      const int64_t t = g[image_index][0];
+      const int64_t gh = g[image_index][1] / merge;
+      const int64_t gw = g[image_index][2] / merge;
+      ++image_index;
+      push_text(ed - st);
+      const int64_t base = next;
+      for (int64_t ti = 0; ti < t; ++ti) {
+        for (int64_t hi = 0; hi < gh; ++hi) {
+          for (int64_t wi = 0; wi < gw; ++wi) pos.push_back({base + ti, base + hi, base + wi});
+        }
+      }
+      next = base + std::max({t, gh, gw});
+      st = ed + t * gh * gw;
+    }
+    if (st < n) push_text(n - st);
+    TORCH_CHECK(static_cast<int64_t>(pos.size()) == n, "batch row ", b,
+                ": the <|image_pad|> runs do not match image_grid_thw (", pos.size(),
+                " positions for ", n, " tokens)");
+    for (int64_t k = 0; k < n; ++k) {
+      for (int axis = 0; axis < 3; ++axis) o[axis][b][cols[k]] = pos[k][axis];
+    }
+  }
+  return out.to(device);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Units
+
+std::vector<std::pair<std::string, torch::Tensor>> ModelUnit::NamedParameters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& [prefix, module] : modules) {
+    for (const auto& item : module->named_parameters(/*recurse=*/true)) {
+      out.emplace_back(Join(prefix, item.key()), item.value());
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model
+
+Qwen2VLForConditionalGeneration::Qwen2VLForConditionalGeneration(const Qwen2VLConfig& config)
+    : config_(config) {
+  // Registration order is HF's, so named_parameters() lists keys in HF's order too.
+  visual = register_module("visual", std::make_shared<Qwen2VisionTransformer>(config.vision));
+  language_model = register_module("model", std::make_shared<Qwen2VLTextModel>(config));
+  if (!config.tie_word_embeddings) {
+    lm_head = register_module(
+        "lm_head",
+        torch::nn::Linear(
+            torch::nn::LinearOptions(config.hidden_size, config.vocab_size).bias(false)));
+  }
+  InitWeights();
+  BuildUnits();
+}
+
+void Qwen2VLForConditionalGeneration::InitWeights(double std) {
+  torch::NoGradGuard no_grad;
+  for (const auto& module : modules(/*include_self=*/false)) {
+    if (auto* linear = module->as<torch::nn::Linear>()) {
+      linear->weight.normal_(0.0, std);
+      if (linear->bias.defined()) linear->bias.zero_();
+    } else if (auto* conv = module->as<torch::nn::Conv3d>()) {
+      conv->weight.normal_(0.0, std);
+    } else if (auto* embedding = module->as<torch::nn::Embedding>()) {
+      embedding->weight.normal_(0.0, std);
+    } else if (auto* layer_norm = module->as<torch::nn::LayerNorm>()) {
+      layer_norm->weight.fill_(1.0);
+      layer_norm->bias.zero_();
+    } else if (auto* rms_norm = dynamic_cast<Qwen2RMSNorm*>(module.get())) {
+      rms_norm->weight.fill_(1.0);
+    }
+  }
+}
+
+void Qwen2VLForConditionalGeneration::BuildUnits() {
+  using Kind = ModelUnit::Kind;
+  units_.clear();
+  units_.push_back({"model.embed_tokens",
+                    Kind::kTextEmbedding,
+                    0,
+                    {{"model.embed_tokens", language_model->embed_tokens.ptr()}},
+                    {}});
+  patch_embed_unit_ = units_.size();
+  units_.push_back({"visual.patch_embed",
+                    Kind::kPatchEmbed,
+                    0,
+                    {{"visual.patch_embed", visual->patch_embed}},
+                    {}});
+  first_vision_block_unit_ = units_.size();
+  for (size_t i = 0; i < visual->block_list.size(); ++i) {
+    const std::string name = "visual.blocks." + std::to_string(i);
+    units_.push_back(
+        {name, Kind::kVisionBlock, static_cast<int64_t>(i), {{name, visual->block_list[i]}}, {}});
+  }
+  merger_unit_ = units_.size();
+  units_.push_back({"visual.merger", Kind::kMerger, 0, {{"visual.merger", visual->merger}}, {}});
+  first_decoder_unit_ = units_.size();
+  for (size_t i = 0; i < language_model->layer_list.size(); ++i) {
+    const std::string name = "model.layers." + std::to_string(i);
+    units_.push_back({name,
+                      Kind::kDecoderLayer,
+                      static_cast<int64_t>(i),
+                      {{name, language_model->layer_list[i]}},
+                      {}});
+  }
+  head_unit_ = units_.size();
+  ModelUnit head{"head", Kind::kHead, 0, {{"model.norm", language_model->norm}}, {}};
+  if (lm_head) {
+    head.modules.emplace_back("lm_head", lm_head.ptr());
+  } else {
+    head.borrowed.push_back("model.embed_tokens.weight");
+  }
+  units_.push_back(std::move(head));
+}
+
+torch::Tensor Qwen2VLForConditionalGeneration::RunUnit(size_t unit, const UnitFn& fn,
+                                                       const torch::Tensor& input,
+                                                       bool checkpoint) {
+  const ModelUnit& u = units_[unit];
+  if (hooks_ != nullptr) hooks_->BeforeUnit(u);
+  torch::Tensor output;
+  if (checkpoint) {
+    std::vector<torch::Tensor> params;
+    for (const auto& [name, tensor] : u.NamedParameters()) params.push_back(tensor);
+    output = internal::CheckpointedCall(fn, input, params);
+  } else {
+    output = fn(input);
+  }
+  if (hooks_ != nullptr) hooks_->AfterUnit(u, output);
+  return output;
+}
+
+torch::Tensor Qwen2VLForConditionalGeneration::EncodeImages(const torch::Tensor& pixel_values,
+                                                            const torch::Tensor& grid_thw) {
+  const int64_t patch_dim = config_.vision.patch_dim();
+  TORCH_CHECK(pixel_values.dim() == 2 && pixel_values.size(1) == patch_dim,
+              "pixel_values must be [num_patches, ", patch_dim, "], got ", pixel_values.sizes());
+  const torch::Device device = visual->patch_embed->proj->weight.device();
+  auto embed = visual->patch_embed;
+  torch::Tensor h = RunUnit(
+      patch_embed_unit_, [embed](const torch::Tensor& x) { return embed->forward(x); },
+      pixel_values.to(device), /*checkpoint=*/false);
+  const auto layout = std::make_shared<const VisionLayout>(
+      MakeVisionLayout(config_.vision, grid_thw, h.size(0), device));
+  for (size_t i = 0; i < visual->block_list.size(); ++i) {
+    auto block = visual->block_list[i];
+    h = RunUnit(
+        first_vision_block_unit_ + i,
+        [block, layout](const torch::Tensor& x) { return block->forward(x, *layout); }, h,
+        checkpointing_.vision_blocks);
+  }
+  auto merger = visual->merger;
+  return RunUnit(
+      merger_unit_, [merger](const torch::Tensor& x) { return merger->forward(x); }, h,
+      /*checkpoint=*/false);
+}
+
+torch::Tensor Qwen2VLForConditionalGeneration::ForwardHidden(const ModelInputs& inputs) {
+  const torch::Tensor& ids = inputs.input_ids;
+  TORCH_CHECK(ids.defined() && ids.dim() == 2, "input_ids must be [batch, seq], got ",
+              ids.defined() ? ids.sizes() : torch::IntArrayRef{});
+  TORCH_CHECK(!c10::isFloatingType(ids.scalar_type()), "input_ids must be integers, got ",
+              ids.scalar_type());
+  const int64_t batch = ids.size(0);
+  const int64_t seq = ids.size(1);
+  TORCH_CHECK(batch > 0 && seq > 0, "input_ids is empty: ", ids.sizes());
+  if (inputs.attention_mask.defined()) {
+    TORCH_CHECK(inputs.attention_mask.sizes() == ids.sizes(), "attention_mask has shape ",
+                inputs.attention_mask.sizes(), " but input_ids has ", ids.sizes());
+  }
+  const torch::Device device = language_model->embed_tokens->weight.device();
+  const torch::Tensor ids_dev = ids.to(device, torch::kInt64);
+  {
+    const int64_t lo = ids_dev.min().item<int64_t>();
+    const int64_t hi = ids_dev.max().item<int64_t>();
+    TORCH_CHECK(lo >= 0 && hi < config_.vocab_size, "input_ids must lie in [0, ",
+                config_.vocab_size, "), got values in [", lo, ", ", hi, "]");
+  }
+
+  auto embed = language_model->embed_tokens.ptr();
+  torch::Tensor h = RunUnit(
+      0, [embed](const torch::Tensor& x) { return embed->forward(x); }, ids_dev,
+      /*checkpoint=*/false);
+
+  if (inputs.pixel_values.defined()) {
+    TORCH_CHECK(inputs.image_grid_thw.defined(), "pixel_values given without image_grid_thw");
+    const torch::Tensor image = EncodeImages(inputs.pixel_values, inputs.image_grid_thw);
+    const torch::Tensor is_image = ids_dev.eq(config_.image_token_id);
+    const int64_t tokens = is_image.sum().item<int64_t>();
+    TORCH_CHECK(tokens == image.size(0), "image features and image tokens do not match: ", tokens,
+                " <|image_pad|> tokens, ", image.size(0), " features");
+    h = h.masked_scatter(is_image.unsqueeze(-1).expand_as(h), image.to(h.scalar_type()));
+  }
+
+  const torch::Tensor positions =
+      GetRopeIndex(config_, ids_dev, inputs.image_grid_thw, inputs.attention_mask);
+  const RotaryTables rope = MultimodalRotary(config_, positions, h.scalar_type());
+  const torch::Tensor allowed = CausalPaddingMask(inputs.attention_mask, batch, seq, device);
+  for (size_t i = 0; i < language_model->layer_list.size(); ++i) {
+    auto layer = language_model->layer_list[i];
+    h = RunUnit(
+        first_decoder_unit_ + i,
+        [layer, rope, allowed](const torch::Tensor& x) { return layer->forward(x, rope, allowed); },
+        h, checkpointing_.decoder_layers);
+  }
+  return h;
+}
+
+torch::Tensor Qwen2VLForConditionalGeneration::Head(const torch::Tensor& hidden) {
+  auto norm = language_model->norm;
+  std::shared_ptr<torch::nn::LinearImpl> head = lm_head ? lm_head.ptr() : nullptr;
+  auto embed = language_model->embed_tokens.ptr();
+  return RunUnit(
+      head_unit_,
+      [norm, head, embed](const torch::Tensor& x) {
+        const torch::Tensor normed = norm->forward(x);
+        return head ? head->forward(normed) : torch::linear(normed, embed->weight);
+      },
+      hidden, /*checkpoint=*/false);
+}
+
+torch::Tensor Qwen2VLForConditionalGeneration::forward(const ModelInputs& inputs) {
+  return Head(ForwardHidden(inputs));
+}
+
+absl::StatusOr<torch::Tensor> ForwardOrStatus(Qwen2VLForConditionalGeneration& model,
+                                              const ModelInputs& inputs) {
+  try {
+    return model.forward(inputs);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(e.what_without_backtrace());
+  }
+}
+
+}  // namespace trainctl::model

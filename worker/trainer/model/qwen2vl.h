@@ -1,0 +1,145 @@
+// Qwen2-VL for conditional generation, in LibTorch: the vision tower (vision_tower.h) feeding the
+// Qwen2 decoder (text_decoder.h), with parameter names identical to HF checkpoints
+// (`visual.blocks.0.attn.qkv.weight`, `model.layers.0.self_attn.q_proj.weight`, `lm_head.weight`
+// unless the embeddings are tied), so `named_parameters()` is the checkpoint's key list.
+//
+// Single-device code (torchtitan's split): sharding, prefetching and offload belong to the ZeRO-3
+// engine, which wraps this model through Units() and UnitHooks without touching it.
+//
+// Not thread-safe: one forward at a time per instance, like any torch::nn::Module.
+#ifndef TRAINCTL_WORKER_TRAINER_MODEL_QWEN2VL_H_
+#define TRAINCTL_WORKER_TRAINER_MODEL_QWEN2VL_H_
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/trainer/model/qwen2vl_config.h"
+#include "worker/trainer/model/text_decoder.h"
+#include "worker/trainer/model/vision_tower.h"
+
+namespace trainctl::model {
+
+struct ModelInputs {
+  torch::Tensor input_ids;       // [B, T] int64
+  torch::Tensor attention_mask;  // [B, T] int64, 1 = token, 0 = padding; may be undefined
+  torch::Tensor pixel_values;    // [N, patch_dim] float; may be undefined
+  torch::Tensor image_grid_thw;  // [n, 3] int64; may be undefined
+};
+
+// The 3-D (t, h, w) rotary position ids [3, B, T] int64 that HF's get_rope_index computes: text
+// tokens count up on all three axes; the merged patches of an image (its <|image_pad|> run after
+// <|vision_start|>) get t/h/w grid indices offset by the position where the image starts; text
+// after an image resumes at one past the largest id so far. Padding (attention_mask 0) gets 1.
+// Without image_grid_thw: cumsum(mask) - 1 (or 0..T-1). Images are consumed from image_grid_thw
+// in order across the batch. Throws c10::Error when the pads do not match the grids.
+torch::Tensor GetRopeIndex(const Qwen2VLConfig& config, const torch::Tensor& input_ids,
+                           const torch::Tensor& image_grid_thw,
+                           const torch::Tensor& attention_mask);
+
+// A group of parameters that runs as one step of the forward: the granularity at which a ZeRO-3
+// engine gathers and frees weights and at which activations are checkpointed.
+struct ModelUnit {
+  enum class Kind { kTextEmbedding, kPatchEmbed, kVisionBlock, kMerger, kDecoderLayer, kHead };
+
+  std::string name;  // the module path: "model.layers.3", "visual.merger", "head", ...
+  Kind kind;
+  int64_t index;  // layer / block number; 0 for the others
+  // The modules whose parameters this unit owns, with their HF name prefixes. Every parameter of
+  // the model is owned by exactly one unit.
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> modules;
+  // Parameters this unit reads but another owns: "model.embed_tokens.weight" for a tied head.
+  std::vector<std::string> borrowed;
+
+  // The owned parameters with their full HF names.
+  std::vector<std::pair<std::string, torch::Tensor>> NamedParameters() const;
+};
+
+// Observes each unit as it runs (not its recomputation in backward). An engine gathers the
+// unit's weights in BeforeUnit, frees them in AfterUnit, and may register hooks on `output` to
+// re-gather them before the unit's backward. Called on the thread running forward.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual void BeforeUnit(const ModelUnit& unit) = 0;
+  virtual void AfterUnit(const ModelUnit& unit, const torch::Tensor& output) = 0;
+};
+
+struct GradientCheckpointing {
+  bool decoder_layers = false;  // recompute each decoder layer in backward
+  bool vision_blocks = false;   // recompute each vision block in backward
+};
+
+class Qwen2VLForConditionalGeneration : public torch::nn::Module {
+ public:
+  // Builds the model with HF's initialisation (normal(0, 0.02) weights, zero biases, unit norms)
+  // on the CPU in float32; use to() for another dtype or device. `config` must be valid (as
+  // ParseQwen2VLConfig returns it).
+  explicit Qwen2VLForConditionalGeneration(const Qwen2VLConfig& config);
+
+  // Logits [B, T, vocab] in the model's dtype. Image features replace the <|image_pad|>
+  // embeddings in order. Throws c10::Error (with what is wrong) on bad shapes, pad/feature count
+  // mismatches or grids that do not match pixel_values; ForwardOrStatus returns that as a status.
+  torch::Tensor forward(const ModelInputs& inputs);
+
+  // The last decoder layer's output [B, T, hidden], before the final norm; Head() maps it (or
+  // slices of it, to bound the memory of [.., vocab] logits) to logits. forward() is both.
+  torch::Tensor ForwardHidden(const ModelInputs& inputs);
+
+  // The head unit: final RMSNorm, then lm_head (or the tied embedding matrix): [.., hidden] ->
+  // [.., vocab].
+  torch::Tensor Head(const torch::Tensor& hidden);
+
+  // Image features [N / merge^2, hidden] for pixel_values [N, patch_dim].
+  torch::Tensor EncodeImages(const torch::Tensor& pixel_values, const torch::Tensor& grid_thw);
+
+  // Re-applies HF's initialisation under the current RNG state (torch::manual_seed).
+  void InitWeights(double std = 0.02);
+
+  const Qwen2VLConfig& config() const { return config_; }
+
+  // The units in execution order: model.embed_tokens, visual.patch_embed, visual.blocks.N,
+  // visual.merger, model.layers.N, head (model.norm + lm_head). The vision units are skipped by
+  // a forward without images.
+  const std::vector<ModelUnit>& Units() const { return units_; }
+
+  // Not owned; must outlive every forward while set. nullptr removes them.
+  void SetUnitHooks(UnitHooks* hooks) { hooks_ = hooks; }
+
+  // Off by default. Takes effect for forwards run with grad mode on.
+  void SetGradientCheckpointing(const GradientCheckpointing& options) { checkpointing_ = options; }
+  const GradientCheckpointing& gradient_checkpointing() const { return checkpointing_; }
+
+  std::shared_ptr<Qwen2VisionTransformer> visual;
+  std::shared_ptr<Qwen2VLTextModel> language_model;  // registered as "model"
+  torch::nn::Linear lm_head{nullptr};                // null when tie_word_embeddings
+
+ private:
+  using UnitFn = std::function<torch::Tensor(const torch::Tensor&)>;
+
+  void BuildUnits();
+  torch::Tensor RunUnit(size_t unit, const UnitFn& fn, const torch::Tensor& input, bool checkpoint);
+
+  Qwen2VLConfig config_;
+  std::vector<ModelUnit> units_;
+  size_t patch_embed_unit_ = 0;
+  size_t first_vision_block_unit_ = 0;
+  size_t merger_unit_ = 0;
+  size_t first_decoder_unit_ = 0;
+  size_t head_unit_ = 0;
+  UnitHooks* hooks_ = nullptr;
+  GradientCheckpointing checkpointing_;
+};
+
+// forward() with c10::Error turned into INVALID_ARGUMENT carrying its message.
+absl::StatusOr<torch::Tensor> ForwardOrStatus(Qwen2VLForConditionalGeneration& model,
+                                              const ModelInputs& inputs);
+
+}  // namespace trainctl::model
+
+#endif  // TRAINCTL_WORKER_TRAINER_MODEL_QWEN2VL_H_

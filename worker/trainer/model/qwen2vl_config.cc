@@ -1,0 +1,391 @@
+#include "worker/trainer/model/qwen2vl_config.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+
+#ifndef TRAINCTL_MODEL_REGISTRY_DIR
+#define TRAINCTL_MODEL_REGISTRY_DIR "configs/models"
+#endif
+
+namespace trainctl::model {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Reads typed keys from one JSON object, naming `prefix + key` and the file in errors.
+class KeyReader {
+ public:
+  KeyReader(const json* object, std::string prefix, const std::string* source)
+      : object_(object), prefix_(std::move(prefix)), source_(source) {}
+
+  bool Has(const std::string& key) const {
+    return object_ != nullptr && object_->contains(key) && !(*object_)[key].is_null();
+  }
+  const json& Get(const std::string& key) const { return (*object_)[key]; }
+  std::string Name(const std::string& key) const { return prefix_ + key; }
+
+  absl::Status Error(const std::string& key, const std::string& what) const {
+    return absl::InvalidArgumentError(absl::StrCat(*source_, ": ", Name(key), ": ", what));
+  }
+
+  absl::Status Int(const std::string& key, int64_t* out) const {
+    const json& v = Get(key);
+    if (v.is_number_integer()) {
+      *out = v.get<int64_t>();
+      return absl::OkStatus();
+    }
+    // Some exporters write integral values as 2.0.
+    if (v.is_number_float() && v.get<double>() == static_cast<double>(v.get<int64_t>())) {
+      *out = v.get<int64_t>();
+      return absl::OkStatus();
+    }
+    return Error(key, absl::StrCat("expected an integer, got ", v.dump()));
+  }
+  absl::Status Double(const std::string& key, double* out) const {
+    const json& v = Get(key);
+    if (!v.is_number()) return Error(key, absl::StrCat("expected a number, got ", v.dump()));
+    *out = v.get<double>();
+    return absl::OkStatus();
+  }
+  absl::Status Bool(const std::string& key, bool* out) const {
+    const json& v = Get(key);
+    if (!v.is_boolean()) return Error(key, absl::StrCat("expected true or false, got ", v.dump()));
+    *out = v.get<bool>();
+    return absl::OkStatus();
+  }
+  absl::Status String(const std::string& key, std::string* out) const {
+    const json& v = Get(key);
+    if (!v.is_string()) return Error(key, absl::StrCat("expected a string, got ", v.dump()));
+    *out = v.get<std::string>();
+    return absl::OkStatus();
+  }
+
+ private:
+  const json* object_;
+  std::string prefix_;
+  const std::string* source_;
+};
+
+// Text keys live under `text_config` in the newer layout and at the top in the published one;
+// the first reader that has a key answers for it.
+class LayeredReader {
+ public:
+  explicit LayeredReader(std::vector<KeyReader> layers) : layers_(std::move(layers)) {}
+
+  const KeyReader* Find(const std::string& key) const {
+    for (const KeyReader& layer : layers_) {
+      if (layer.Has(key)) return &layer;
+    }
+    return nullptr;
+  }
+  absl::Status Missing(const std::string& key) const {
+    return layers_.front().Error(key, "required key is missing");
+  }
+
+  template <typename T, typename Fn>
+  absl::Status Required(const std::string& key, T* out, Fn read) const {
+    const KeyReader* r = Find(key);
+    if (r == nullptr) return Missing(key);
+    return read(*r, key, out);
+  }
+  template <typename T, typename Fn>
+  absl::Status Optional(const std::string& key, T* out, Fn read) const {
+    const KeyReader* r = Find(key);
+    if (r == nullptr) return absl::OkStatus();
+    return read(*r, key, out);
+  }
+
+ private:
+  std::vector<KeyReader> layers_;
+};
+
+absl::Status ReadInt(const KeyReader& r, const std::string& key, int64_t* out) {
+  return r.Int(key, out);
+}
+absl::Status ReadDouble(const KeyReader& r, const std::string& key, double* out) {
+  return r.Double(key, out);
+}
+absl::Status ReadBool(const KeyReader& r, const std::string& key, bool* out) {
+  return r.Bool(key, out);
+}
+absl::Status ReadString(const KeyReader& r, const std::string& key, std::string* out) {
+  return r.String(key, out);
+}
+
+absl::Status ReadMropeSection(const LayeredReader& text, const std::string& source,
+                              std::vector<int64_t>* out) {
+  // rope_scaling.mrope_section (HF 4.x), or rope_parameters.mrope_section (HF 5).
+  for (const char* holder : {"rope_scaling", "rope_parameters"}) {
+    const KeyReader* r = text.Find(holder);
+    if (r == nullptr) continue;
+    const json& obj = r->Get(holder);
+    if (!obj.is_object()) return r->Error(holder, "expected an object");
+    KeyReader inner(&obj, r->Name(holder) + ".", &source);
+    if (!inner.Has("mrope_section")) continue;
+    const json& v = inner.Get("mrope_section");
+    if (!v.is_array() || v.size() != 3) {
+      return inner.Error("mrope_section", "expected an array of 3 integers (t, h, w)");
+    }
+    out->clear();
+    for (const json& item : v) {
+      if (!item.is_number_integer() || item.get<int64_t>() <= 0) {
+        return inner.Error("mrope_section", "expected positive integers, got " + v.dump());
+      }
+      out->push_back(item.get<int64_t>());
+    }
+    return absl::OkStatus();
+  }
+  return text.Missing("rope_scaling.mrope_section");
+}
+
+absl::Status ReadVision(const json& root, const std::string& source, Qwen2VLVisionConfig* v) {
+  KeyReader top(&root, "", &source);
+  if (!top.Has("vision_config")) return top.Error("vision_config", "required key is missing");
+  const json& obj = root["vision_config"];
+  if (!obj.is_object()) return top.Error("vision_config", "expected an object");
+  LayeredReader r({KeyReader(&obj, "vision_config.", &source)});
+  RETURN_IF_ERROR(r.Required("depth", &v->depth, ReadInt));
+  RETURN_IF_ERROR(r.Required("embed_dim", &v->embed_dim, ReadInt));
+  RETURN_IF_ERROR(r.Required("num_heads", &v->num_heads, ReadInt));
+  RETURN_IF_ERROR(r.Required("hidden_size", &v->hidden_size, ReadInt));
+  RETURN_IF_ERROR(r.Optional("mlp_ratio", &v->mlp_ratio, ReadDouble));
+  RETURN_IF_ERROR(r.Optional("patch_size", &v->patch_size, ReadInt));
+  RETURN_IF_ERROR(r.Optional("temporal_patch_size", &v->temporal_patch_size, ReadInt));
+  RETURN_IF_ERROR(r.Optional("spatial_merge_size", &v->spatial_merge_size, ReadInt));
+  // The published configs say in_chans; HF's class says in_channels.
+  RETURN_IF_ERROR(r.Optional("in_chans", &v->in_channels, ReadInt));
+  RETURN_IF_ERROR(r.Optional("in_channels", &v->in_channels, ReadInt));
+  RETURN_IF_ERROR(r.Optional("hidden_act", &v->hidden_act, ReadString));
+  return absl::OkStatus();
+}
+
+absl::Status Validate(const Qwen2VLConfig& c) {
+  auto bad = [&c](const std::string& key, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(c.source, ": ", key, ": ", what));
+  };
+  const std::pair<const char*, int64_t> positives[] = {
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"vocab_size", c.vocab_size},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"vision_config.depth", c.vision.depth},
+      {"vision_config.embed_dim", c.vision.embed_dim},
+      {"vision_config.num_heads", c.vision.num_heads},
+      {"vision_config.hidden_size", c.vision.hidden_size},
+      {"vision_config.patch_size", c.vision.patch_size},
+      {"vision_config.temporal_patch_size", c.vision.temporal_patch_size},
+      {"vision_config.spatial_merge_size", c.vision.spatial_merge_size},
+      {"vision_config.in_channels", c.vision.in_channels},
+  };
+  for (const auto& [key, value] : positives) {
+    if (value <= 0) return bad(key, absl::StrCat("must be positive, got ", value));
+  }
+  if (c.hidden_size % c.num_attention_heads != 0) {
+    return bad("num_attention_heads", absl::StrCat("must divide hidden_size ", c.hidden_size,
+                                                   ", got ", c.num_attention_heads));
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return bad("num_key_value_heads",
+               absl::StrCat("must divide num_attention_heads ", c.num_attention_heads, ", got ",
+                            c.num_key_value_heads));
+  }
+  if (c.head_dim() % 2 != 0) {
+    return bad("num_attention_heads", absl::StrCat("head_dim ", c.head_dim(), " must be even"));
+  }
+  const int64_t section_sum =
+      std::accumulate(c.mrope_section.begin(), c.mrope_section.end(), int64_t{0});
+  if (section_sum != c.head_dim() / 2) {
+    return bad("rope_scaling.mrope_section",
+               absl::StrCat("must sum to head_dim / 2 = ", c.head_dim() / 2, ", got [",
+                            absl::StrJoin(c.mrope_section, ", "), "]"));
+  }
+  if (c.rms_norm_eps <= 0) return bad("rms_norm_eps", "must be positive");
+  if (c.rope_theta <= 0) return bad("rope_theta", "must be positive");
+  if (c.hidden_act != "silu") {
+    return bad("hidden_act",
+               absl::StrCat("only \"silu\" is implemented, got \"", c.hidden_act, "\""));
+  }
+  if (c.vision.hidden_act != "quick_gelu") {
+    return bad(
+        "vision_config.hidden_act",
+        absl::StrCat("only \"quick_gelu\" is implemented, got \"", c.vision.hidden_act, "\""));
+  }
+  if (c.vision.embed_dim % c.vision.num_heads != 0) {
+    return bad("vision_config.num_heads", absl::StrCat("must divide embed_dim ", c.vision.embed_dim,
+                                                       ", got ", c.vision.num_heads));
+  }
+  if (c.vision.head_dim() % 4 != 0) {
+    return bad("vision_config.num_heads",
+               absl::StrCat("vision head_dim ", c.vision.head_dim(),
+                            " must be a multiple of 4 (2-D rotary over h and w)"));
+  }
+  if (c.vision.mlp_hidden_dim() <= 0) return bad("vision_config.mlp_ratio", "must be positive");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
+  return text.str();
+}
+
+}  // namespace
+
+absl::StatusOr<Qwen2VLConfig> ParseQwen2VLConfig(const std::string& json_text,
+                                                 const std::string& source) {
+  json root = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return absl::InvalidArgumentError(source + ": not valid JSON");
+  if (!root.is_object()) return absl::InvalidArgumentError(source + ": expected a JSON object");
+
+  Qwen2VLConfig c;
+  c.source = source;
+  c.raw_json = json_text;
+
+  std::vector<KeyReader> layers;
+  if (root.contains("text_config")) {
+    if (!root["text_config"].is_object()) {
+      return absl::InvalidArgumentError(source + ": text_config: expected an object");
+    }
+    layers.emplace_back(&root["text_config"], "text_config.", &c.source);
+  }
+  layers.emplace_back(&root, "", &c.source);
+  const LayeredReader text(std::move(layers));
+
+  RETURN_IF_ERROR(text.Required("hidden_size", &c.hidden_size, ReadInt));
+  RETURN_IF_ERROR(text.Required("intermediate_size", &c.intermediate_size, ReadInt));
+  RETURN_IF_ERROR(text.Required("num_hidden_layers", &c.num_hidden_layers, ReadInt));
+  RETURN_IF_ERROR(text.Required("num_attention_heads", &c.num_attention_heads, ReadInt));
+  RETURN_IF_ERROR(text.Required("num_key_value_heads", &c.num_key_value_heads, ReadInt));
+  RETURN_IF_ERROR(text.Required("rms_norm_eps", &c.rms_norm_eps, ReadDouble));
+  RETURN_IF_ERROR(text.Required("vocab_size", &c.vocab_size, ReadInt));
+  if (text.Find("rope_theta") != nullptr) {
+    RETURN_IF_ERROR(text.Required("rope_theta", &c.rope_theta, ReadDouble));
+  } else if (const KeyReader* r = text.Find("rope_parameters"); r != nullptr) {
+    KeyReader inner(&r->Get("rope_parameters"), r->Name("rope_parameters."), &c.source);
+    if (!inner.Has("rope_theta")) return text.Missing("rope_theta");
+    RETURN_IF_ERROR(inner.Double("rope_theta", &c.rope_theta));
+  } else {
+    return text.Missing("rope_theta");
+  }
+  RETURN_IF_ERROR(ReadMropeSection(text, c.source, &c.mrope_section));
+  RETURN_IF_ERROR(text.Optional("tie_word_embeddings", &c.tie_word_embeddings, ReadBool));
+  RETURN_IF_ERROR(text.Optional("max_position_embeddings", &c.max_position_embeddings, ReadInt));
+  RETURN_IF_ERROR(text.Optional("hidden_act", &c.hidden_act, ReadString));
+
+  // Special token ids and dtype are top-level in both layouts.
+  const LayeredReader top({KeyReader(&root, "", &c.source)});
+  RETURN_IF_ERROR(top.Optional("image_token_id", &c.image_token_id, ReadInt));
+  RETURN_IF_ERROR(top.Optional("video_token_id", &c.video_token_id, ReadInt));
+  RETURN_IF_ERROR(top.Optional("vision_start_token_id", &c.vision_start_token_id, ReadInt));
+  RETURN_IF_ERROR(top.Optional("vision_end_token_id", &c.vision_end_token_id, ReadInt));
+  RETURN_IF_ERROR(text.Optional("torch_dtype", &c.torch_dtype, ReadString));
+
+  RETURN_IF_ERROR(ReadVision(root, c.source, &c.vision));
+  RETURN_IF_ERROR(Validate(c));
+  return c;
+}
+
+absl::StatusOr<Qwen2VLConfig> LoadQwen2VLConfig(const std::string& path) {
+  std::string file = path;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
+  ASSIGN_OR_RETURN(std::string text, ReadFile(file));
+  return ParseQwen2VLConfig(text, file);
+}
+
+std::string Qwen2VLConfigToJson(const Qwen2VLConfig& c) {
+  json out = json::object();
+  if (!c.raw_json.empty()) {
+    json raw = json::parse(c.raw_json, nullptr, false);
+    if (raw.is_object()) out = std::move(raw);
+  }
+  // Write the flat layout: fold a text_config back to the top.
+  if (out.contains("text_config") && out["text_config"].is_object()) {
+    for (const auto& [key, value] : out["text_config"].items()) {
+      if (key != "model_type" && key != "architectures") out[key] = value;
+    }
+    out.erase("text_config");
+  }
+  out.erase("rope_parameters");
+  out["architectures"] = json::array({"Qwen2VLForConditionalGeneration"});
+  out["model_type"] = "qwen2_vl";
+  out["hidden_size"] = c.hidden_size;
+  out["intermediate_size"] = c.intermediate_size;
+  out["num_hidden_layers"] = c.num_hidden_layers;
+  out["num_attention_heads"] = c.num_attention_heads;
+  out["num_key_value_heads"] = c.num_key_value_heads;
+  out["rms_norm_eps"] = c.rms_norm_eps;
+  out["rope_theta"] = c.rope_theta;
+  out["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", c.mrope_section}};
+  out["vocab_size"] = c.vocab_size;
+  out["tie_word_embeddings"] = c.tie_word_embeddings;
+  out["max_position_embeddings"] = c.max_position_embeddings;
+  out["hidden_act"] = c.hidden_act;
+  out["image_token_id"] = c.image_token_id;
+  out["video_token_id"] = c.video_token_id;
+  out["vision_start_token_id"] = c.vision_start_token_id;
+  out["vision_end_token_id"] = c.vision_end_token_id;
+  if (!c.torch_dtype.empty()) out["torch_dtype"] = c.torch_dtype;
+  json& v = out["vision_config"];
+  if (!v.is_object()) v = json::object();
+  v["depth"] = c.vision.depth;
+  v["embed_dim"] = c.vision.embed_dim;
+  v["num_heads"] = c.vision.num_heads;
+  v["mlp_ratio"] = c.vision.mlp_ratio;
+  v["patch_size"] = c.vision.patch_size;
+  v["spatial_patch_size"] = c.vision.patch_size;
+  v["temporal_patch_size"] = c.vision.temporal_patch_size;
+  v["spatial_merge_size"] = c.vision.spatial_merge_size;
+  v["hidden_size"] = c.vision.hidden_size;
+  v["in_chans"] = c.vision.in_channels;
+  v["in_channels"] = c.vision.in_channels;
+  v["hidden_act"] = c.vision.hidden_act;
+  return out.dump(2) + "\n";
+}
+
+std::string ModelRegistryDir() {
+  if (const char* env = std::getenv("TRAINCTL_MODEL_REGISTRY"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return TRAINCTL_MODEL_REGISTRY_DIR;
+}
+
+absl::StatusOr<std::string> FindModelConfig(const std::string& name_or_dir) {
+  std::vector<std::string> tried;
+  std::error_code ec;
+  const fs::path given(name_or_dir);
+  if (fs::is_regular_file(given, ec)) return given.string();
+  if (fs::is_directory(given, ec)) {
+    const fs::path file = given / "config.json";
+    if (fs::is_regular_file(file, ec)) return file.string();
+    tried.push_back(file.string());
+  }
+  std::string name = name_or_dir;
+  if (name.rfind("Qwen/", 0) == 0) name = name.substr(5);
+  if (!name.empty() && name.find("..") == std::string::npos) {
+    const fs::path file = fs::path(ModelRegistryDir()) / name / "config.json";
+    if (fs::is_regular_file(file, ec)) return file.string();
+    tried.push_back(file.string());
+  }
+  return absl::NotFoundError(absl::StrCat("no model config for \"", name_or_dir,
+                                          "\" (tried: ", absl::StrJoin(tried, ", "), ")"));
+}
+
+}  // namespace trainctl::model

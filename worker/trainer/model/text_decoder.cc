@@ -1,0 +1,171 @@
+#include "worker/trainer/model/text_decoder.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace trainctl::model {
+namespace {
+
+using torch::indexing::Slice;
+
+torch::Tensor RotateHalf(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat(
+      {-x.index({"...", Slice(half, torch::indexing::None)}), x.index({"...", Slice(0, half)})},
+      -1);
+}
+
+double LowestValue(torch::ScalarType dtype) {
+  double lowest = 0;
+  AT_DISPATCH_FLOATING_TYPES_AND2(torch::kHalf, torch::kBFloat16, dtype, "LowestValue", [&] {
+    lowest = static_cast<double>(std::numeric_limits<scalar_t>::lowest());
+  });
+  return lowest;
+}
+
+}  // namespace
+
+RotaryTables MultimodalRotary(const Qwen2VLConfig& config, const torch::Tensor& position_ids,
+                              torch::ScalarType dtype) {
+  const int64_t head_dim = config.head_dim();
+  const auto float_opts =
+      torch::TensorOptions().dtype(torch::kFloat32).device(position_ids.device());
+  const torch::Tensor exponents =
+      torch::arange(0, head_dim, 2, float_opts.dtype(torch::kInt64)).to(torch::kFloat32) /
+      static_cast<double>(head_dim);
+  const torch::Tensor inv_freq = torch::pow(config.rope_theta, exponents).reciprocal();
+
+  // [3, B, T, head_dim / 2], then both halves.
+  const torch::Tensor freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv_freq;
+  const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
+  const torch::Tensor cos = emb.cos();
+  const torch::Tensor sin = emb.sin();
+
+  std::vector<int64_t> sections = config.mrope_section;
+  sections.insert(sections.end(), config.mrope_section.begin(), config.mrope_section.end());
+  const auto cos_chunks = cos.split_with_sizes(sections, -1);
+  const auto sin_chunks = sin.split_with_sizes(sections, -1);
+  std::vector<torch::Tensor> cos_parts, sin_parts;
+  for (size_t i = 0; i < sections.size(); ++i) {
+    cos_parts.push_back(cos_chunks[i][static_cast<int64_t>(i % 3)]);
+    sin_parts.push_back(sin_chunks[i][static_cast<int64_t>(i % 3)]);
+  }
+  return {torch::cat(cos_parts, -1).to(dtype), torch::cat(sin_parts, -1).to(dtype)};
+}
+
+torch::Tensor CausalPaddingMask(const torch::Tensor& attention_mask, int64_t batch, int64_t seq,
+                                const torch::Device& device) {
+  const torch::Tensor idx = torch::arange(seq, torch::TensorOptions().device(device));
+  torch::Tensor allowed = (idx.unsqueeze(0) <= idx.unsqueeze(1)).view({1, 1, seq, seq});
+  allowed = allowed.expand({batch, 1, seq, seq});
+  if (attention_mask.defined()) {
+    allowed = allowed.logical_and(attention_mask.to(device).ne(0).view({batch, 1, 1, seq}));
+  }
+  return allowed;
+}
+
+Qwen2RMSNorm::Qwen2RMSNorm(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor Qwen2RMSNorm::forward(const torch::Tensor& x) {
+  const torch::Tensor h = x.to(torch::kFloat32);
+  const torch::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
+  return weight * (h * torch::rsqrt(variance + eps_)).to(x.scalar_type());
+}
+
+Qwen2VLAttention::Qwen2VLAttention(const Qwen2VLConfig& config)
+    : num_heads_(config.num_attention_heads),
+      num_kv_heads_(config.num_key_value_heads),
+      head_dim_(config.head_dim()) {
+  const int64_t hidden = config.hidden_size;
+  q_proj = register_module(
+      "q_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden, num_heads_ * head_dim_)));
+  k_proj = register_module(
+      "k_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden, num_kv_heads_ * head_dim_)));
+  v_proj = register_module(
+      "v_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden, num_kv_heads_ * head_dim_)));
+  o_proj = register_module(
+      "o_proj",
+      torch::nn::Linear(torch::nn::LinearOptions(num_heads_ * head_dim_, hidden).bias(false)));
+}
+
+torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& x, const RotaryTables& rope,
+                                        const torch::Tensor& allowed) {
+  const int64_t batch = x.size(0);
+  const int64_t seq = x.size(1);
+  torch::Tensor q = q_proj->forward(x).view({batch, seq, num_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor k = k_proj->forward(x).view({batch, seq, num_kv_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor v = v_proj->forward(x).view({batch, seq, num_kv_heads_, head_dim_}).transpose(1, 2);
+
+  const torch::Tensor cos = rope.cos.unsqueeze(1);
+  const torch::Tensor sin = rope.sin.unsqueeze(1);
+  q = q * cos + RotateHalf(q) * sin;
+  k = k * cos + RotateHalf(k) * sin;
+
+  const int64_t groups = num_heads_ / num_kv_heads_;
+  if (groups > 1) {
+    k = k.unsqueeze(2)
+            .expand({batch, num_kv_heads_, groups, seq, head_dim_})
+            .reshape({batch, num_heads_, seq, head_dim_});
+    v = v.unsqueeze(2)
+            .expand({batch, num_kv_heads_, groups, seq, head_dim_})
+            .reshape({batch, num_heads_, seq, head_dim_});
+  }
+  torch::Tensor scores =
+      torch::matmul(q, k.transpose(2, 3)) / std::sqrt(static_cast<double>(head_dim_));
+  // The dtype's lowest value rather than -inf: a fully masked row (a padding query) then gets a
+  // uniform distribution instead of NaN, as in HF.
+  scores = scores.masked_fill(allowed.logical_not(), LowestValue(scores.scalar_type()));
+  const torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+  const torch::Tensor out =
+      torch::matmul(probs, v).transpose(1, 2).reshape({batch, seq, num_heads_ * head_dim_});
+  return o_proj->forward(out);
+}
+
+Qwen2MLP::Qwen2MLP(const Qwen2VLConfig& config) {
+  const int64_t hidden = config.hidden_size;
+  const int64_t inner = config.intermediate_size;
+  gate_proj = register_module(
+      "gate_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden, inner).bias(false)));
+  up_proj = register_module("up_proj",
+                            torch::nn::Linear(torch::nn::LinearOptions(hidden, inner).bias(false)));
+  down_proj = register_module(
+      "down_proj", torch::nn::Linear(torch::nn::LinearOptions(inner, hidden).bias(false)));
+}
+
+torch::Tensor Qwen2MLP::forward(const torch::Tensor& x) {
+  return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+}
+
+Qwen2VLDecoderLayer::Qwen2VLDecoderLayer(const Qwen2VLConfig& config) {
+  self_attn = register_module("self_attn", std::make_shared<Qwen2VLAttention>(config));
+  mlp = register_module("mlp", std::make_shared<Qwen2MLP>(config));
+  input_layernorm = register_module(
+      "input_layernorm", std::make_shared<Qwen2RMSNorm>(config.hidden_size, config.rms_norm_eps));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm",
+                      std::make_shared<Qwen2RMSNorm>(config.hidden_size, config.rms_norm_eps));
+}
+
+torch::Tensor Qwen2VLDecoderLayer::forward(const torch::Tensor& x, const RotaryTables& rope,
+                                           const torch::Tensor& allowed) {
+  const torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rope, allowed);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+Qwen2VLTextModel::Qwen2VLTextModel(const Qwen2VLConfig& config) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(
+                                                     config.vocab_size, config.hidden_size)));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    auto layer = std::make_shared<Qwen2VLDecoderLayer>(config);
+    layers->push_back(layer);
+    layer_list.push_back(std::move(layer));
+  }
+  norm = register_module("norm",
+                         std::make_shared<Qwen2RMSNorm>(config.hidden_size, config.rms_norm_eps));
+}
+
+}  // namespace trainctl::model

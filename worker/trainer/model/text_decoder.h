@@ -1,0 +1,97 @@
+// The Qwen2 decoder of Qwen2-VL: RMSNorm, GQA attention with multimodal RoPE, SwiGLU MLP.
+// Module and parameter names are HF's (`self_attn.q_proj`, `mlp.gate_proj`, `input_layernorm`,
+// ...), so a state dict maps one to one onto a checkpoint.
+//
+// Single-device code: nothing here knows of sharding or recomputation; the top-level model drives
+// the layers one by one (see qwen2vl.h).
+#ifndef TRAINCTL_WORKER_TRAINER_MODEL_TEXT_DECODER_H_
+#define TRAINCTL_WORKER_TRAINER_MODEL_TEXT_DECODER_H_
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "worker/trainer/model/qwen2vl_config.h"
+
+namespace trainctl::model {
+
+// cos and sin of the multimodal rotary embedding, [B, T, head_dim] each, in the model's dtype.
+struct RotaryTables {
+  torch::Tensor cos;
+  torch::Tensor sin;
+};
+
+// Builds the rotary tables for `position_ids` [3, B, T] (t, h, w): per-axis frequencies
+// theta^(-2i/head_dim), then channel chunks taken from the t, h and w rows by mrope_section
+// (repeated for both halves of head_dim), as HF's apply_multimodal_rotary_pos_emb.
+RotaryTables MultimodalRotary(const Qwen2VLConfig& config, const torch::Tensor& position_ids,
+                              torch::ScalarType dtype);
+
+// x * rsqrt(mean(x^2) + eps) * weight, computed in float32.
+class Qwen2RMSNorm : public torch::nn::Module {
+ public:
+  Qwen2RMSNorm(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+
+class Qwen2VLAttention : public torch::nn::Module {
+ public:
+  explicit Qwen2VLAttention(const Qwen2VLConfig& config);
+  // `x` [B, T, hidden]; `allowed` bool [B, 1, T, T] (true where query may attend to key).
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope,
+                        const torch::Tensor& allowed);
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  int64_t num_heads_;
+  int64_t num_kv_heads_;
+  int64_t head_dim_;
+};
+
+// down_proj(silu(gate_proj(x)) * up_proj(x)).
+class Qwen2MLP : public torch::nn::Module {
+ public:
+  explicit Qwen2MLP(const Qwen2VLConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+
+class Qwen2VLDecoderLayer : public torch::nn::Module {
+ public:
+  explicit Qwen2VLDecoderLayer(const Qwen2VLConfig& config);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope,
+                        const torch::Tensor& allowed);
+
+  std::shared_ptr<Qwen2VLAttention> self_attn;
+  std::shared_ptr<Qwen2MLP> mlp;
+  std::shared_ptr<Qwen2RMSNorm> input_layernorm;
+  std::shared_ptr<Qwen2RMSNorm> post_attention_layernorm;
+};
+
+// HF's `model` (Qwen2VLModel): embeddings, layers, final norm. The top-level model runs them.
+class Qwen2VLTextModel : public torch::nn::Module {
+ public:
+  explicit Qwen2VLTextModel(const Qwen2VLConfig& config);
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  std::vector<std::shared_ptr<Qwen2VLDecoderLayer>> layer_list;  // the same layers, typed
+  std::shared_ptr<Qwen2RMSNorm> norm;
+};
+
+// Bool [B, 1, T, T]: key j visible to query i when j <= i and key j is not padding
+// (`attention_mask` [B, T], 1 = token; undefined = no padding).
+torch::Tensor CausalPaddingMask(const torch::Tensor& attention_mask, int64_t batch, int64_t seq,
+                                const torch::Device& device);
+
+}  // namespace trainctl::model
+
+#endif  // TRAINCTL_WORKER_TRAINER_MODEL_TEXT_DECODER_H_
