@@ -87,14 +87,14 @@ const char* EventKind(const JobEvent& e) {
 
 absl::Status InsertEvents(Db& db, int64_t job_n, std::vector<JobEvent>* events) {
   if (events->empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(Statement st,
-                   db.Prepare("INSERT INTO job_events(job_id, kind, event) VALUES(?, ?, ?)"));
+  ASSIGN_OR_RETURN(sqlite::CachedStatement st,
+                   db.PrepareCached("INSERT INTO job_events(job_id, kind, event) VALUES(?, ?, ?)"));
   for (JobEvent& event : *events) {
     event.clear_seq();
     event.clear_job_id();
-    st.Reset();
+    st->Reset();
     RETURN_IF_ERROR(
-        st.Bind(1, job_n).Bind(2, EventKind(event)).BindBlob(3, event.SerializeAsString()).Run());
+        st->Bind(1, job_n).Bind(2, EventKind(event)).BindBlob(3, event.SerializeAsString()).Run());
     event.set_seq(db.LastInsertRowId());
     event.set_job_id(FormatJobId(job_n));
   }
@@ -105,10 +105,10 @@ absl::Status WriteJobRow(Db& db, int64_t n, const Job& job) {
   Job blob = job;
   blob.clear_id();
   ASSIGN_OR_RETURN(
-      Statement st,
-      db.Prepare(
+      sqlite::CachedStatement st,
+      db.PrepareCached(
           "UPDATE jobs SET state = ?, priority = ?, update_time_us = ?, job = ? WHERE id = ?"));
-  return st.Bind(1, int64_t{job.state()})
+  return st->Bind(1, int64_t{job.state()})
       .Bind(2, int64_t{job.spec().priority()})
       .Bind(3, ToMicros(job.update_time()))
       .BindBlob(4, blob.SerializeAsString())
@@ -117,9 +117,9 @@ absl::Status WriteJobRow(Db& db, int64_t n, const Job& job) {
 }
 
 absl::StatusOr<int> ReadUserVersion(Db& db) {
-  ASSIGN_OR_RETURN(Statement st, db.Prepare("PRAGMA user_version"));
-  ASSIGN_OR_RETURN(bool row, st.Step());
-  return row ? static_cast<int>(st.ColumnInt(0)) : 0;
+  ASSIGN_OR_RETURN(sqlite::CachedStatement st, db.PrepareCached("PRAGMA user_version"));
+  ASSIGN_OR_RETURN(bool row, st->Step());
+  return row ? static_cast<int>(st->ColumnInt(0)) : 0;
 }
 
 absl::Status Migrate(Db& db, int target) {
@@ -144,11 +144,11 @@ absl::Status Migrate(Db& db, int target) {
 
 absl::Status Configure(Db& db, bool synchronous_full) {
   RETURN_IF_ERROR(db.Exec("PRAGMA busy_timeout = 10000"));
-  ASSIGN_OR_RETURN(Statement wal, db.Prepare("PRAGMA journal_mode = WAL"));
-  ASSIGN_OR_RETURN(bool row, wal.Step());
-  if (!row || wal.ColumnText(0) != "wal") {
+  ASSIGN_OR_RETURN(sqlite::CachedStatement wal, db.PrepareCached("PRAGMA journal_mode = WAL"));
+  ASSIGN_OR_RETURN(bool row, wal->Step());
+  if (!row || wal->ColumnText(0) != "wal") {
     return absl::FailedPreconditionError(absl::StrCat(
-        db.path(), ": cannot enable WAL mode (journal_mode is ", wal.ColumnText(0), ")"));
+        db.path(), ": cannot enable WAL mode (journal_mode is ", wal->ColumnText(0), ")"));
   }
   RETURN_IF_ERROR(
       db.Exec(synchronous_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL"));
@@ -204,19 +204,29 @@ absl::Status SqliteJobStore::Write(const Work& work) {
 
 void SqliteJobStore::CommitGroup(const std::vector<Writer*>& group) {
   Db& db = *writer_db_;
-  if (absl::Status begin = db.Exec("BEGIN IMMEDIATE"); !begin.ok()) {
+  if (absl::Status begin = db.ExecCached("BEGIN IMMEDIATE"); !begin.ok()) {
     for (Writer* w : group) w->status = begin;
     return;
   }
-  for (Writer* w : group) {
-    absl::Status s = db.Exec("SAVEPOINT w");
-    if (s.ok()) s = (*w->work)(db);
-    if (!s.ok()) (void)db.Exec("ROLLBACK TO w");
-    (void)db.Exec("RELEASE w");
-    w->status = s;
+  if (group.size() == 1) {
+    // Alone in the transaction: a failure rolls back the whole of it; no savepoint needed.
+    Writer* w = group[0];
+    w->status = (*w->work)(db);
+    if (!w->status.ok()) {
+      (void)db.ExecCached("ROLLBACK");
+      return;
+    }
+  } else {
+    for (Writer* w : group) {
+      absl::Status s = db.ExecCached("SAVEPOINT w");
+      if (s.ok()) s = (*w->work)(db);
+      if (!s.ok()) (void)db.ExecCached("ROLLBACK TO w");
+      (void)db.ExecCached("RELEASE w");
+      w->status = s;
+    }
   }
-  if (absl::Status commit = db.Exec("COMMIT"); !commit.ok()) {
-    (void)db.Exec("ROLLBACK");
+  if (absl::Status commit = db.ExecCached("COMMIT"); !commit.ok()) {
+    (void)db.ExecCached("ROLLBACK");
     for (Writer* w : group) {
       if (w->status.ok()) w->status = commit;
     }
@@ -229,11 +239,12 @@ absl::StatusOr<CreateJobResult> SqliteJobStore::CreateJob(const Job& job,
   CreateJobResult result;
   RETURN_IF_ERROR(Write([&](Db& db) -> absl::Status {
     if (!request_id.empty()) {
-      ASSIGN_OR_RETURN(Statement find, db.Prepare("SELECT id, job FROM jobs WHERE request_id = ?"));
-      find.Bind(1, request_id);
-      ASSIGN_OR_RETURN(bool found, find.Step());
+      ASSIGN_OR_RETURN(sqlite::CachedStatement find,
+                       db.PrepareCached("SELECT id, job FROM jobs WHERE request_id = ?"));
+      find->Bind(1, request_id);
+      ASSIGN_OR_RETURN(bool found, find->Step());
       if (found) {
-        ASSIGN_OR_RETURN(result.job, ReadJobRow(db, find, 0, 1));
+        ASSIGN_OR_RETURN(result.job, ReadJobRow(db, *find, 0, 1));
         result.created = false;
         return absl::OkStatus();
       }
@@ -241,16 +252,16 @@ absl::StatusOr<CreateJobResult> SqliteJobStore::CreateJob(const Job& job,
     Job blob = job;
     blob.clear_id();
     ASSIGN_OR_RETURN(
-        Statement insert,
-        db.Prepare(
+        sqlite::CachedStatement insert,
+        db.PrepareCached(
             "INSERT INTO jobs(request_id, state, priority, create_time_us, update_time_us, job) "
             "VALUES(?, ?, ?, ?, ?, ?)"));
     if (request_id.empty()) {
-      insert.BindNull(1);
+      insert->BindNull(1);
     } else {
-      insert.Bind(1, request_id);
+      insert->Bind(1, request_id);
     }
-    RETURN_IF_ERROR(insert.Bind(2, int64_t{job.state()})
+    RETURN_IF_ERROR(insert->Bind(2, int64_t{job.state()})
                         .Bind(3, int64_t{job.spec().priority()})
                         .Bind(4, ToMicros(job.create_time()))
                         .Bind(5, ToMicros(job.update_time()))
@@ -270,11 +281,12 @@ absl::StatusOr<CreateJobResult> SqliteJobStore::CreateJob(const Job& job,
 absl::StatusOr<Job> SqliteJobStore::GetJob(absl::string_view id) {
   ASSIGN_OR_RETURN(int64_t n, ParseJobId(id));
   absl::MutexLock lock(&read_mu_);
-  ASSIGN_OR_RETURN(Statement st, reader_db_->Prepare("SELECT id, job FROM jobs WHERE id = ?"));
-  st.Bind(1, n);
-  ASSIGN_OR_RETURN(bool found, st.Step());
+  ASSIGN_OR_RETURN(sqlite::CachedStatement st,
+                   reader_db_->PrepareCached("SELECT id, job FROM jobs WHERE id = ?"));
+  st->Bind(1, n);
+  ASSIGN_OR_RETURN(bool found, st->Step());
   if (!found) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
-  return ReadJobRow(*reader_db_, st, 0, 1);
+  return ReadJobRow(*reader_db_, *st, 0, 1);
 }
 
 absl::StatusOr<JobPage> SqliteJobStore::ListJobs(const JobFilter& filter) {
@@ -285,18 +297,18 @@ absl::StatusOr<JobPage> SqliteJobStore::ListJobs(const JobFilter& filter) {
   }
   absl::StrAppend(&sql, " ORDER BY id DESC LIMIT ?");
   absl::MutexLock lock(&read_mu_);
-  ASSIGN_OR_RETURN(Statement st, reader_db_->Prepare(sql));
-  st.Bind(1, filter.before_id > 0 ? filter.before_id : INT64_MAX)
+  ASSIGN_OR_RETURN(sqlite::CachedStatement st, reader_db_->PrepareCached(sql));
+  st->Bind(1, filter.before_id > 0 ? filter.before_id : INT64_MAX)
       .Bind(2, int64_t{filter.page_size} + 1);
   JobPage page;
   while (true) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
+    ASSIGN_OR_RETURN(bool row, st->Step());
     if (!row) break;
     if (static_cast<int>(page.jobs.size()) == filter.page_size) {
       page.next_before_id = ParseJobId(page.jobs.back().id()).value();
       break;
     }
-    ASSIGN_OR_RETURN(Job job, ReadJobRow(*reader_db_, st, 0, 1));
+    ASSIGN_OR_RETURN(Job job, ReadJobRow(*reader_db_, *st, 0, 1));
     page.jobs.push_back(std::move(job));
   }
   return page;
@@ -308,11 +320,12 @@ absl::StatusOr<Job> SqliteJobStore::UpdateJob(absl::string_view id, const JobMut
   Job updated;
   std::vector<JobEvent> new_events;
   RETURN_IF_ERROR(Write([&](Db& db) -> absl::Status {
-    ASSIGN_OR_RETURN(Statement st, db.Prepare("SELECT id, job FROM jobs WHERE id = ?"));
-    st.Bind(1, n);
-    ASSIGN_OR_RETURN(bool found, st.Step());
+    ASSIGN_OR_RETURN(sqlite::CachedStatement st,
+                     db.PrepareCached("SELECT id, job FROM jobs WHERE id = ?"));
+    st->Bind(1, n);
+    ASSIGN_OR_RETURN(bool found, st->Step());
     if (!found) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
-    ASSIGN_OR_RETURN(updated, ReadJobRow(db, st, 0, 1));
+    ASSIGN_OR_RETURN(updated, ReadJobRow(db, *st, 0, 1));
     new_events.clear();
     RETURN_IF_ERROR(mutate(&updated, &new_events));
     updated.set_id(FormatJobId(n));
@@ -329,18 +342,18 @@ absl::StatusOr<std::vector<JobEvent>> SqliteJobStore::ListEvents(absl::string_vi
   const int64_t n = ParseJobId(job.id()).value();
   absl::MutexLock lock(&read_mu_);
   ASSIGN_OR_RETURN(
-      Statement st,
-      reader_db_->Prepare(
+      sqlite::CachedStatement st,
+      reader_db_->PrepareCached(
           "SELECT seq, event FROM job_events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"));
-  st.Bind(1, n).Bind(2, after_seq).Bind(3, int64_t{limit});
+  st->Bind(1, n).Bind(2, after_seq).Bind(3, int64_t{limit});
   std::vector<JobEvent> out;
   while (true) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
+    ASSIGN_OR_RETURN(bool row, st->Step());
     if (!row) break;
     JobEvent event;
-    if (!event.ParseFromString(st.ColumnBlob(1)))
-      return Corrupt(*reader_db_, "event", st.ColumnInt(0));
-    event.set_seq(st.ColumnInt(0));
+    if (!event.ParseFromString(st->ColumnBlob(1)))
+      return Corrupt(*reader_db_, "event", st->ColumnInt(0));
+    event.set_seq(st->ColumnInt(0));
     event.set_job_id(job.id());
     out.push_back(std::move(event));
   }
@@ -350,23 +363,24 @@ absl::StatusOr<std::vector<JobEvent>> SqliteJobStore::ListEvents(absl::string_vi
 absl::Status SqliteJobStore::AppendLogs(std::vector<LogLine>* lines) {
   if (lines->empty()) return absl::OkStatus();
   return Write([&](Db& db) -> absl::Status {
-    ASSIGN_OR_RETURN(Statement exists, db.Prepare("SELECT 1 FROM jobs WHERE id = ?"));
+    ASSIGN_OR_RETURN(sqlite::CachedStatement exists,
+                     db.PrepareCached("SELECT 1 FROM jobs WHERE id = ?"));
     ASSIGN_OR_RETURN(
-        Statement insert,
-        db.Prepare(
+        sqlite::CachedStatement insert,
+        db.PrepareCached(
             "INSERT INTO log_lines(job_id, rank, stream, time_us, text) VALUES(?, ?, ?, ?, ?)"));
     int64_t checked = 0;
     for (LogLine& line : *lines) {
       ASSIGN_OR_RETURN(int64_t n, ParseJobId(line.job_id()));
       if (n != checked) {
-        exists.Reset();
-        exists.Bind(1, n);
-        ASSIGN_OR_RETURN(bool found, exists.Step());
+        exists->Reset();
+        exists->Bind(1, n);
+        ASSIGN_OR_RETURN(bool found, exists->Step());
         if (!found) return absl::NotFoundError(absl::StrCat("job ", line.job_id(), " not found"));
         checked = n;
       }
-      insert.Reset();
-      RETURN_IF_ERROR(insert.Bind(1, n)
+      insert->Reset();
+      RETURN_IF_ERROR(insert->Bind(1, n)
                           .Bind(2, int64_t{line.rank()})
                           .Bind(3, line.stream())
                           .Bind(4, ToMicros(line.time()))
@@ -390,20 +404,20 @@ absl::StatusOr<std::vector<LogLine>> SqliteJobStore::ListLogs(absl::string_view 
       "BY seq ",
       tail ? "DESC" : "ASC", " LIMIT ?");
   absl::MutexLock lock(&read_mu_);
-  ASSIGN_OR_RETURN(Statement st, reader_db_->Prepare(sql));
-  st.Bind(1, n).Bind(2, query.after_seq).Bind(3, int64_t{tail ? query.tail : query.limit});
+  ASSIGN_OR_RETURN(sqlite::CachedStatement st, reader_db_->PrepareCached(sql));
+  st->Bind(1, n).Bind(2, query.after_seq).Bind(3, int64_t{tail ? query.tail : query.limit});
   std::vector<LogLine> out;
   while (true) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
+    ASSIGN_OR_RETURN(bool row, st->Step());
     if (!row) break;
     LogLine line;
-    line.set_seq(st.ColumnInt(0));
+    line.set_seq(st->ColumnInt(0));
     line.set_job_id(job.id());
-    line.set_rank(static_cast<int32_t>(st.ColumnInt(1)));
-    line.set_stream(st.ColumnText(2));
+    line.set_rank(static_cast<int32_t>(st->ColumnInt(1)));
+    line.set_stream(st->ColumnText(2));
     *line.mutable_time() =
-        google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(st.ColumnInt(3));
-    line.set_text(st.ColumnText(4));
+        google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(st->ColumnInt(3));
+    line.set_text(st->ColumnText(4));
     out.push_back(std::move(line));
   }
   if (tail) {

@@ -18,7 +18,10 @@ absl::StatusOr<std::unique_ptr<Db>> Db::Open(const std::string& path) {
   return std::unique_ptr<Db>(new Db(raw, path));
 }
 
-Db::~Db() { sqlite3_close_v2(db_); }
+Db::~Db() {
+  cache_.clear();  // finalize before closing
+  sqlite3_close_v2(db_);
+}
 
 absl::Status Db::Error(int rc, absl::string_view what) const {
   const std::string message = absl::StrCat(path_, ": ", what, ": ", sqlite3_errmsg(db_));
@@ -53,6 +56,23 @@ absl::StatusOr<Statement> Db::Prepare(absl::string_view sql) {
   const int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
   if (rc != SQLITE_OK) return Error(rc, absl::StrCat("prepare ", sql.substr(0, 60)));
   return Statement(this, stmt);
+}
+
+absl::StatusOr<CachedStatement> Db::PrepareCached(absl::string_view sql) {
+  auto it = cache_.find(sql);
+  if (it == cache_.end()) {
+    auto prepared = Prepare(sql);
+    if (!prepared.ok()) return prepared.status();
+    it = cache_.emplace(std::string(sql), std::make_unique<Statement>(std::move(*prepared))).first;
+  }
+  it->second->Reset();
+  return CachedStatement(it->second.get());
+}
+
+absl::Status Db::ExecCached(absl::string_view sql) {
+  auto st = PrepareCached(sql);
+  if (!st.ok()) return st.status();
+  return (*st)->Run();
 }
 
 int64_t Db::LastInsertRowId() const { return sqlite3_last_insert_rowid(db_); }

@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,7 @@
 namespace trainctl::sqlite {
 
 class Statement;
+class CachedStatement;
 
 class Db {
  public:
@@ -28,6 +30,11 @@ class Db {
   // Runs one or more statements that return no rows.
   absl::Status Exec(absl::string_view sql);
   absl::StatusOr<Statement> Prepare(absl::string_view sql);
+  // A statement compiled once per connection and kept, ready to bind. The handle resets it when it
+  // goes out of scope, so no read transaction stays open behind a half-read result.
+  absl::StatusOr<CachedStatement> PrepareCached(absl::string_view sql);
+  // Runs a cached statement that takes no parameters and returns no rows (BEGIN, COMMIT, ...).
+  absl::Status ExecCached(absl::string_view sql);
   int64_t LastInsertRowId() const;
   // The error for the connection's last failure, naming the file and `what`.
   absl::Status Error(int rc, absl::string_view what) const;
@@ -38,6 +45,7 @@ class Db {
   Db(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   sqlite3* db_;
   std::string path_;
+  std::map<std::string, std::unique_ptr<Statement>, std::less<>> cache_;
 };
 
 class Statement {
@@ -69,6 +77,22 @@ class Statement {
   Statement(Db* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
   Db* db_;
   sqlite3_stmt* stmt_;
+};
+
+// A borrowed cached statement; see Db::PrepareCached.
+class CachedStatement {
+ public:
+  explicit CachedStatement(Statement* st) : st_(st) {}
+  CachedStatement(CachedStatement&& other) noexcept : st_(other.st_) { other.st_ = nullptr; }
+  CachedStatement& operator=(CachedStatement&&) = delete;
+  ~CachedStatement() {
+    if (st_ != nullptr) st_->Reset();
+  }
+  Statement* operator->() const { return st_; }
+  Statement& operator*() const { return *st_; }
+
+ private:
+  Statement* st_;
 };
 
 }  // namespace trainctl::sqlite
