@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "cli/commands.h"
 
 #include <unistd.h>
@@ -15,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/cli_args.h"
@@ -82,7 +82,8 @@ int Fail(std::ostream& err, const absl::Status& status) {
 
 std::string FormatTime(const google::protobuf::Timestamp& t) {
   if (t.seconds() == 0 && t.nanos() == 0) return "-";
-  const absl::Time time = absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
+  const absl::Time time =
+      absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", time, absl::UTCTimeZone());
 }
 
@@ -115,13 +116,14 @@ absl::StatusOr<FlagSpec> BuildSpec(const ParsedArgs& args) {
     } else if (file.empty()) {
       file = positional;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", positional,
-                                                     "' (one spec FILE at most)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", positional, "' (one spec FILE at most)"));
     }
   }
   if (file.empty() && flag_args.empty()) {
     return absl::InvalidArgumentError(
-        "needs a spec FILE or the seed's flags (--kind sft --model_name_or_path ... ); see trainctl help");
+        "needs a spec FILE or the seed's flags (--kind sft --model_name_or_path ... ); see "
+        "trainctl help");
   }
   FlagSpec result;
   if (!file.empty()) {
@@ -189,9 +191,9 @@ absl::StatusOr<std::vector<trainctl::v1::JobState>> ParseStates(const std::strin
       }
     }
     if (!found) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--state: unknown state '", name,
-          "' (pending|scheduled|running|succeeded|failed|cancelled|restarting)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--state: unknown state '", name,
+                       "' (pending|scheduled|running|succeeded|failed|cancelled|restarting)"));
     }
   }
   return states;
@@ -223,12 +225,13 @@ int List(Context& c) {
   Table table({"ID", "NAME", "KIND", "STATE", "ATTEMPT", "RESOURCES", "STEP", "AGE"});
   for (const Job& job : all.jobs()) {
     const auto& r = job.spec().resources();
-    const std::string step = job.progress().total_steps() > 0
-                                 ? absl::StrCat(job.progress().step(), "/", job.progress().total_steps())
-                                 : absl::StrCat(job.progress().step());
-    table.AddRow({job.id(), job.spec().name(), JobKindName(job.spec().kind()), StateName(job.state()),
-                  absl::StrCat(job.attempt()), absl::StrCat(r.nodes(), "x", r.slots_per_node()), step,
-                  Age(job.create_time())});
+    const std::string step =
+        job.progress().total_steps() > 0
+            ? absl::StrCat(job.progress().step(), "/", job.progress().total_steps())
+            : absl::StrCat(job.progress().step());
+    table.AddRow({job.id(), job.spec().name(), JobKindName(job.spec().kind()),
+                  StateName(job.state()), absl::StrCat(job.attempt()),
+                  absl::StrCat(r.nodes(), "x", r.slots_per_node()), step, Age(job.create_time())});
   }
   table.Print(c.out);
   return kExitOk;
@@ -265,7 +268,8 @@ std::string TrainingSummary(const trainctl::v1::TrainingArguments& t) {
 }
 
 int Describe(Context& c) {
-  if (c.args.positional.size() != 1) return Fail(c.err, absl::InvalidArgumentError("describe needs one job ID"));
+  if (c.args.positional.size() != 1)
+    return Fail(c.err, absl::InvalidArgumentError("describe needs one job ID"));
   JobClient client(c.coordinator);
   auto job = client.Get(c.args.positional[0]);
   if (!job.ok()) return Fail(c.err, job.status());
@@ -285,31 +289,38 @@ int Describe(Context& c) {
   Table fields({"ID:", job->id()});
   fields.AddRow({"Name:", spec.name()});
   fields.AddRow({"Kind:", JobKindName(spec.kind())});
-  fields.AddRow({"State:", StateName(job->state()) + (job->message().empty() ? "" : "  (" + job->message() + ")")});
+  fields.AddRow({"State:", StateName(job->state()) +
+                               (job->message().empty() ? "" : "  (" + job->message() + ")")});
   if (job->cancel_requested() && job->state() != trainctl::v1::JOB_STATE_CANCELLED) {
     fields.AddRow({"Cancel:", "requested"});
   }
-  fields.AddRow({"Attempt:", absl::StrCat(job->attempt(), " (max restarts ", spec.max_restarts(), ")")});
+  fields.AddRow(
+      {"Attempt:", absl::StrCat(job->attempt(), " (max restarts ", spec.max_restarts(), ")")});
   fields.AddRow({"Model:", spec.model_name_or_path()});
   fields.AddRow({"Data:", spec.data_path()});
   fields.AddRow({"Output dir:", spec.output_dir()});
-  fields.AddRow({"Resources:", absl::StrCat(r.nodes(), " node(s) x ", r.slots_per_node(), " slot(s), world ",
-                                            r.nodes() * r.slots_per_node())});
+  fields.AddRow({"Resources:", absl::StrCat(r.nodes(), " node(s) x ", r.slots_per_node(),
+                                            " slot(s), world ", r.nodes() * r.slots_per_node())});
   fields.AddRow({"Priority:", absl::StrCat(spec.priority())});
   fields.AddRow({"Training:", TrainingSummary(spec.training())});
-  fields.AddRow({"DeepSpeed:", spec.deepspeed().empty() ? (spec.deepspeed_config_json().empty() ? "-" : "inline")
-                                                        : spec.deepspeed()});
-  for (const auto& [k, v] : std::map<std::string, std::string>(spec.env().begin(), spec.env().end())) {
+  fields.AddRow({"DeepSpeed:", spec.deepspeed().empty()
+                                   ? (spec.deepspeed_config_json().empty() ? "-" : "inline")
+                                   : spec.deepspeed()});
+  for (const auto& [k, v] :
+       std::map<std::string, std::string>(spec.env().begin(), spec.env().end())) {
     fields.AddRow({"Env:", k + "=" + v});
   }
-  for (const auto& [k, v] : std::map<std::string, std::string>(spec.node_selector().begin(), spec.node_selector().end())) {
+  for (const auto& [k, v] : std::map<std::string, std::string>(spec.node_selector().begin(),
+                                                               spec.node_selector().end())) {
     fields.AddRow({"Node selector:", k + "=" + v});
   }
   fields.AddRow({"Created:", FormatTime(job->create_time())});
   fields.AddRow({"Started:", FormatTime(job->start_time())});
   fields.AddRow({"Ended:", FormatTime(job->end_time())});
   fields.AddRow({"Progress:", absl::StrCat("step ", job->progress().step(),
-                                           job->progress().total_steps() > 0 ? absl::StrCat("/", job->progress().total_steps()) : "",
+                                           job->progress().total_steps() > 0
+                                               ? absl::StrCat("/", job->progress().total_steps())
+                                               : "",
                                            ", loss ", job->progress().loss())});
   fields.AddRow({"Checkpoint:", job->last_checkpoint().path().empty()
                                     ? "-"
@@ -326,7 +337,8 @@ int Describe(Context& c) {
 }
 
 int Cancel(Context& c) {
-  if (c.args.positional.size() != 1) return Fail(c.err, absl::InvalidArgumentError("cancel needs one job ID"));
+  if (c.args.positional.size() != 1)
+    return Fail(c.err, absl::InvalidArgumentError("cancel needs one job ID"));
   JobClient client(c.coordinator);
   auto job = client.Cancel(c.args.positional[0], c.args.Get("reason"));
   if (!job.ok()) return Fail(c.err, job.status());
@@ -335,14 +347,15 @@ int Cancel(Context& c) {
   } else if (job->state() == trainctl::v1::JOB_STATE_CANCELLED) {
     c.out << job->id() << " cancelled\n";
   } else {
-    c.out << job->id() << " cancel requested; its ranks are being stopped (state " << StateName(job->state())
-          << ")\n";
+    c.out << job->id() << " cancel requested; its ranks are being stopped (state "
+          << StateName(job->state()) << ")\n";
   }
   return kExitOk;
 }
 
 int Watch(Context& c) {
-  if (c.args.positional.size() != 1) return Fail(c.err, absl::InvalidArgumentError("watch needs one job ID"));
+  if (c.args.positional.size() != 1)
+    return Fail(c.err, absl::InvalidArgumentError("watch needs one job ID"));
   JobClient client(c.coordinator);
   trainctl::v1::WatchJobRequest request;
   request.set_id(c.args.positional[0]);
@@ -360,7 +373,8 @@ int Watch(Context& c) {
 }
 
 int Logs(Context& c) {
-  if (c.args.positional.size() != 1) return Fail(c.err, absl::InvalidArgumentError("logs needs one job ID"));
+  if (c.args.positional.size() != 1)
+    return Fail(c.err, absl::InvalidArgumentError("logs needs one job ID"));
   trainctl::v1::StreamLogsRequest request;
   request.set_id(c.args.positional[0]);
   request.set_follow(c.args.Has("follow"));
@@ -466,13 +480,15 @@ int RunTrainctl(const std::vector<std::string>& args, const std::string& env_coo
     err << "trainctl: unknown command '" << args[0] << "'\n\n" << kUsage;
     return kExitUsage;
   }
-  auto parsed = ParseArgs({args.begin() + 1, args.end()}, verb->second.options, verb->second.passthrough);
+  auto parsed =
+      ParseArgs({args.begin() + 1, args.end()}, verb->second.options, verb->second.passthrough);
   if (!parsed.ok()) {
     err << "trainctl " << args[0] << ": " << parsed.status().message() << '\n';
     return kExitUsage;
   }
   Context c{std::move(*parsed), "", false, out, err};
-  c.coordinator = c.args.Get("coordinator", env_coordinator.empty() ? kDefaultCoordinator : env_coordinator);
+  c.coordinator =
+      c.args.Get("coordinator", env_coordinator.empty() ? kDefaultCoordinator : env_coordinator);
   const std::string format = c.args.Get("output", "table");
   if (format != "table" && format != "json") {
     err << "trainctl " << args[0] << ": -o must be table or json, got '" << format << "'\n";

@@ -24,7 +24,8 @@ using testing::RunResult;
 
 std::vector<json> ReadEvents(const std::string& path) {
   std::vector<json> events;
-  for (absl::string_view line : absl::StrSplit(testing::ReadFileOrEmpty(path), '\n', absl::SkipEmpty())) {
+  for (absl::string_view line :
+       absl::StrSplit(testing::ReadFileOrEmpty(path), '\n', absl::SkipEmpty())) {
     events.push_back(json::parse(line));
   }
   return events;
@@ -43,23 +44,32 @@ class SftTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(tokenizer::testing::QwenFixturePresent());
-    RunResult gen = testing::Run({TRAINCTL_CLI_BIN, "datagen", "shapes", "--out", dir_.path() + "/shapes",
-                                  "--n", "32", "--seed", "1"});
+    RunResult gen = testing::Run({TRAINCTL_CLI_BIN, "datagen", "shapes", "--out",
+                                  dir_.path() + "/shapes", "--n", "32", "--seed", "1"});
     ASSERT_EQ(gen.exit_code, 0) << gen.err;
-    RunResult prep = testing::Run({TRAINCTL_CLI_BIN, "prepare", "--input", dir_.path() + "/shapes/shapes.jsonl",
-                                   "--out", shards_, "--tokenizer", tokenizer::testing::QwenTokenizerDir()});
+    RunResult prep =
+        testing::Run({TRAINCTL_CLI_BIN, "prepare", "--input", dir_.path() + "/shapes/shapes.jsonl",
+                      "--out", shards_, "--tokenizer", tokenizer::testing::QwenTokenizerDir()});
     ASSERT_EQ(prep.exit_code, 0) << prep.err;
   }
 
   // A spec for the tiny model on the shapes shards; `training` overrides the defaults below.
   std::string WriteSpec(const std::string& name, const std::string& output_dir, json training) {
-    json t = {{"per_device_train_batch_size", 4}, {"gradient_accumulation_steps", 2},
-              {"learning_rate", 5e-3},            {"warmup_ratio", 0.1},
-              {"logging_steps", 1},               {"save_strategy", "steps"},
-              {"save_steps", 4},                  {"seed", 7}};
+    json t = {{"per_device_train_batch_size", 4},
+              {"gradient_accumulation_steps", 2},
+              {"learning_rate", 5e-3},
+              {"warmup_ratio", 0.1},
+              {"logging_steps", 1},
+              {"save_strategy", "steps"},
+              {"save_steps", 4},
+              {"seed", 7}};
     t.update(training);
-    const json spec = {{"kind", "sft"},          {"name", name},         {"model_name_or_path", "tiny"},
-                       {"data_path", shards_},   {"output_dir", output_dir}, {"training", t}};
+    const json spec = {{"kind", "sft"},
+                       {"name", name},
+                       {"model_name_or_path", "tiny"},
+                       {"data_path", shards_},
+                       {"output_dir", output_dir},
+                       {"training", t}};
     return dir_.Write(name + ".json", spec.dump());
   }
 
@@ -74,8 +84,9 @@ class SftTest : public ::testing::Test {
 TEST_F(SftTest, LossFallsBelowThresholdOnTheShapesDataset) {
   const std::string events = dir_.path() + "/learn.jsonl";
   RunResult r = testing::Run(
-      TrainArgs(WriteSpec("learn", dir_.path() + "/learn", {{"max_steps", 40}, {"save_steps", 20}}), events), {},
-      absl::Minutes(10));
+      TrainArgs(WriteSpec("learn", dir_.path() + "/learn", {{"max_steps", 40}, {"save_steps", 20}}),
+                events),
+      {}, absl::Minutes(10));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto all = ReadEvents(events);
   const auto losses = Losses(all);
@@ -91,7 +102,8 @@ TEST_F(SftTest, LossFallsBelowThresholdOnTheShapesDataset) {
   EXPECT_TRUE(fs::exists(dir_.path() + "/learn/checkpoint-40/model.safetensors"));
   EXPECT_EQ(all.back()["type"], "status");
   EXPECT_EQ(all.back()["state"], "succeeded");
-  for (const char* key : {"learning_rate", "grad_norm", "tokens_per_second", "samples_per_second", "step_time"}) {
+  for (const char* key :
+       {"learning_rate", "grad_norm", "tokens_per_second", "samples_per_second", "step_time"}) {
     EXPECT_TRUE(all[1]["values"].contains(key)) << key;
   }
 }
@@ -99,7 +111,8 @@ TEST_F(SftTest, LossFallsBelowThresholdOnTheShapesDataset) {
 TEST_F(SftTest, ResumeAfterAKillReproducesTheLossesExactly) {
   const json training = {{"max_steps", 8}};
   const std::string straight_events = dir_.path() + "/straight.jsonl";
-  ASSERT_EQ(testing::Run(TrainArgs(WriteSpec("straight", dir_.path() + "/straight", training), straight_events),
+  ASSERT_EQ(testing::Run(TrainArgs(WriteSpec("straight", dir_.path() + "/straight", training),
+                                   straight_events),
                          {}, absl::Minutes(10))
                 .exit_code,
             0);
@@ -111,8 +124,9 @@ TEST_F(SftTest, ResumeAfterAKillReproducesTheLossesExactly) {
   const std::string first_events = dir_.path() + "/killed-1.jsonl";
   {
     testing::Subprocess trainer(TrainArgs(spec, first_events), dir_.path() + "/killed-1.log");
-    ASSERT_TRUE(testing::WaitFor([&] { return fs::exists(dir_.path() + "/killed/checkpoint-4/manifest.json"); },
-                                 absl::Minutes(5)));
+    ASSERT_TRUE(testing::WaitFor(
+        [&] { return fs::exists(dir_.path() + "/killed/checkpoint-4/manifest.json"); },
+        absl::Minutes(5)));
     trainer.Kill(SIGKILL);
     ASSERT_TRUE(trainer.Wait(absl::Seconds(30)).ok());
   }
@@ -132,7 +146,8 @@ TEST_F(SftTest, ResumeAfterAKillReproducesTheLossesExactly) {
 
 TEST_F(SftTest, ACorruptLatestCheckpointFallsBackToThePreviousOne) {
   const std::string spec = WriteSpec("corrupt", dir_.path() + "/corrupt", {{"max_steps", 8}});
-  ASSERT_EQ(testing::Run(TrainArgs(spec, dir_.path() + "/c1.jsonl"), {}, absl::Minutes(10)).exit_code, 0);
+  ASSERT_EQ(
+      testing::Run(TrainArgs(spec, dir_.path() + "/c1.jsonl"), {}, absl::Minutes(10)).exit_code, 0);
   const std::string weights = dir_.path() + "/corrupt/checkpoint-8/model.safetensors";
   {
     std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
@@ -145,8 +160,8 @@ TEST_F(SftTest, ACorruptLatestCheckpointFallsBackToThePreviousOne) {
   const auto events = ReadEvents(events_path);
   bool warned = false, resumed_from_4 = false;
   for (const json& e : events) {
-    if (e["type"] == "warning" &&
-        e["message"].get<std::string>().find("checkpoint-8/model.safetensors") != std::string::npos) {
+    if (e["type"] == "warning" && e["message"].get<std::string>().find(
+                                      "checkpoint-8/model.safetensors") != std::string::npos) {
       warned = true;
     }
     if (e["type"] == "status" && e["state"] == "resumed") resumed_from_4 = e["step"] == 4;
@@ -156,7 +171,9 @@ TEST_F(SftTest, ACorruptLatestCheckpointFallsBackToThePreviousOne) {
 }
 
 TEST_F(SftTest, MissingDataFailsWithAStatusNamingIt) {
-  const json spec = {{"kind", "sft"}, {"model_name_or_path", "tiny"}, {"data_path", dir_.path() + "/nowhere"},
+  const json spec = {{"kind", "sft"},
+                     {"model_name_or_path", "tiny"},
+                     {"data_path", dir_.path() + "/nowhere"},
                      {"output_dir", dir_.path() + "/o"}};
   const std::string events_path = dir_.path() + "/bad.jsonl";
   RunResult r = testing::Run(TrainArgs(dir_.Write("bad.json", spec.dump()), events_path));

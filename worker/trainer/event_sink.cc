@@ -18,7 +18,8 @@ absl::StatusOr<std::unique_ptr<JsonLinesEventSink>> JsonLinesEventSink::FromEnvi
   if (const char* env = std::getenv("TRAINCTL_EVENT_FD"); env != nullptr && *env != '\0') {
     int fd = -1;
     if (!absl::SimpleAtoi(env, &fd) || fd < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("TRAINCTL_EVENT_FD must be a file descriptor, got '", env, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("TRAINCTL_EVENT_FD must be a file descriptor, got '", env, "'"));
     }
     return std::unique_ptr<JsonLinesEventSink>(new JsonLinesEventSink(fd, /*owned=*/false));
   }
@@ -27,7 +28,8 @@ absl::StatusOr<std::unique_ptr<JsonLinesEventSink>> JsonLinesEventSink::FromEnvi
   }
   const int fd = open(fallback_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot open event file ", fallback_path, ": ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot open event file ", fallback_path, ": ", std::strerror(errno)));
   }
   return std::unique_ptr<JsonLinesEventSink>(new JsonLinesEventSink(fd, /*owned=*/true));
 }
@@ -39,7 +41,8 @@ JsonLinesEventSink::~JsonLinesEventSink() {
 void JsonLinesEventSink::Emit(const std::string& type, nlohmann::json fields) {
   fields["type"] = type;
   fields["time"] = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-  const std::string line = fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string line =
+      fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   absl::MutexLock lock(&mu_);
   size_t written = 0;
   while (written < line.size()) {

@@ -29,10 +29,12 @@ constexpr char kUsage[] =
     "       trainctl-trainer forward --model DIR --request REQ.json --out OUT.safetensors\n";
 
 // `--name value` / `--name=value` / bare `--switch` (value "true").
-absl::StatusOr<std::map<std::string, std::string>> ParseFlags(const std::vector<std::string>& args) {
+absl::StatusOr<std::map<std::string, std::string>> ParseFlags(
+    const std::vector<std::string>& args) {
   std::map<std::string, std::string> flags;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].rfind("--", 0) != 0) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[i], "'"));
+    if (args[i].rfind("--", 0) != 0)
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[i], "'"));
     std::string name = args[i].substr(2), value = "true";
     if (auto eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);
@@ -81,8 +83,9 @@ int Train(const std::map<std::string, std::string>& flags) {
   auto spec = LoadSpec(flags.at("spec"));
   if (!spec.ok()) return fail(spec.status());
   if (spec->spec.kind() != trainctl::v1::JOB_KIND_SFT) {
-    return fail(absl::FailedPreconditionError(absl::StrCat(
-        "this trainer build runs sft jobs; the ", JobKindName(spec->spec.kind()), " stage is not in it yet")));
+    return fail(absl::FailedPreconditionError(absl::StrCat("this trainer build runs sft jobs; the ",
+                                                           JobKindName(spec->spec.kind()),
+                                                           " stage is not in it yet")));
   }
   events->Emit("status", {{"state", "running"}, {"kind", "sft"}, {"name", spec->spec.name()}});
   SftRun run{spec->spec, /*resume=*/!flags.count("no_resume")};
@@ -128,7 +131,8 @@ int main(int argc, char** argv) {
   const std::string verb = argv[1];
   auto flags = trainctl::trainer::ParseFlags({argv + 2, argv + argc});
   if (!flags.ok()) {
-    std::cerr << "trainctl-trainer: " << flags.status().message() << "\n" << trainctl::trainer::kUsage;
+    std::cerr << "trainctl-trainer: " << flags.status().message() << "\n"
+              << trainctl::trainer::kUsage;
     return 2;
   }
   if (verb == "train") return trainctl::trainer::Train(*flags);

@@ -77,7 +77,8 @@ absl::Status WriteManifest(const fs::path& dir, int64_t step) {
 absl::Status VerifyManifest(const fs::path& dir) {
   auto text = ReadAll(dir / kManifest);
   if (!text.ok()) {
-    return absl::NotFoundError(absl::StrCat(dir.string(), ": no ", kManifest, " (incomplete checkpoint)"));
+    return absl::NotFoundError(
+        absl::StrCat(dir.string(), ": no ", kManifest, " (incomplete checkpoint)"));
   }
   const json manifest = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!manifest.is_object() || !manifest.contains("files") || !manifest["files"].is_object()) {
@@ -104,7 +105,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& output_dir, const 
   std::error_code ec;
   fs::remove_all(dir, ec);  // a half-written one from a crashed attempt
   fs::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
 
   if (auto s = model::SaveHfCheckpoint(model, dir.string()); !s.ok()) return s;
   absl::Status s = TorchCall("saving " + (dir / kOptimizer).string(), [&] {
@@ -117,9 +119,10 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& output_dir, const 
     torch::save(at::detail::getDefaultCPUGenerator().get_state(), (dir / kRng).string());
   });
   if (!s.ok()) return s;
-  const json trainer_state = {{"global_step", state.global_step},
-                              {"epoch", state.epoch},
-                              {"loader", {{"epoch", state.loader.epoch}, {"index", state.loader.index}}}};
+  const json trainer_state = {
+      {"global_step", state.global_step},
+      {"epoch", state.epoch},
+      {"loader", {{"epoch", state.loader.epoch}, {"index", state.loader.index}}}};
   if (s = WriteAll(dir / kState, trainer_state.dump(2)); !s.ok()) return s;
   if (s = WriteManifest(dir, state.global_step); !s.ok()) return s;
   return dir.string();

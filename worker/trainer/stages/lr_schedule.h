@@ -20,7 +20,8 @@ class LrSchedule {
 
  private:
   enum class Kind { kLinear, kCosine, kConstant, kConstantWithWarmup };
-  LrSchedule(Kind kind, int64_t warmup, int64_t total) : kind_(kind), warmup_(warmup), total_(total) {}
+  LrSchedule(Kind kind, int64_t warmup, int64_t total)
+      : kind_(kind), warmup_(warmup), total_(total) {}
   Kind kind_;
   int64_t warmup_;
   int64_t total_;

@@ -31,7 +31,7 @@ bool HasWeights(const fs::path& dir) {
 }
 
 absl::StatusOr<std::shared_ptr<Qwen2VLForConditionalGeneration>> BuildModel(const std::string& ref,
-                                                                           int64_t seed) {
+                                                                            int64_t seed) {
   if (fs::is_directory(ref) && HasWeights(ref)) return model::LoadHfModel(ref);
   ASSIGN_OR_RETURN(const std::string config_path, model::FindModelConfig(ref));
   ASSIGN_OR_RETURN(model::Qwen2VLConfig config, model::LoadQwen2VLConfig(config_path));
@@ -81,7 +81,8 @@ model::ModelInputs ToInputs(const data::Batch& b, const torch::Device& device) {
     in.pixel_values = torch::from_blob(const_cast<float*>(b.pixel_values.data()),
                                        {patches, data::kPatchDim}, torch::kFloat32)
                           .to(device);
-    in.image_grid_thw = i32(b.image_grid_thw, {static_cast<int64_t>(b.image_grid_thw.size()) / 3, 3});
+    in.image_grid_thw =
+        i32(b.image_grid_thw, {static_cast<int64_t>(b.image_grid_thw.size()) / 3, 3});
   }
   return in;
 }
@@ -102,7 +103,8 @@ int64_t Interval(double steps, int64_t total) {
 
 class SftLoop {
  public:
-  SftLoop(const SftRun& run, EventSink* events) : spec_(run.spec), t_(run.spec.training()), events_(events) {}
+  SftLoop(const SftRun& run, EventSink* events)
+      : spec_(run.spec), t_(run.spec.training()), events_(events) {}
 
   absl::StatusOr<SftResult> Run(bool resume) {
     RETURN_IF_ERROR(Setup());
@@ -110,12 +112,15 @@ class SftLoop {
     if (resume) {
       std::vector<std::string> skipped;
       auto latest = FindLatestCheckpoint(spec_.output_dir(), &skipped);
-      for (const std::string& why : skipped) events_->Emit("warning", {{"message", "skipped checkpoint: " + why}});
+      for (const std::string& why : skipped)
+        events_->Emit("warning", {{"message", "skipped checkpoint: " + why}});
       if (latest) {
         ASSIGN_OR_RETURN(state_, LoadCheckpoint(*latest, *model_, *optimizer_));
         RETURN_IF_ERROR(loader_->SetState(state_.loader));
         result.resumed_from = state_.global_step;
-        events_->Emit("status", {{"state", "resumed"}, {"step", state_.global_step}, {"checkpoint", *latest}});
+        events_->Emit(
+            "status",
+            {{"state", "resumed"}, {"step", state_.global_step}, {"checkpoint", *latest}});
       }
     }
     while (state_.global_step < total_steps_) {
@@ -149,21 +154,25 @@ class SftLoop {
     checkpointing.decoder_layers = checkpointing.vision_blocks = t_.gradient_checkpointing();
     model_->SetGradientCheckpointing(checkpointing);
 
-    ASSIGN_OR_RETURN(std::shared_ptr<const data::ShardReader> reader, data::ShardReader::Open(spec_.data_path()));
+    ASSIGN_OR_RETURN(std::shared_ptr<const data::ShardReader> reader,
+                     data::ShardReader::Open(spec_.data_path()));
     data::LoaderOptions options;
     options.batch_size = t_.per_device_train_batch_size();
     options.seed = static_cast<uint64_t>(t_.seed());
     ASSIGN_OR_RETURN(loader_, data::Loader::Create(reader, options));
 
-    const int64_t per_epoch = std::max<int64_t>(1, loader_->BatchesInEpoch(0) / t_.gradient_accumulation_steps());
+    const int64_t per_epoch =
+        std::max<int64_t>(1, loader_->BatchesInEpoch(0) / t_.gradient_accumulation_steps());
     steps_per_epoch_ = per_epoch;
-    total_steps_ = t_.max_steps() > 0 ? t_.max_steps()
-                                      : static_cast<int64_t>(std::ceil(t_.num_train_epochs() * per_epoch));
-    ASSIGN_OR_RETURN(schedule_, LrSchedule::Create(t_.lr_scheduler_type(),
-                                                   WarmupSteps(t_.warmup_steps(), t_.warmup_ratio(), total_steps_),
-                                                   total_steps_));
-    optimizer_ = std::make_unique<torch::optim::AdamW>(ParamGroups(*model_, t_),
-                                                       torch::optim::AdamWOptions(t_.learning_rate()));
+    total_steps_ = t_.max_steps() > 0
+                       ? t_.max_steps()
+                       : static_cast<int64_t>(std::ceil(t_.num_train_epochs() * per_epoch));
+    ASSIGN_OR_RETURN(schedule_, LrSchedule::Create(
+                                    t_.lr_scheduler_type(),
+                                    WarmupSteps(t_.warmup_steps(), t_.warmup_ratio(), total_steps_),
+                                    total_steps_));
+    optimizer_ = std::make_unique<torch::optim::AdamW>(
+        ParamGroups(*model_, t_), torch::optim::AdamWOptions(t_.learning_rate()));
     logging_every_ = Interval(t_.logging_steps(), total_steps_);
     save_every_ = Interval(t_.save_steps(), total_steps_);
     return absl::OkStatus();
@@ -194,7 +203,8 @@ class SftLoop {
       grad_norm_ = ClipGradients();
       optimizer_->step();
     } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("step ", state_.global_step + 1, ": ", e.what_without_backtrace()));
+      return absl::InternalError(
+          absl::StrCat("step ", state_.global_step + 1, ": ", e.what_without_backtrace()));
     }
     ++state_.global_step;
     state_.loader = loader_->state();
@@ -218,7 +228,8 @@ class SftLoop {
     const int64_t width = hidden.size(-1);
     auto labels = ShiftedLabels(batch, device_).reshape({-1});
     auto positions = labels.ne(-100).nonzero().squeeze(1);
-    auto trained = hidden.slice(1, 0, batch.seq_len - 1).reshape({-1, width}).index_select(0, positions);
+    auto trained =
+        hidden.slice(1, 0, batch.seq_len - 1).reshape({-1, width}).index_select(0, positions);
     torch::Tensor logits;
     {
       internal::AutocastGuard autocast(t_.bf16(), device_.type(), torch::kBFloat16);
@@ -234,7 +245,8 @@ class SftLoop {
     for (auto& p : model_->parameters()) {
       if (p.grad().defined()) params.push_back(p);
     }
-    const double max_norm = t_.max_grad_norm() > 0 ? t_.max_grad_norm() : std::numeric_limits<double>::infinity();
+    const double max_norm =
+        t_.max_grad_norm() > 0 ? t_.max_grad_norm() : std::numeric_limits<double>::infinity();
     return torch::nn::utils::clip_grad_norm_(params, max_norm);
   }
 
@@ -263,9 +275,11 @@ class SftLoop {
   }
 
   absl::StatusOr<std::string> Save() {
-    ASSIGN_OR_RETURN(std::string dir, SaveCheckpoint(spec_.output_dir(), state_, *model_, *optimizer_));
+    ASSIGN_OR_RETURN(std::string dir,
+                     SaveCheckpoint(spec_.output_dir(), state_, *model_, *optimizer_));
     last_saved_step_ = state_.global_step;
-    events_->Emit("checkpoint", {{"step", state_.global_step}, {"path", fs::absolute(dir).string()}});
+    events_->Emit("checkpoint",
+                  {{"step", state_.global_step}, {"path", fs::absolute(dir).string()}});
     return dir;
   }
 

@@ -8,7 +8,8 @@
 //             mean cross-entropy over the assistant tokens of the whole global batch (every
 //             micro-batch's summed loss divided by the global batch's label-token count).
 //   precision bf16 autocast when spec.training.bf16 (fp32 master weights and optimizer state).
-//   output    metric events every logging_steps; checkpoints per save_strategy (trainer_checkpoint.h)
+//   output    metric events every logging_steps; checkpoints per save_strategy
+//   (trainer_checkpoint.h)
 //             under spec.output_dir; resumes from the latest complete one there.
 #ifndef TRAINCTL_WORKER_TRAINER_STAGES_SFT_H_
 #define TRAINCTL_WORKER_TRAINER_STAGES_SFT_H_
