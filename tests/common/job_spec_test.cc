@@ -929,30 +929,10 @@ TEST(PipelineTest, DeepSpeedErrorsNameTheStage) {
 
 // --- DeepSpeed -------------------------------------------------------------------------------
 
-// The seed's flags as a spec, with the seed's DeepSpeed file embedded.
-JobSpec SeedSpec() {
-  JobSpec spec;
-  spec.set_kind(trainctl::v1::JOB_KIND_SFT);
-  spec.set_model_name_or_path("Qwen/Qwen2-VL-7B-Instruct");
-  spec.set_data_path("./data/processed_multimodal");
-  spec.set_output_dir("./checkpoints/qwen2vl_r1");
-  spec.set_deepspeed("./configs/ds_zero3_bf16.json");
-  spec.set_deepspeed_config_json(ReadTextFile(kSeedDeepSpeed));
-  auto* t = spec.mutable_training();
-  t->set_per_device_train_batch_size(4);
-  t->set_gradient_accumulation_steps(4);
-  t->set_learning_rate(2e-5);
-  t->set_num_train_epochs(3);
-  t->set_bf16(true);
-  t->set_tf32(true);
-  t->set_logging_steps(10);
-  t->set_save_strategy("epoch");
-  spec.mutable_resources()->set_slots_per_node(8);
-  return spec;
-}
+using testing::SeedJobSpec;
 
 TEST(ValidateDeepSpeedTest, SeedConfigResolvesAgainstTheSeedFlags) {
-  const JobSpec spec = SeedSpec();
+  const JobSpec spec = SeedJobSpec();
   ASSERT_FALSE(spec.deepspeed_config_json().empty());
   absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
   ASSERT_TRUE(v.ok()) << v.status();
@@ -971,7 +951,7 @@ TEST(ValidateDeepSpeedTest, SeedConfigResolvesAgainstTheSeedFlags) {
 TEST(ValidateDeepSpeedTest, LocalModelConfigDrivesHiddenSizeAutos) {
   ScratchDir dir;
   dir.Write("model/config.json", R"({"model_type": "qwen2_vl", "hidden_size": 64})");
-  JobSpec spec = SeedSpec();
+  JobSpec spec = SeedJobSpec();
   spec.set_model_name_or_path(dir.path() + "/model");
   absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
   ASSERT_TRUE(v.ok()) << v.status();
@@ -981,7 +961,7 @@ TEST(ValidateDeepSpeedTest, LocalModelConfigDrivesHiddenSizeAutos) {
 }
 
 TEST(ValidateDeepSpeedTest, UnknownModelLeavesHiddenSizeAutosWithAWarning) {
-  JobSpec spec = SeedSpec();
+  JobSpec spec = SeedJobSpec();
   spec.set_model_name_or_path("someone/unknown-model");
   absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
   ASSERT_TRUE(v.ok()) << v.status();
@@ -992,7 +972,7 @@ TEST(ValidateDeepSpeedTest, UnknownModelLeavesHiddenSizeAutosWithAWarning) {
 }
 
 TEST(ValidateDeepSpeedTest, InconsistentTrainBatchSizeIsPrefixed) {
-  JobSpec spec = SeedSpec();
+  JobSpec spec = SeedJobSpec();
   json doc = json::parse(spec.deepspeed_config_json());
   doc["train_batch_size"] = 64;
   spec.set_deepspeed_config_json(doc.dump());
@@ -1003,7 +983,7 @@ TEST(ValidateDeepSpeedTest, InconsistentTrainBatchSizeIsPrefixed) {
 }
 
 TEST(ValidateDeepSpeedTest, ExplicitValueDisagreeingWithAFlagIsAnError) {
-  JobSpec spec = SeedSpec();
+  JobSpec spec = SeedJobSpec();
   json doc = json::parse(spec.deepspeed_config_json());
   doc["gradient_accumulation_steps"] = 2;
   doc["bf16"]["enabled"] = false;
@@ -1017,7 +997,7 @@ TEST(ValidateDeepSpeedTest, ExplicitValueDisagreeingWithAFlagIsAnError) {
 }
 
 TEST(ValidateDeepSpeedTest, SyntaxErrorInEmbeddedDocumentNamesTheSource) {
-  JobSpec spec = SeedSpec();
+  JobSpec spec = SeedJobSpec();
   spec.set_deepspeed_config_json("{\"zero_optimization\": ");
   absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
   ASSERT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
@@ -1032,7 +1012,7 @@ TEST(ValidateDeepSpeedTest, SyntaxErrorInEmbeddedDocumentNamesTheSource) {
 }
 
 TEST(ValidateDeepSpeedTest, SpecErrorsAreReportedBeforeDeepSpeedIsResolved) {
-  JobSpec spec = SeedSpec();
+  JobSpec spec = SeedJobSpec();
   spec.mutable_resources()->set_slots_per_node(0);
   absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(spec);
   ASSERT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);

@@ -16,22 +16,7 @@ namespace {
 using trainctl::v1::JobSpec;
 using trainctl::v1::JobState;
 
-JobSpec SeedSpec() {
-  JobSpec spec;
-  spec.set_kind(trainctl::v1::JOB_KIND_SFT);
-  spec.set_model_name_or_path("Qwen/Qwen2-VL-7B-Instruct");
-  spec.set_data_path("./data/processed_multimodal");
-  spec.set_output_dir("./checkpoints/qwen2vl_r1");
-  spec.set_deepspeed("./configs/ds_zero3_bf16.json");
-  spec.set_deepspeed_config_json(testing::SeedDeepSpeedText());
-  auto* t = spec.mutable_training();
-  t->set_per_device_train_batch_size(4);
-  t->set_gradient_accumulation_steps(4);
-  t->set_learning_rate(2e-5);
-  t->set_bf16(true);
-  spec.mutable_resources()->set_slots_per_node(8);
-  return spec;
-}
+using testing::SeedJobSpec;
 
 class CountingListener : public JobNotifier::Listener {
  public:
@@ -41,7 +26,7 @@ class CountingListener : public JobNotifier::Listener {
 
 class JobManagerTest : public ::testing::Test {
  protected:
-  Job Submit(const JobSpec& spec = SeedSpec()) {
+  Job Submit(const JobSpec& spec = SeedJobSpec()) {
     auto r = jobs_.Submit(spec, "");
     EXPECT_TRUE(r.ok()) << r.status();
     return r->job;
@@ -57,7 +42,7 @@ class JobManagerTest : public ::testing::Test {
 };
 
 TEST_F(JobManagerTest, SubmitStoresAPendingJobWithDefaultsAndResolvedDeepSpeed) {
-  auto r = jobs_.Submit(SeedSpec(), "");
+  auto r = jobs_.Submit(SeedJobSpec(), "");
   ASSERT_TRUE(r.ok()) << r.status();
   const Job& job = r->job;
   EXPECT_TRUE(r->created);
@@ -77,7 +62,7 @@ TEST_F(JobManagerTest, SubmitStoresAPendingJobWithDefaultsAndResolvedDeepSpeed) 
 }
 
 TEST_F(JobManagerTest, InvalidSpecIsRejectedWithEveryErrorAndNothingStored) {
-  JobSpec spec = SeedSpec();
+  JobSpec spec = SeedJobSpec();
   spec.mutable_resources()->set_slots_per_node(0);
   spec.clear_output_dir();
   auto r = jobs_.Submit(spec, "");
@@ -89,8 +74,8 @@ TEST_F(JobManagerTest, InvalidSpecIsRejectedWithEveryErrorAndNothingStored) {
 }
 
 TEST_F(JobManagerTest, RetriedSubmitReturnsTheFirstJob) {
-  auto first = jobs_.Submit(SeedSpec(), "abc");
-  auto second = jobs_.Submit(SeedSpec(), "abc");
+  auto first = jobs_.Submit(SeedJobSpec(), "abc");
+  auto second = jobs_.Submit(SeedJobSpec(), "abc");
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_FALSE(second->created);
   EXPECT_EQ(first->job.id(), second->job.id());
