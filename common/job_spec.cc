@@ -85,6 +85,7 @@ void ApplyTrainingDefaults(TrainingArguments* t) {
   if (!t->has_max_completion_length()) t->set_max_completion_length(256);
   if (!t->has_num_generations()) t->set_num_generations(8);
   if (!t->has_beta()) t->set_beta(0.04);
+  if (!t->has_ddp_timeout()) t->set_ddp_timeout(1800);
 }
 
 std::string BaseName(std::string path) {
@@ -155,6 +156,7 @@ void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind 
     c.Fail(path + ".max_pixels",
            absl::StrCat("must be >= min_pixels (", t.min_pixels(), "), got ", t.max_pixels()));
   }
+  c.AtLeast(path + ".ddp_timeout", t.ddp_timeout(), 1);
   if (kind == trainctl::v1::JOB_KIND_GRPO) {
     c.AtLeast(path + ".num_generations", t.num_generations(), 2);
     c.AtLeast(path + ".max_prompt_length", t.max_prompt_length(), 1);
@@ -193,7 +195,9 @@ void CheckMaps(const JobSpec& spec, Checker& c) {
   }
 }
 
-DeepSpeedInputs InputsFor(const JobSpec& spec, const TrainingArguments& t) {
+}  // namespace
+
+DeepSpeedInputs DeepSpeedInputsFor(const JobSpec& spec, const TrainingArguments& t) {
   DeepSpeedInputs in;
   in.world_size = spec.resources().nodes() * spec.resources().slots_per_node();
   in.micro_batch = t.per_device_train_batch_size();
@@ -215,13 +219,15 @@ DeepSpeedInputs InputsFor(const JobSpec& spec, const TrainingArguments& t) {
   return in;
 }
 
+namespace {
+
 // Resolves the DeepSpeed config for one (stage of a) job; errors and warnings get "spec." in front
 // of the resolver's "deepspeed.<key>" paths, and `where` (a stage) after it when not empty.
 std::optional<nlohmann::json> ResolveFor(const nlohmann::json& doc, const JobSpec& spec,
                                          const std::string& model, const TrainingArguments& t,
                                          const std::string& where, std::vector<std::string>* errors,
                                          std::vector<std::string>* warnings) {
-  DeepSpeedInputs in = InputsFor(spec, t);
+  DeepSpeedInputs in = DeepSpeedInputsFor(spec, t);
   in.hidden_size = LookupHiddenSize(model);
   const std::string suffix = where.empty() ? "" : absl::StrCat(" (", where, ")");
   auto resolved = ResolveDeepSpeedConfig(doc, in);

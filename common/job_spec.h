@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/deepspeed_config.h"
 #include "trainctl/v1/job.pb.h"
 
 namespace trainctl {
@@ -48,6 +49,10 @@ struct ValidatedJobSpec {
   std::string resolved_deepspeed_config_json;
   std::vector<std::string> warnings;  // ignored DeepSpeed keys, values deferred to the trainer
 };
+
+// The DeepSpeed resolver's inputs from a job's resources and training arguments (hidden size left
+// unknown).
+DeepSpeedInputs DeepSpeedInputsFor(const JobSpec& spec, const trainctl::v1::TrainingArguments& t);
 
 // Applies defaults and checks the whole spec. INVALID_ARGUMENT lists every error, one per line.
 absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& spec);

@@ -19,6 +19,7 @@
 #include "common/job_spec.h"
 #include "worker/trainer/event_sink.h"
 #include "worker/trainer/model/forward_tool.h"
+#include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/stages/sft.h"
 
 namespace trainctl::trainer {
@@ -26,7 +27,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: trainctl-trainer train --spec SPEC.json [--events FILE] [--threads N] [--no_resume]\n"
-    "       trainctl-trainer forward --model DIR --request REQ.json --out OUT.safetensors\n";
+    "       trainctl-trainer forward --model DIR --request REQ.json --out OUT.safetensors\n"
+    "       trainctl-trainer export CHECKPOINT_DIR OUT_DIR [--dtype float32|bfloat16|float16]\n";
 
 // `--name value` / `--name=value` / bare `--switch` (value "true").
 absl::StatusOr<std::map<std::string, std::string>> ParseFlags(
@@ -113,6 +115,31 @@ int Forward(const std::map<std::string, std::string>& flags) {
   return 0;
 }
 
+// The full model of a (sharded) checkpoint in HF's layout, assembled offline.
+int Export(const std::string& checkpoint, const std::string& out,
+           const std::map<std::string, std::string>& flags) {
+  torch::ScalarType dtype = torch::kFloat32;
+  if (flags.count("dtype")) {
+    const std::string& name = flags.at("dtype");
+    if (name == "bfloat16" || name == "bf16") {
+      dtype = torch::kBFloat16;
+    } else if (name == "float16" || name == "fp16") {
+      dtype = torch::kHalf;
+    } else if (name != "float32" && name != "fp32") {
+      std::cerr << "trainctl-trainer export: --dtype: one of float32, bfloat16, float16; got '"
+                << name << "'\n";
+      return 2;
+    }
+  }
+  absl::Status s = ExportCheckpoint(checkpoint, out, dtype);
+  if (!s.ok()) {
+    std::cerr << "trainctl-trainer export: " << s.message() << "\n";
+    return 1;
+  }
+  std::cout << "exported " << checkpoint << " to " << out << "\n";
+  return 0;
+}
+
 }  // namespace
 }  // namespace trainctl::trainer
 
@@ -129,6 +156,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string verb = argv[1];
+  if (verb == "export") {
+    if (argc < 4 || argv[2][0] == '-' || argv[3][0] == '-') {
+      std::cerr << trainctl::trainer::kUsage;
+      return 2;
+    }
+    auto export_flags = trainctl::trainer::ParseFlags({argv + 4, argv + argc});
+    if (!export_flags.ok()) {
+      std::cerr << "trainctl-trainer: " << export_flags.status().message() << "\n"
+                << trainctl::trainer::kUsage;
+      return 2;
+    }
+    return trainctl::trainer::Export(argv[2], argv[3], *export_flags);
+  }
   auto flags = trainctl::trainer::ParseFlags({argv + 2, argv + argc});
   if (!flags.ok()) {
     std::cerr << "trainctl-trainer: " << flags.status().message() << "\n"

@@ -1,13 +1,21 @@
-// Single-rank training checkpoints: `<output_dir>/checkpoint-<step>/` holding the model in HF
-// layout (model.safetensors + config.json, float32 master weights), the optimizer state
-// (optimizer.pt), the CPU RNG state (rng.pt) and trainer_state.json (step, epoch, data-loader
-// position), plus manifest.json written last, atomically, with each file's size and FNV-1a 64
-// checksum. A directory without a manifest, or whose files do not match it, is incomplete:
+// Training checkpoints of any ZeRO stage and world size: `<output_dir>/checkpoint-<step>/` holds
+//   rank-<r>.safetensors  one per rank: the unit slices that rank owns (fp32 master weights and
+//                         AdamW moments, "<unit>.<kind>"), its RNG state and data-loader position;
+//   trainer_state.json    step, epoch, world size, stage, the engine's optimizer step and loss
+//                         scaler, and every unit's parameters (names, shapes) — the layout;
+//   model.safetensors + config.json   the full model in HF's layout (the working weights, in the
+//                         compute dtype) unless stage 3 without stage3_gather_16bit_weights_on_
+//                         model_save; plus the tokenizer files of the model it started from;
+//   manifest.json         written last by rank 0, after every rank finished, atomically: each
+//                         file's size and FNV-1a 64 checksum.
+// A directory without a manifest, or whose files do not match it, is incomplete:
 // FindLatestCheckpoint skips it (and says why) in favour of the previous complete one.
+//
+// Loading re-partitions: each rank reads the element ranges it owns now from whichever saved
+// ranks' files hold them, so a checkpoint saved on 4 ranks resumes on 2 (or at another stage)
+// with no conversion step.
 #ifndef TRAINCTL_WORKER_TRAINER_CHECKPOINT_TRAINER_CHECKPOINT_H_
 #define TRAINCTL_WORKER_TRAINER_CHECKPOINT_TRAINER_CHECKPOINT_H_
-
-#include <torch/torch.h>
 
 #include <cstdint>
 #include <optional>
@@ -16,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/trainer/data/loader.h"
-#include "worker/trainer/model/qwen2vl.h"
+#include "worker/trainer/zero/engine.h"
 
 namespace trainctl::trainer {
 
@@ -26,22 +34,31 @@ struct TrainerState {
   data::LoaderState loader;
 };
 
-// Writes checkpoint-<state.global_step> under `output_dir`. The manifest goes last, so a crash
-// leaves an incomplete directory that loading ignores. Returns the directory.
-absl::StatusOr<std::string> SaveCheckpoint(const std::string& output_dir, const TrainerState& state,
-                                           const model::Qwen2VLForConditionalGeneration& model,
-                                           torch::optim::Optimizer& optimizer);
+struct SaveOptions {
+  bool write_hf_weights = true;  // model.safetensors + config.json
+  std::string tokenizer_dir;     // tokenizer files copied from here when present
+};
 
-// Verifies `dir` against its manifest and restores model weights, optimizer state and the RNG.
-// NOT_FOUND without a manifest; DATA_LOSS naming the file whose size or checksum differs.
-absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& dir,
-                                            model::Qwen2VLForConditionalGeneration& model,
-                                            torch::optim::Optimizer& optimizer);
+// Collective: every rank of `engine` calls it. Writes checkpoint-<state.global_step> under
+// `output_dir` and returns the directory.
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& output_dir, const TrainerState& state,
+                                           zero::Engine& engine, const SaveOptions& options);
+
+// Collective. Verifies `dir` against its manifest and restores the engine's slices, the RNG (when
+// the world size is unchanged) and this rank's data-loader position (re-dealt when it changed).
+// NOT_FOUND without a manifest; DATA_LOSS naming the file whose size or checksum differs;
+// FAILED_PRECONDITION naming the unit when the checkpoint's model differs from the engine's.
+absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& dir, zero::Engine& engine);
 
 // The newest complete checkpoint under `output_dir`, verified; nullopt when there is none.
 // `skipped` (optional) receives one line per incomplete or corrupt checkpoint passed over.
 std::optional<std::string> FindLatestCheckpoint(const std::string& output_dir,
                                                 std::vector<std::string>* skipped);
+
+// Offline: assembles the full fp32 (or `dtype`) weights of checkpoint `dir` from its rank files
+// and writes them in HF's layout (model.safetensors, config.json, tokenizer files) into `out_dir`.
+absl::Status ExportCheckpoint(const std::string& dir, const std::string& out_dir,
+                              torch::ScalarType dtype = torch::kFloat32);
 
 }  // namespace trainctl::trainer
 

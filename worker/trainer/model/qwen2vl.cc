@@ -1,7 +1,10 @@
 #include "worker/trainer/model/qwen2vl.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <string>
 
 #include "absl/status/status.h"
@@ -12,6 +15,18 @@ namespace {
 
 std::string Join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
+}
+
+constexpr double kInitStd = 0.02;
+
+// normal_(0, std) drawn on the CPU (the generator is a CPU one) whatever the tensor's device.
+void NormalInit(torch::Tensor& weight, double std, at::Generator& gen) {
+  if (weight.device().is_cpu()) {
+    weight.normal_(0.0, std, gen);
+  } else {
+    weight.copy_(torch::empty(weight.sizes(), weight.options().device(torch::kCPU))
+                     .normal_(0.0, std, gen));
+  }
 }
 
 }  // namespace
@@ -129,37 +144,91 @@ std::vector<std::pair<std::string, torch::Tensor>> ModelUnit::NamedParameters() 
 // ---------------------------------------------------------------------------------------------
 // Model
 
-Qwen2VLForConditionalGeneration::Qwen2VLForConditionalGeneration(const Qwen2VLConfig& config)
+Qwen2VLForConditionalGeneration::Qwen2VLForConditionalGeneration(const Qwen2VLConfig& config,
+                                                                 const UnitBuilt& unit_built)
     : config_(config) {
+  const uint64_t base_seed = DrawBaseSeed();
+  using Part = std::pair<std::string, torch::nn::Module*>;
+  auto finish_unit = [&](const std::string& unit, const std::vector<Part>& parts) {
+    InitUnitModules(unit, parts, base_seed, kInitStd);
+    if (!unit_built) return;
+    std::vector<std::pair<std::string, torch::Tensor>> params;
+    for (const auto& [prefix, module] : parts) {
+      for (const auto& item : module->named_parameters(/*recurse=*/true)) {
+        params.emplace_back(Join(prefix, item.key()), item.value());
+      }
+    }
+    unit_built(unit, params);
+  };
   // Registration order is HF's, so named_parameters() lists keys in HF's order too.
-  visual = register_module("visual", std::make_shared<Qwen2VisionTransformer>(config.vision));
-  language_model = register_module("model", std::make_shared<Qwen2VLTextModel>(config));
+  visual = register_module(
+      "visual", std::make_shared<Qwen2VisionTransformer>(
+                    config.vision, [&](const std::string& name, torch::nn::Module& module) {
+                      finish_unit("visual." + name, {{"visual." + name, &module}});
+                    }));
+  Part norm;
+  language_model = register_module(
+      "model", std::make_shared<Qwen2VLTextModel>(
+                   config, [&](const std::string& name, torch::nn::Module& module) {
+                     if (name != "norm") {
+                       finish_unit("model." + name, {{"model." + name, &module}});
+                     } else {
+                       norm = {"model.norm", &module};  // the head unit starts here
+                       if (config.tie_word_embeddings) finish_unit("head", {norm});
+                     }
+                   }));
   if (!config.tie_word_embeddings) {
     lm_head = register_module(
         "lm_head",
         torch::nn::Linear(
             torch::nn::LinearOptions(config.hidden_size, config.vocab_size).bias(false)));
+    finish_unit("head", {norm, {"lm_head", lm_head.get()}});
   }
-  InitWeights();
   BuildUnits();
 }
 
-void Qwen2VLForConditionalGeneration::InitWeights(double std) {
+uint64_t Qwen2VLForConditionalGeneration::DrawBaseSeed() {
+  return static_cast<uint64_t>(
+      torch::randint(std::numeric_limits<int64_t>::max(), {1}, torch::kInt64).item<int64_t>());
+}
+
+void Qwen2VLForConditionalGeneration::InitUnitModules(
+    const std::string& unit, const std::vector<std::pair<std::string, torch::nn::Module*>>& parts,
+    uint64_t base_seed, double std) {
+  // FNV-1a of the unit name, mixed into the base seed with SplitMix64's finaliser.
+  uint64_t z = 0xcbf29ce484222325ULL;
+  for (unsigned char c : unit) z = (z ^ c) * 0x100000001b3ULL;
+  z += base_seed + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(z);
   torch::NoGradGuard no_grad;
-  for (const auto& module : modules(/*include_self=*/false)) {
-    if (auto* linear = module->as<torch::nn::Linear>()) {
-      linear->weight.normal_(0.0, std);
-      if (linear->bias.defined()) linear->bias.zero_();
-    } else if (auto* conv = module->as<torch::nn::Conv3d>()) {
-      conv->weight.normal_(0.0, std);
-    } else if (auto* embedding = module->as<torch::nn::Embedding>()) {
-      embedding->weight.normal_(0.0, std);
-    } else if (auto* layer_norm = module->as<torch::nn::LayerNorm>()) {
-      layer_norm->weight.fill_(1.0);
-      layer_norm->bias.zero_();
-    } else if (auto* rms_norm = dynamic_cast<Qwen2RMSNorm*>(module.get())) {
-      rms_norm->weight.fill_(1.0);
+  for (const auto& part : parts) {
+    for (const auto& module : part.second->modules(/*include_self=*/true)) {
+      if (auto* linear = module->as<torch::nn::Linear>()) {
+        NormalInit(linear->weight, std, gen);
+        if (linear->bias.defined()) linear->bias.zero_();
+      } else if (auto* conv = module->as<torch::nn::Conv3d>()) {
+        NormalInit(conv->weight, std, gen);
+      } else if (auto* embedding = module->as<torch::nn::Embedding>()) {
+        NormalInit(embedding->weight, std, gen);
+      } else if (auto* layer_norm = module->as<torch::nn::LayerNorm>()) {
+        layer_norm->weight.fill_(1.0);
+        layer_norm->bias.zero_();
+      } else if (auto* rms_norm = dynamic_cast<Qwen2RMSNorm*>(module.get())) {
+        rms_norm->weight.fill_(1.0);
+      }
     }
+  }
+}
+
+void Qwen2VLForConditionalGeneration::InitWeights(double std) {
+  const uint64_t base_seed = DrawBaseSeed();
+  for (const ModelUnit& unit : units_) {
+    std::vector<std::pair<std::string, torch::nn::Module*>> parts;
+    for (const auto& [prefix, module] : unit.modules) parts.emplace_back(prefix, module.get());
+    InitUnitModules(unit.name, parts, base_seed, std);
   }
 }
 
@@ -210,7 +279,9 @@ torch::Tensor Qwen2VLForConditionalGeneration::RunUnit(size_t unit, const UnitFn
   const ModelUnit& u = units_[unit];
   if (hooks_ != nullptr) hooks_->BeforeUnit(u);
   torch::Tensor output;
-  if (checkpoint) {
+  if (runner_ != nullptr) {
+    output = runner_->RunUnit(u, fn, input, checkpoint);
+  } else if (checkpoint) {
     std::vector<torch::Tensor> params;
     for (const auto& [name, tensor] : u.NamedParameters()) params.push_back(tensor);
     output = internal::CheckpointedCall(fn, input, params);

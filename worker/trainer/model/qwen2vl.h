@@ -70,6 +70,17 @@ class UnitHooks {
   virtual void AfterUnit(const ModelUnit& unit, const torch::Tensor& output) = 0;
 };
 
+// Runs a unit in place of the model, given the unit's forward `fn`: an engine that shards weights
+// gathers them, runs fn, frees them and arranges its own backward. `checkpoint` is the model's
+// gradient-checkpointing choice for the unit. Called on the thread running forward.
+class UnitRunner {
+ public:
+  using UnitFn = std::function<torch::Tensor(const torch::Tensor&)>;
+  virtual ~UnitRunner() = default;
+  virtual torch::Tensor RunUnit(const ModelUnit& unit, const UnitFn& fn, const torch::Tensor& input,
+                                bool checkpoint) = 0;
+};
+
 struct GradientCheckpointing {
   bool decoder_layers = false;  // recompute each decoder layer in backward
   bool vision_blocks = false;   // recompute each vision block in backward
@@ -80,7 +91,17 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   // Builds the model with HF's initialisation (normal(0, 0.02) weights, zero biases, unit norms)
   // on the CPU in float32; use to() for another dtype or device. `config` must be valid (as
   // ParseQwen2VLConfig returns it).
-  explicit Qwen2VLForConditionalGeneration(const Qwen2VLConfig& config);
+  //
+  // Each unit is initialised from its own generator, seeded from one draw of the default
+  // generator and the unit's name, so a unit's initial weights do not depend on which other units
+  // exist or on the order they are built in. `unit_built`, when set, is called once per unit as
+  // soon as its weights are built and initialised, before the next unit is allocated, with the
+  // unit's name and its parameters (full HF names): an engine that shards the model copies its
+  // slice and frees the tensors' storage there, so no process ever holds the whole model.
+  using UnitBuilt = std::function<void(
+      const std::string& unit, const std::vector<std::pair<std::string, torch::Tensor>>& params)>;
+  explicit Qwen2VLForConditionalGeneration(const Qwen2VLConfig& config,
+                                           const UnitBuilt& unit_built = nullptr);
 
   // Logits [B, T, vocab] in the model's dtype. Image features replace the <|image_pad|>
   // embeddings in order. Throws c10::Error (with what is wrong) on bad shapes, pad/feature count
@@ -98,7 +119,8 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   // Image features [N / merge^2, hidden] for pixel_values [N, patch_dim].
   torch::Tensor EncodeImages(const torch::Tensor& pixel_values, const torch::Tensor& grid_thw);
 
-  // Re-applies HF's initialisation under the current RNG state (torch::manual_seed).
+  // Re-applies HF's initialisation (normal(0, std) weights, zero biases, unit norms) with a fresh
+  // draw from the default generator (torch::manual_seed makes it reproducible).
   void InitWeights(double std = 0.02);
 
   const Qwen2VLConfig& config() const { return config_; }
@@ -110,6 +132,8 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
 
   // Not owned; must outlive every forward while set. nullptr removes them.
   void SetUnitHooks(UnitHooks* hooks) { hooks_ = hooks; }
+  // Not owned, as hooks. While set, every unit runs through it.
+  void SetUnitRunner(UnitRunner* runner) { runner_ = runner; }
 
   // Off by default. Takes effect for forwards run with grad mode on.
   void SetGradientCheckpointing(const GradientCheckpointing& options) { checkpointing_ = options; }
@@ -123,6 +147,10 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   using UnitFn = std::function<torch::Tensor(const torch::Tensor&)>;
 
   void BuildUnits();
+  static uint64_t DrawBaseSeed();
+  static void InitUnitModules(const std::string& unit,
+                              const std::vector<std::pair<std::string, torch::nn::Module*>>& parts,
+                              uint64_t base_seed, double std);
   torch::Tensor RunUnit(size_t unit, const UnitFn& fn, const torch::Tensor& input, bool checkpoint);
 
   Qwen2VLConfig config_;
@@ -133,6 +161,7 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   size_t first_decoder_unit_ = 0;
   size_t head_unit_ = 0;
   UnitHooks* hooks_ = nullptr;
+  UnitRunner* runner_ = nullptr;
   GradientCheckpointing checkpointing_;
 };
 

@@ -120,16 +120,22 @@ absl::Status LoadHfCheckpoint(Qwen2VLForConditionalGeneration& model, const std:
 absl::Status SaveHfCheckpoint(const Qwen2VLForConditionalGeneration& model, const std::string& dir,
                               const SaveOptions& options) {
   std::vector<NamedTensor> tensors;
-  std::optional<torch::ScalarType> saved_dtype = options.dtype;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    torch::Tensor value = item.value().detach();
-    if (options.dtype.has_value()) value = value.to(*options.dtype);
-    if (!saved_dtype.has_value()) saved_dtype = value.scalar_type();
-    tensors.push_back({item.key(), value});
+    tensors.push_back({item.key(), item.value().detach()});
+  }
+  return SaveHfTensors(model.config(), std::move(tensors), dir, options);
+}
+
+absl::Status SaveHfTensors(const Qwen2VLConfig& model_config, std::vector<NamedTensor> tensors,
+                           const std::string& dir, const SaveOptions& options) {
+  std::optional<torch::ScalarType> saved_dtype = options.dtype;
+  for (NamedTensor& t : tensors) {
+    if (options.dtype.has_value()) t.tensor = t.tensor.to(*options.dtype);
+    if (!saved_dtype.has_value()) saved_dtype = t.tensor.scalar_type();
   }
   RETURN_IF_ERROR(WriteSafetensorsCheckpoint(dir, tensors, options.sharding));
 
-  Qwen2VLConfig config = model.config();
+  Qwen2VLConfig config = model_config;
   if (saved_dtype.has_value()) config.torch_dtype = DtypeName(*saved_dtype);
   const std::string config_path = (fs::path(dir) / "config.json").string();
   const std::string tmp = config_path + ".tmp";

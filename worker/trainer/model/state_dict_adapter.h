@@ -44,6 +44,11 @@ struct SaveOptions {
 absl::Status SaveHfCheckpoint(const Qwen2VLForConditionalGeneration& model, const std::string& dir,
                               const SaveOptions& options = {});
 
+// As SaveHfCheckpoint, for weights held outside a model (a sharded engine's gathered weights):
+// `tensors` carry the model's parameter names.
+absl::Status SaveHfTensors(const Qwen2VLConfig& config, std::vector<NamedTensor> tensors,
+                           const std::string& dir, const SaveOptions& options = {});
+
 // Builds the model described by `dir`/config.json in `dtype` and loads its weights.
 absl::StatusOr<std::shared_ptr<Qwen2VLForConditionalGeneration>> LoadHfModel(
     const std::string& dir, torch::ScalarType dtype = torch::kFloat32);

@@ -155,17 +155,20 @@ torch::Tensor Qwen2VLDecoderLayer::forward(const torch::Tensor& x, const RotaryT
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
-Qwen2VLTextModel::Qwen2VLTextModel(const Qwen2VLConfig& config) {
+Qwen2VLTextModel::Qwen2VLTextModel(const Qwen2VLConfig& config, const ModuleBuilt& built) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(
                                                      config.vocab_size, config.hidden_size)));
+  if (built) built("embed_tokens", *embed_tokens);
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
     auto layer = std::make_shared<Qwen2VLDecoderLayer>(config);
     layers->push_back(layer);
+    if (built) built("layers." + std::to_string(i), *layer);
     layer_list.push_back(std::move(layer));
   }
   norm = register_module("norm",
                          std::make_shared<Qwen2RMSNorm>(config.hidden_size, config.rms_norm_eps));
+  if (built) built("norm", *norm);
 }
 
 }  // namespace trainctl::model

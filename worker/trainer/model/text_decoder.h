@@ -9,6 +9,9 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+#include <string>
+
 #include <memory>
 #include <vector>
 
@@ -79,7 +82,11 @@ class Qwen2VLDecoderLayer : public torch::nn::Module {
 // HF's `model` (Qwen2VLModel): embeddings, layers, final norm. The top-level model runs them.
 class Qwen2VLTextModel : public torch::nn::Module {
  public:
-  explicit Qwen2VLTextModel(const Qwen2VLConfig& config);
+  // `built`, when set, is called with each unit-sized child ("embed_tokens", "layers.N",
+  // "norm") right after it is constructed, before the next one is: a sharding engine takes the
+  // child's weights and frees them, so the whole model never exists at once.
+  using ModuleBuilt = std::function<void(const std::string& name, torch::nn::Module& module)>;
+  explicit Qwen2VLTextModel(const Qwen2VLConfig& config, const ModuleBuilt& built = nullptr);
 
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};

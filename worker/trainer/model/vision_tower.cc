@@ -180,16 +180,20 @@ torch::Tensor PatchMerger::forward(const torch::Tensor& x) {
   return mlp->forward(NormInFloat32(ln_q, x).reshape({-1, merged_dim_}));
 }
 
-Qwen2VisionTransformer::Qwen2VisionTransformer(const Qwen2VLVisionConfig& config)
+Qwen2VisionTransformer::Qwen2VisionTransformer(const Qwen2VLVisionConfig& config,
+                                               const ModuleBuilt& built)
     : config_(config) {
   patch_embed = register_module("patch_embed", std::make_shared<VisionPatchEmbed>(config));
+  if (built) built("patch_embed", *patch_embed);
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.depth; ++i) {
     auto block = std::make_shared<Qwen2VLVisionBlock>(config);
     blocks->push_back(block);
+    if (built) built("blocks." + std::to_string(i), *block);
     block_list.push_back(std::move(block));
   }
   merger = register_module("merger", std::make_shared<PatchMerger>(config));
+  if (built) built("merger", *merger);
 }
 
 torch::Tensor Qwen2VisionTransformer::forward(const torch::Tensor& pixel_values,

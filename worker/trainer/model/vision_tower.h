@@ -11,6 +11,9 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+#include <string>
+
 #include <memory>
 #include <vector>
 
@@ -90,7 +93,10 @@ class PatchMerger : public torch::nn::Module {
 // HF's `visual` (Qwen2VisionTransformerPretrainedModel).
 class Qwen2VisionTransformer : public torch::nn::Module {
  public:
-  explicit Qwen2VisionTransformer(const Qwen2VLVisionConfig& config);
+  // `built`: as Qwen2VLTextModel's, with "patch_embed", "blocks.N" and "merger".
+  using ModuleBuilt = std::function<void(const std::string& name, torch::nn::Module& module)>;
+  explicit Qwen2VisionTransformer(const Qwen2VLVisionConfig& config,
+                                  const ModuleBuilt& built = nullptr);
   // pixel_values [N, patch_dim], grid_thw [n, 3] -> [N / merge^2, hidden_size]. The plain
   // forward; the top-level model runs the same pieces one by one (units, checkpointing).
   torch::Tensor forward(const torch::Tensor& pixel_values, const torch::Tensor& grid_thw);

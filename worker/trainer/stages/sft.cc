@@ -19,54 +19,30 @@
 #include "worker/trainer/stages/batch_inputs.h"
 #include "worker/trainer/stages/internal/autocast.h"
 #include "worker/trainer/stages/lr_schedule.h"
+#include "worker/trainer/zero/comm.h"
+#include "worker/trainer/zero/engine.h"
+#include "common/job_spec.h"
 
 namespace trainctl::trainer {
 namespace {
 
 namespace fs = std::filesystem;
-using model::Qwen2VLForConditionalGeneration;
 using trainctl::v1::TrainingArguments;
 
 bool HasWeights(const fs::path& dir) {
   return fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json");
 }
 
-absl::StatusOr<std::shared_ptr<Qwen2VLForConditionalGeneration>> BuildModel(const std::string& ref,
-                                                                            int64_t seed) {
-  if (fs::is_directory(ref) && HasWeights(ref)) return model::LoadHfModel(ref);
+// The model's config and, when `ref` is a directory with weights, that directory to load them
+// from; otherwise a registry name or config path and "" (initialise from the seed).
+absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(const std::string& ref) {
+  if (fs::is_directory(ref) && HasWeights(ref)) {
+    ASSIGN_OR_RETURN(model::Qwen2VLConfig config, model::LoadQwen2VLConfig(ref));
+    return std::make_pair(std::move(config), ref);
+  }
   ASSIGN_OR_RETURN(const std::string config_path, model::FindModelConfig(ref));
   ASSIGN_OR_RETURN(model::Qwen2VLConfig config, model::LoadQwen2VLConfig(config_path));
-  torch::manual_seed(seed);
-  return std::make_shared<Qwen2VLForConditionalGeneration>(config);
-}
-
-// HF's default split: no weight decay for biases and normalisation weights.
-std::vector<torch::optim::OptimizerParamGroup> ParamGroups(Qwen2VLForConditionalGeneration& model,
-                                                           const TrainingArguments& t) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
-    const bool exempt = absl::EndsWith(name, ".bias") || absl::StrContains(name, "norm") ||
-                        absl::StrContains(name, "ln_q");
-    (exempt ? no_decay : decay).push_back(item.value());
-  }
-  auto options = [&](double wd) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(t.learning_rate())
-            .betas({t.adam_beta1(), t.adam_beta2()})
-            .eps(t.adam_epsilon())
-            .weight_decay(wd));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, options(t.weight_decay()));
-  groups.emplace_back(no_decay, options(0.0));
-  return groups;
-}
-
-void SetLearningRate(torch::optim::Optimizer& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups()) {
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-  }
+  return std::make_pair(std::move(config), std::string());
 }
 
 // Optimizer steps between events/saves: HF's `*_steps` may be a ratio of the total when < 1.
@@ -79,6 +55,14 @@ class SftLoop {
  public:
   SftLoop(const SftRun& run, EventSink* events)
       : spec_(run.spec), t_(run.spec.training()), events_(events) {}
+  ~SftLoop() {
+    if (comm_failed_) {
+      // A failed collective can leave the process group's threads waiting on a dead peer, and
+      // its destructor would wait for them: the process is about to exit, so leave it.
+      (void)engine_.release();
+      (void)comm_.release();
+    }
+  }
 
   absl::StatusOr<SftResult> Run(bool resume) {
     RETURN_IF_ERROR(Setup());
@@ -86,15 +70,16 @@ class SftLoop {
     if (resume) {
       std::vector<std::string> skipped;
       auto latest = FindLatestCheckpoint(spec_.output_dir(), &skipped);
-      for (const std::string& why : skipped)
-        events_->Emit("warning", {{"message", "skipped checkpoint: " + why}});
+      for (const std::string& why : skipped) Warn("skipped checkpoint: " + why);
       if (latest) {
-        ASSIGN_OR_RETURN(state_, LoadCheckpoint(*latest, *model_, *optimizer_));
+        ASSIGN_OR_RETURN(state_, LoadCheckpoint(*latest, *engine_));
         RETURN_IF_ERROR(loader_->SetState(state_.loader));
         result.resumed_from = state_.global_step;
-        events_->Emit(
-            "status",
-            {{"state", "resumed"}, {"step", state_.global_step}, {"checkpoint", *latest}});
+        if (lead()) {
+          events_->Emit(
+              "status",
+              {{"state", "resumed"}, {"step", state_.global_step}, {"checkpoint", *latest}});
+        }
       }
     }
     while (state_.global_step < total_steps_) {
@@ -112,28 +97,67 @@ class SftLoop {
   }
 
  private:
+  // Rank 0 speaks for the job: metrics, checkpoints and warnings come once, not once per rank.
+  bool lead() const { return comm_->rank() == 0; }
+
+  void Warn(const std::string& message) {
+    if (lead()) events_->Emit("warning", {{"message", message}});
+  }
+
   absl::Status Setup() {
+    torch::Device device(torch::kCPU);
     if (torch::cuda::is_available()) {
       const char* local_rank = std::getenv("LOCAL_RANK");
-      device_ = torch::Device(torch::kCUDA, local_rank ? std::atoi(local_rank) : 0);
+      device = torch::Device(torch::kCUDA, local_rank ? std::atoi(local_rank) : 0);
       if (t_.has_tf32() && t_.tf32()) {
         at::globalContext().setAllowTF32CuBLAS(true);
         at::globalContext().setAllowTF32CuDNN(true);
       }
     }
-    ASSIGN_OR_RETURN(model_, BuildModel(spec_.model_name_or_path(), t_.seed()));
-    model_->to(device_);
-    model_->train();
+    ASSIGN_OR_RETURN(zero::CommOptions comm_options, zero::CommOptionsFromEnv());
+    comm_options.timeout = std::chrono::seconds(t_.ddp_timeout());
+    comm_options.device = device;
+    ASSIGN_OR_RETURN(comm_, zero::Comm::Create(comm_options));
+
+    ASSIGN_OR_RETURN(auto resolved_model, ResolveModel(spec_.model_name_or_path()));
+    const model::Qwen2VLConfig& config = resolved_model.first;
+    if (fs::is_directory(spec_.model_name_or_path())) tokenizer_dir_ = spec_.model_name_or_path();
+
+    // The DeepSpeed config, resolved again here against what the control plane could not know:
+    // the launched world size and the model's hidden size.
+    std::optional<DeepSpeedConfig> ds;
+    if (!spec_.deepspeed_config_json().empty()) {
+      ASSIGN_OR_RETURN(nlohmann::json doc,
+                       ParseDeepSpeedJson(spec_.deepspeed_config_json(),
+                                          spec_.deepspeed().empty() ? "deepspeed config"
+                                                                    : spec_.deepspeed()));
+      DeepSpeedInputs in = DeepSpeedInputsFor(spec_, t_);
+      in.world_size = comm_->world_size();
+      in.hidden_size = config.hidden_size;
+      auto resolved = ResolveDeepSpeedConfig(doc, in);
+      if (!resolved.ok()) return resolved.status();
+      ds = resolved->config;
+    }
+    std::vector<std::string> warnings;
+    zero::EngineOptions options = zero::EngineOptionsFrom(ds, t_, config.hidden_size, &warnings);
+    options.device = device;
+    for (const std::string& w : warnings) Warn(w);
+    gather_on_save_ = options.stage < 3 || (ds && ds->stage3_gather_16bit_weights_on_model_save);
+    ASSIGN_OR_RETURN(engine_, zero::Engine::Create(config, options, comm_.get(), t_.seed(),
+                                                   resolved_model.second));
     model::GradientCheckpointing checkpointing;
     checkpointing.decoder_layers = checkpointing.vision_blocks = t_.gradient_checkpointing();
-    model_->SetGradientCheckpointing(checkpointing);
+    engine_->model().SetGradientCheckpointing(checkpointing);
+    device_ = device;
 
     ASSIGN_OR_RETURN(std::shared_ptr<const data::ShardReader> reader,
                      data::ShardReader::Open(spec_.data_path()));
-    data::LoaderOptions options;
-    options.batch_size = t_.per_device_train_batch_size();
-    options.seed = static_cast<uint64_t>(t_.seed());
-    ASSIGN_OR_RETURN(loader_, data::Loader::Create(reader, options));
+    data::LoaderOptions loader_options;
+    loader_options.batch_size = t_.per_device_train_batch_size();
+    loader_options.seed = static_cast<uint64_t>(t_.seed());
+    loader_options.rank = comm_->rank();
+    loader_options.world_size = comm_->world_size();
+    ASSIGN_OR_RETURN(loader_, data::Loader::Create(reader, loader_options));
 
     const int64_t per_epoch =
         std::max<int64_t>(1, loader_->BatchesInEpoch(0) / t_.gradient_accumulation_steps());
@@ -145,14 +169,15 @@ class SftLoop {
                                     t_.lr_scheduler_type(),
                                     WarmupSteps(t_.warmup_steps(), t_.warmup_ratio(), total_steps_),
                                     total_steps_));
-    optimizer_ = std::make_unique<torch::optim::AdamW>(
-        ParamGroups(*model_, t_), torch::optim::AdamWOptions(t_.learning_rate()));
+    base_lr_ = options.lr;
     logging_every_ = Interval(t_.logging_steps(), total_steps_);
     save_every_ = Interval(t_.save_steps(), total_steps_);
     return absl::OkStatus();
   }
 
-  // One optimizer step over gradient_accumulation_steps micro-batches. Returns its loss.
+  // One optimizer step over gradient_accumulation_steps micro-batches on every rank. Returns the
+  // loss of the whole global batch: summed over every rank's trained tokens, divided by their
+  // global count, so N ranks compute what one rank would on the same samples.
   absl::StatusOr<double> Step() {
     const absl::Time start = absl::Now();
     std::vector<data::Batch> micro;
@@ -164,21 +189,38 @@ class SftLoop {
       samples += batch.batch_size;
       micro.push_back(std::move(batch));
     }
-    const double denominator = static_cast<double>(std::max<int64_t>(1, label_tokens));
-    SetLearningRate(*optimizer_, t_.learning_rate() * schedule_->Factor(state_.global_step));
-    optimizer_->zero_grad();
     double loss_value = 0;
+    zero::StepResult step;
     try {
+      torch::Tensor counts =
+          torch::tensor({static_cast<double>(label_tokens), static_cast<double>(tokens),
+                         static_cast<double>(samples)},
+                        torch::kFloat64);
+      comm_->AllReduce(counts, "token counts").Wait();
+      const double denominator = std::max(1.0, counts[0].item<double>());
+      tokens = static_cast<int64_t>(counts[1].item<double>());
+      samples = static_cast<int64_t>(counts[2].item<double>());
       for (const data::Batch& batch : micro) {
         auto loss = MicroBatchLossSum(batch) / denominator;
-        loss.backward();
+        engine_->Backward(loss);
         loss_value += loss.item<double>();
       }
-      grad_norm_ = ClipGradients();
-      optimizer_->step();
+      step = engine_->Step(base_lr_ * schedule_->Factor(state_.global_step));
+      torch::Tensor total = torch::tensor({loss_value}, torch::kFloat64);
+      comm_->AllReduce(total, "loss").Wait();
+      loss_value = total.item<double>();
     } catch (const c10::Error& e) {
       return absl::InternalError(
           absl::StrCat("step ", state_.global_step + 1, ": ", e.what_without_backtrace()));
+    } catch (const zero::CollectiveError& e) {
+      comm_failed_ = true;
+      return absl::UnavailableError(absl::StrCat("step ", state_.global_step + 1, ": ", e.what()));
+    }
+    grad_norm_ = step.grad_norm;
+    if (step.skipped) {
+      Warn(absl::StrCat("step ", state_.global_step + 1,
+                        ": gradient overflow, update skipped; loss scale now ",
+                        engine_->SaveShards().engine.value("loss_scale", 0.0)));
     }
     ++state_.global_step;
     state_.loader = loader_->state();
@@ -194,10 +236,12 @@ class SftLoop {
   // those positions go through the vocabulary-wide head: with assistant-only labels that is a
   // small part of the sequence, and the [tokens, vocab] logits dominate time and memory.
   torch::Tensor MicroBatchLossSum(const data::Batch& batch) {
+    model::Qwen2VLForConditionalGeneration& net = engine_->model();
+    const bool bf16 = engine_->options().compute_dtype == torch::kBFloat16;
     torch::Tensor hidden;
     {
-      internal::AutocastGuard autocast(t_.bf16(), device_.type(), torch::kBFloat16);
-      hidden = model_->ForwardHidden(ToModelInputs(batch, device_));
+      internal::AutocastGuard autocast(bf16, device_.type(), torch::kBFloat16);
+      hidden = net.ForwardHidden(ToModelInputs(batch, device_));
     }
     const int64_t width = hidden.size(-1);
     auto labels = ShiftedLabels(batch, device_).reshape({-1});
@@ -206,22 +250,12 @@ class SftLoop {
         hidden.slice(1, 0, batch.seq_len - 1).reshape({-1, width}).index_select(0, positions);
     torch::Tensor logits;
     {
-      internal::AutocastGuard autocast(t_.bf16(), device_.type(), torch::kBFloat16);
-      logits = model_->Head(trained);
+      internal::AutocastGuard autocast(bf16, device_.type(), torch::kBFloat16);
+      logits = net.Head(trained);
     }
     return torch::nn::functional::cross_entropy(
         logits.to(torch::kFloat32), labels.index_select(0, positions),
         torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-  }
-
-  double ClipGradients() {
-    std::vector<torch::Tensor> params;
-    for (auto& p : model_->parameters()) {
-      if (p.grad().defined()) params.push_back(p);
-    }
-    const double max_norm =
-        t_.max_grad_norm() > 0 ? t_.max_grad_norm() : std::numeric_limits<double>::infinity();
-    return torch::nn::utils::clip_grad_norm_(params, max_norm);
   }
 
   void MaybeLog(double loss) {
@@ -230,14 +264,14 @@ class SftLoop {
     if (state_.global_step % logging_every_ != 0 && state_.global_step != total_steps_) return;
     nlohmann::json values = {
         {"loss", window_loss_ / window_steps_},
-        {"learning_rate", t_.learning_rate() * schedule_->Factor(state_.global_step - 1)},
+        {"learning_rate", base_lr_ * schedule_->Factor(state_.global_step - 1)},
         {"grad_norm", grad_norm_},
         {"epoch", state_.epoch},
         {"total_steps", total_steps_},
         {"step_time", step_seconds_},
         {"tokens_per_second", window_tokens_ / std::max(1e-9, window_seconds_)},
         {"samples_per_second", window_samples_ / std::max(1e-9, window_seconds_)}};
-    events_->Emit("metric", {{"step", state_.global_step}, {"values", values}});
+    if (lead()) events_->Emit("metric", {{"step", state_.global_step}, {"values", values}});
     window_loss_ = window_seconds_ = 0;
     window_steps_ = window_tokens_ = window_samples_ = 0;
   }
@@ -249,11 +283,22 @@ class SftLoop {
   }
 
   absl::StatusOr<std::string> Save() {
-    ASSIGN_OR_RETURN(std::string dir,
-                     SaveCheckpoint(spec_.output_dir(), state_, *model_, *optimizer_));
+    SaveOptions options;
+    options.write_hf_weights = gather_on_save_;
+    options.tokenizer_dir = tokenizer_dir_;
+    std::string dir;
+    try {
+      ASSIGN_OR_RETURN(dir, SaveCheckpoint(spec_.output_dir(), state_, *engine_, options));
+    } catch (const zero::CollectiveError& e) {
+      comm_failed_ = true;
+      return absl::UnavailableError(
+          absl::StrCat("saving checkpoint ", state_.global_step, ": ", e.what()));
+    }
     last_saved_step_ = state_.global_step;
-    events_->Emit("checkpoint",
-                  {{"step", state_.global_step}, {"path", fs::absolute(dir).string()}});
+    if (lead()) {
+      events_->Emit("checkpoint",
+                    {{"step", state_.global_step}, {"path", fs::absolute(dir).string()}});
+    }
     return dir;
   }
 
@@ -261,11 +306,15 @@ class SftLoop {
   const TrainingArguments& t_;
   EventSink* events_;
   torch::Device device_{torch::kCPU};
-  std::shared_ptr<Qwen2VLForConditionalGeneration> model_;
+  std::unique_ptr<zero::Comm> comm_;
+  std::unique_ptr<zero::Engine> engine_;
   std::unique_ptr<data::Loader> loader_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::optional<LrSchedule> schedule_;
   TrainerState state_;
+  std::string tokenizer_dir_;
+  bool gather_on_save_ = true;
+  bool comm_failed_ = false;
+  double base_lr_ = 0;
   int64_t total_steps_ = 0, steps_per_epoch_ = 1, logging_every_ = 1, save_every_ = 1;
   int64_t last_saved_step_ = -1;
   double grad_norm_ = 0, step_seconds_ = 0;

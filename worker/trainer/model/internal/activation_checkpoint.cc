@@ -1,68 +1,12 @@
 #include "worker/trainer/model/internal/activation_checkpoint.h"
 
-#include <ATen/autocast_mode.h>
-#include <torch/version.h>
+#include "worker/trainer/model/autocast_state.h"
+
 
 #include <utility>
 
 namespace trainctl::model::internal {
 namespace {
-
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-#define TRAINCTL_AUTOCAST_BY_DEVICE 1
-#endif
-
-// The thread-local autocast settings of the forward, restored around the recomputation (backward
-// may run on another thread, or after the caller left its autocast scope).
-struct AutocastState {
-  bool cpu_enabled = false;
-  bool gpu_enabled = false;
-  at::ScalarType cpu_dtype = at::kBFloat16;
-  at::ScalarType gpu_dtype = at::kHalf;
-
-  static AutocastState Current() {
-    AutocastState s;
-#ifdef TRAINCTL_AUTOCAST_BY_DEVICE
-    s.cpu_enabled = at::autocast::is_autocast_enabled(at::kCPU);
-    s.gpu_enabled = at::autocast::is_autocast_enabled(at::kCUDA);
-    s.cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
-    s.gpu_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
-#else
-    s.cpu_enabled = at::autocast::is_cpu_enabled();
-    s.gpu_enabled = at::autocast::is_enabled();
-    s.cpu_dtype = at::autocast::get_autocast_cpu_dtype();
-    s.gpu_dtype = at::autocast::get_autocast_gpu_dtype();
-#endif
-    return s;
-  }
-
-  void Apply() const {
-#ifdef TRAINCTL_AUTOCAST_BY_DEVICE
-    at::autocast::set_autocast_enabled(at::kCPU, cpu_enabled);
-    at::autocast::set_autocast_enabled(at::kCUDA, gpu_enabled);
-    at::autocast::set_autocast_dtype(at::kCPU, cpu_dtype);
-    at::autocast::set_autocast_dtype(at::kCUDA, gpu_dtype);
-#else
-    at::autocast::set_cpu_enabled(cpu_enabled);
-    at::autocast::set_enabled(gpu_enabled);
-    at::autocast::set_autocast_cpu_dtype(cpu_dtype);
-    at::autocast::set_autocast_gpu_dtype(gpu_dtype);
-#endif
-  }
-};
-
-class AutocastScope {
- public:
-  explicit AutocastScope(const AutocastState& state) : saved_(AutocastState::Current()) {
-    state.Apply();
-  }
-  ~AutocastScope() { saved_.Apply(); }
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
-
- private:
-  AutocastState saved_;
-};
 
 // What backward needs besides the saved input; carried in the context as a capsule.
 struct Recompute : torch::CustomClassHolder {

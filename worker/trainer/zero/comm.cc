@@ -1,0 +1,370 @@
+#include "worker/trainer/zero/comm.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+
+#if defined(USE_C10D_NCCL) && __has_include(<torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#define TRAINCTL_HAVE_NCCL 1
+#endif
+
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace trainctl::zero {
+namespace {
+
+// LibTorch 2.x split ProcessGroup into a dispatcher and per-backend Backends; the collectives
+// this file calls have the same names and arguments on both.
+#if TORCH_VERSION_MAJOR >= 2
+using BackendBase = c10d::Backend;
+#else
+using BackendBase = c10d::ProcessGroup;
+#endif
+
+constexpr char kHeartbeatPrefix[] = "trainctl/heartbeat/";
+constexpr auto kHeartbeatEvery = std::chrono::milliseconds(300);
+
+absl::StatusOr<int> EnvInt(const char* name, int fallback, int min) {
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') return fallback;
+  int value = 0;
+  if (!absl::SimpleAtoi(raw, &value) || value < min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, ": must be an integer >= ", min, ", got '",
+                     raw, "'"));
+  }
+  return value;
+}
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+absl::StatusOr<CommOptions> CommOptionsFromEnv() {
+  CommOptions options;
+  auto world = EnvInt("WORLD_SIZE", 1, 1);
+  if (!world.ok()) return world.status();
+  auto rank = EnvInt("RANK", 0, 0);
+  if (!rank.ok()) return rank.status();
+  if (*rank >= *world) {
+    return absl::InvalidArgumentError(absl::StrCat("environment variable RANK: must be < WORLD_SIZE (",
+                                                   *world, "), got ", *rank));
+  }
+  options.world_size = *world;
+  options.rank = *rank;
+  if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {
+    options.master_addr = addr;
+  }
+  auto port = EnvInt("MASTER_PORT", 0, 1);
+  if (!port.ok()) return port.status();
+  if (*world > 1 && (*port == 0 || *port > 65535)) {
+    return absl::InvalidArgumentError(
+        "environment variable MASTER_PORT: a port in [1, 65535] is required when WORLD_SIZE > 1");
+  }
+  options.master_port = *port;
+  return options;
+}
+
+struct Comm::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<BackendBase> group;
+  bool native_reduce_scatter = false;  // NCCL: _reduce_scatter_base / _allgather_base
+
+  // Heartbeats go through a second store client, so a collective stuck on the first never delays
+  // them.
+  c10::intrusive_ptr<c10d::Store> heartbeat_store;
+  std::thread heartbeat;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+};
+
+absl::StatusOr<std::unique_ptr<Comm>> Comm::Create(const CommOptions& options) {
+  std::unique_ptr<Comm> comm(new Comm());
+  comm->options_ = options;
+  comm->impl_ = std::make_unique<Impl>();
+  if (options.world_size == 1) return comm;
+
+  Impl& impl = *comm->impl_;
+  const std::string where = absl::StrCat(options.master_addr, ":", options.master_port);
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(options.master_port);
+    store_options.isServer = options.rank == 0;
+    store_options.numWorkers = static_cast<size_t>(options.world_size);
+    store_options.waitWorkers = true;
+    store_options.timeout = options.timeout;
+    impl.store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    c10d::TCPStoreOptions heartbeat_options = store_options;
+    heartbeat_options.isServer = false;
+    heartbeat_options.numWorkers = c10::nullopt;
+    heartbeat_options.waitWorkers = false;
+    heartbeat_options.timeout = std::chrono::seconds(5);
+    impl.heartbeat_store =
+        c10::make_intrusive<c10d::TCPStore>(options.master_addr, heartbeat_options);
+
+    if (options.device.is_cuda()) {
+#ifdef TRAINCTL_HAVE_NCCL
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = options.timeout;
+      impl.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl.store, options.rank,
+                                                               options.world_size, nccl_options);
+      impl.native_reduce_scatter = true;
+      comm->backend_ = "nccl";
+#else
+      return absl::FailedPreconditionError(
+          "this trainer was built against a LibTorch without NCCL; CUDA ranks need it");
+#endif
+    } else {
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+      // GLOO_SOCKET_IFNAME picks the interface, as in PyTorch; otherwise the address that reaches
+      // the rendezvous host on loopback, or this host's name.
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      } else if (options.master_addr == "127.0.0.1" || options.master_addr == "localhost") {
+        gloo_options->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      } else {
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      gloo_options->threads = 2;
+      impl.group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl.store, options.rank,
+                                                               options.world_size, gloo_options);
+      comm->backend_ = "gloo";
+    }
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("rank ", options.rank, " of ", options.world_size,
+                                               ": rendezvous at ", where, " failed: ", e.what()));
+  }
+  Comm* raw = comm.get();
+  impl.heartbeat = std::thread([raw] { raw->HeartbeatLoop(); });
+  return comm;
+}
+
+Comm::~Comm() {
+  if (impl_ && impl_->heartbeat.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      impl_->stop = true;
+    }
+    impl_->cv.notify_all();
+    impl_->heartbeat.join();
+  }
+}
+
+void Comm::HeartbeatLoop() {
+  const std::string key = absl::StrCat(kHeartbeatPrefix, options_.rank);
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  while (!impl_->stop) {
+    try {
+      impl_->heartbeat_store->add(key, 1);
+    } catch (const std::exception&) {
+      return;  // the store is gone (rank 0 exited); collectives will say so
+    }
+    impl_->cv.wait_for(lock, kHeartbeatEvery, [this] { return impl_->stop; });
+  }
+}
+
+std::string Comm::DiagnosePeers() const {
+  // Two readings of every peer's heartbeat counter, several beats apart: a counter that did not
+  // move belongs to a rank that is gone (or stopped).
+  auto read = [&](std::map<int, int64_t>* out) {
+    for (int r = 0; r < options_.world_size; ++r) {
+      if (r == options_.rank) continue;
+      (*out)[r] = impl_->heartbeat_store->add(absl::StrCat(kHeartbeatPrefix, r), 0);
+    }
+  };
+  std::map<int, int64_t> before, after;
+  try {
+    read(&before);
+    std::this_thread::sleep_for(kHeartbeatEvery * 5);
+    read(&after);
+  } catch (const std::exception&) {
+    return absl::StrCat("peer rank 0 is gone (its rendezvous store at ", options_.master_addr, ":",
+                        options_.master_port, " does not answer)");
+  }
+  std::vector<std::string> dead;
+  for (const auto& [r, count] : after) {
+    if (count == before[r]) dead.push_back(absl::StrCat(r));
+  }
+  if (dead.empty()) return "every peer is still alive; the collective itself stalled";
+  return absl::StrCat(dead.size() == 1 ? "peer rank " : "peer ranks ", absl::StrJoin(dead, ", "),
+                      dead.size() == 1 ? " is" : " are", " gone (no heartbeat for ",
+                      Seconds(kHeartbeatEvery * 5), " s)");
+}
+
+void Comm::Fail(const std::string& what, const std::string& cause,
+                std::chrono::steady_clock::time_point started) const {
+  const double after = Seconds(std::chrono::steady_clock::now() - started);
+  throw CollectiveError(absl::StrCat("collective ", what, " failed on rank ", options_.rank, " of ",
+                                     options_.world_size, " after ", after,
+                                     " s: ", DiagnosePeers(), "; ", backend_, ": ", cause));
+}
+
+Handle::Handle(Handle&& other) noexcept { *this = std::move(other); }
+
+Handle& Handle::operator=(Handle&& other) noexcept {
+  if (this != &other) {
+    if (pending()) {
+      try {
+        Wait();
+      } catch (...) {
+      }
+    }
+    comm_ = std::exchange(other.comm_, nullptr);
+    work_ = std::move(other.work_);
+    finish_ = std::move(other.finish_);
+    what_ = std::move(other.what_);
+    started_ = other.started_;
+  }
+  return *this;
+}
+
+Handle::~Handle() {
+  if (pending()) {
+    try {
+      Wait();
+    } catch (...) {
+    }
+  }
+}
+
+void Handle::Wait() {
+  if (comm_ == nullptr) return;
+  const Comm* comm = std::exchange(comm_, nullptr);
+  if (work_) {
+    bool ok = false;
+    std::string cause;
+    try {
+      ok = work_->wait(comm->options_.timeout);
+      if (!ok) cause = "timed out";
+    } catch (const std::exception& e) {
+      cause = e.what();
+      // Gloo's messages start with a source location in brackets; keep the text after it.
+      if (!cause.empty() && cause.front() == '[') {
+        const auto close = cause.find("] ");
+        if (close != std::string::npos) cause = cause.substr(close + 2);
+      }
+    }
+    work_.reset();
+    if (!ok) comm->Fail(what_, cause, started_);
+  }
+  if (finish_) std::exchange(finish_, nullptr)();
+}
+
+Handle Comm::Start(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish,
+                   std::string what, uint64_t bytes) const {
+  bytes_sent_ += bytes;
+  Handle h;
+  h.comm_ = this;
+  h.work_ = std::move(work);
+  h.finish_ = std::move(finish);
+  h.what_ = std::move(what);
+  h.started_ = std::chrono::steady_clock::now();
+  return h;
+}
+
+namespace {
+
+uint64_t RingBytes(const torch::Tensor& t, int world) {
+  return static_cast<uint64_t>(t.numel()) * t.element_size() * (world - 1) / world;
+}
+
+}  // namespace
+
+Handle Comm::AllGather(const torch::Tensor& shard, const torch::Tensor& out,
+                       const std::string& what) {
+  const int64_t n = shard.numel();
+  TORCH_CHECK(out.numel() == n * world_size() && out.is_contiguous() &&
+                  out.scalar_type() == shard.scalar_type(),
+              "AllGather: out must be a contiguous [world * ", n, "] ", shard.scalar_type(),
+              " tensor, got ", out.sizes(), " ", out.scalar_type());
+  const std::string label = "all_gather " + what;
+  if (world_size() == 1) {
+    out.view({-1}).copy_(shard.view({-1}));
+    return Start({}, nullptr, label, 0);
+  }
+  std::vector<at::Tensor> inputs = {shard.contiguous().view({-1})};
+  if (impl_->native_reduce_scatter) {
+    at::Tensor flat = out.view({-1});
+    return Start(impl_->group->_allgather_base(flat, inputs[0]), nullptr, label,
+                 RingBytes(out, world_size()));
+  }
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  const at::Tensor rows = out.view({world_size(), n});
+  for (int r = 0; r < world_size(); ++r) outputs[0].push_back(rows[r]);
+  auto work = impl_->group->allgather(outputs, inputs);
+  // Keep the input alive until the collective is done.
+  return Start(std::move(work), [inputs] {}, label, RingBytes(out, world_size()));
+}
+
+Handle Comm::ReduceScatter(const torch::Tensor& in, const torch::Tensor& out,
+                           const std::string& what) {
+  const int64_t s = out.numel();
+  TORCH_CHECK(in.numel() == s * world_size() && in.is_contiguous() && out.is_contiguous() &&
+                  in.scalar_type() == out.scalar_type(),
+              "ReduceScatter: in must be a contiguous [world * ", s, "] ", out.scalar_type(),
+              " tensor, got ", in.sizes(), " ", in.scalar_type());
+  const std::string label = "reduce_scatter " + what;
+  if (world_size() == 1) {
+    out.view({-1}).copy_(in.view({-1}));
+    return Start({}, nullptr, label, 0);
+  }
+#ifdef TRAINCTL_HAVE_NCCL
+  if (impl_->native_reduce_scatter) {
+    at::Tensor o = out.view({-1});
+    at::Tensor i = in.view({-1});
+    return Start(impl_->group->_reduce_scatter_base(o, i), nullptr, label,
+                 RingBytes(in, world_size()));
+  }
+#endif
+  // Gloo: all-reduce the whole buffer, keep this rank's slice.
+  std::vector<at::Tensor> tensors = {in.view({-1})};
+  auto work = impl_->group->allreduce(tensors);
+  const int64_t offset = static_cast<int64_t>(rank()) * s;
+  return Start(
+      std::move(work), [in, out, offset, s] { out.view({-1}).copy_(in.view({-1}).narrow(0, offset, s)); },
+      label, 2 * RingBytes(in, world_size()));
+}
+
+Handle Comm::AllReduce(const torch::Tensor& t, const std::string& what) {
+  const std::string label = "all_reduce " + what;
+  if (world_size() == 1) return Start({}, nullptr, label, 0);
+  TORCH_CHECK(t.is_contiguous(), "AllReduce: tensor must be contiguous");
+  std::vector<at::Tensor> tensors = {t};
+  return Start(impl_->group->allreduce(tensors), nullptr, label, 2 * RingBytes(t, world_size()));
+}
+
+Handle Comm::Broadcast(const torch::Tensor& t, int root, const std::string& what) {
+  const std::string label = "broadcast " + what;
+  if (world_size() == 1) return Start({}, nullptr, label, 0);
+  TORCH_CHECK(t.is_contiguous(), "Broadcast: tensor must be contiguous");
+  std::vector<at::Tensor> tensors = {t};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  return Start(impl_->group->broadcast(tensors, opts), nullptr, label,
+               static_cast<uint64_t>(t.numel()) * t.element_size());
+}
+
+void Comm::Barrier(const std::string& what) {
+  if (world_size() == 1) return;
+  // An all-reduce of one element: Gloo's barrier has no timeout of its own on 1.13.
+  torch::Tensor one = torch::ones({1}, torch::TensorOptions().device(options_.device));
+  AllReduce(one, "barrier " + what).Wait();
+}
+
+}  // namespace trainctl::zero

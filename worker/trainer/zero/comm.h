@@ -1,0 +1,128 @@
+// The collectives the ZeRO engine needs, over one LibTorch c10d process group: NCCL in CUDA builds,
+// Gloo on CPUs. Ranks rendezvous through a TCPStore from the torchrun-style launch environment
+// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE).
+//
+// Every collective is asynchronous and returns a Handle; Wait() finishes it. Where a backend lacks
+// a collective (Gloo has no reduce_scatter and no _allgather_base on LibTorch 1.13) the same result
+// comes from another: reduce-scatter as all-reduce + slice, flat all-gather as a list all-gather
+// into the rows of the flat buffer.
+//
+// Failure: each collective is bounded by the timeout given at creation. When one fails (a peer's
+// connection closed, or the timeout passed), Wait() throws CollectiveError naming the collective,
+// what it carried, this rank, and the peer that is gone: every rank publishes a heartbeat to the
+// store, and the ranks whose heartbeat stopped are named. The process group cannot be used after
+// that; the trainer exits.
+#ifndef TRAINCTL_WORKER_TRAINER_ZERO_COMM_H_
+#define TRAINCTL_WORKER_TRAINER_ZERO_COMM_H_
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+namespace c10d {
+class Store;
+}  // namespace c10d
+
+namespace trainctl::zero {
+
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CommOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  // Bounds the rendezvous and every collective.
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  torch::Device device{torch::kCPU};  // CUDA: NCCL; CPU: Gloo
+};
+
+// RANK, WORLD_SIZE (default 0 and 1), MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (required
+// when WORLD_SIZE > 1). INVALID_ARGUMENT naming the variable when one is malformed or out of range.
+absl::StatusOr<CommOptions> CommOptionsFromEnv();
+
+class Comm;
+
+// A collective in flight. Move-only; Wait() exactly once (a destroyed, unwaited handle waits).
+class Handle {
+ public:
+  Handle() = default;
+  Handle(Handle&&) noexcept;
+  Handle& operator=(Handle&&) noexcept;
+  ~Handle();
+
+  // Blocks until the collective is done and its result is in place. Throws CollectiveError.
+  void Wait();
+  bool pending() const { return comm_ != nullptr; }
+
+ private:
+  friend class Comm;
+  const Comm* comm_ = nullptr;
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> finish_;  // copies a fallback's result into place
+  std::string what_;
+  std::chrono::steady_clock::time_point started_;
+};
+
+class Comm {
+ public:
+  // Joins the group: with world_size 1 no process group exists and collectives are local copies.
+  // UNAVAILABLE naming the rendezvous address when the peers do not all arrive within the timeout.
+  static absl::StatusOr<std::unique_ptr<Comm>> Create(const CommOptions& options);
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const { return options_.rank; }
+  int world_size() const { return options_.world_size; }
+  const std::string& backend() const { return backend_; }
+
+  // out[world * shard.numel()] = every rank's shard, rank order. Same dtype and device.
+  Handle AllGather(const torch::Tensor& shard, const torch::Tensor& out, const std::string& what);
+  // out[S] = sum over ranks of in[rank * S, (rank + 1) * S). `in` ([world * S]) may be
+  // overwritten.
+  Handle ReduceScatter(const torch::Tensor& in, const torch::Tensor& out, const std::string& what);
+  // In place: t = sum over ranks of t.
+  Handle AllReduce(const torch::Tensor& t, const std::string& what);
+  // In place: t = root's t.
+  Handle Broadcast(const torch::Tensor& t, int root, const std::string& what);
+  void Barrier(const std::string& what);
+
+  // Bytes this rank has sent, counted as a ring algorithm sends them: (W-1)/W of the buffer for an
+  // all-gather or reduce-scatter, twice that for an all-reduce (what a fallback issues is counted).
+  uint64_t bytes_sent() const { return bytes_sent_.load(); }
+
+ private:
+  friend class Handle;
+  Comm() = default;
+  Handle Start(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what,
+               uint64_t bytes) const;
+  // Throws CollectiveError for `what`, explaining `cause` with which peers are gone.
+  [[noreturn]] void Fail(const std::string& what, const std::string& cause,
+                         std::chrono::steady_clock::time_point started) const;
+  std::string DiagnosePeers() const;
+  void HeartbeatLoop();
+
+  struct Impl;
+  CommOptions options_;
+  std::string backend_ = "local";
+  std::unique_ptr<Impl> impl_;
+  mutable std::atomic<uint64_t> bytes_sent_{0};
+};
+
+}  // namespace trainctl::zero
+
+#endif  // TRAINCTL_WORKER_TRAINER_ZERO_COMM_H_

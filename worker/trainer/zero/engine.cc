@@ -1,0 +1,799 @@
+#include "worker/trainer/zero/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/trainer/model/autocast_state.h"
+#include "worker/trainer/model/safetensors.h"
+#include "worker/trainer/model/state_dict_adapter.h"
+
+namespace trainctl::zero {
+
+using trainctl::v1::TrainingArguments;
+
+EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds, const TrainingArguments& t,
+                                int64_t hidden_size, std::vector<std::string>* warnings) {
+  EngineOptions o;
+  o.lr = t.learning_rate();
+  o.beta1 = t.adam_beta1();
+  o.beta2 = t.adam_beta2();
+  o.eps = t.adam_epsilon();
+  o.weight_decay = t.weight_decay();
+  o.gradient_clipping = t.max_grad_norm();
+  o.compute_dtype = t.bf16() ? torch::kBFloat16 : t.fp16() ? torch::kHalf : torch::kFloat32;
+  o.fp16 = t.fp16();
+  if (!ds.has_value()) return o;
+
+  // The HF Trainer's "auto" rules for the sizes that depend on the model.
+  const int64_t h2 = hidden_size * hidden_size;
+  o.stage = ds->stage;
+  o.reduce_bucket_size = ds->reduce_bucket_size.value_or(h2);
+  o.prefetch_bucket_size =
+      ds->stage3_prefetch_bucket_size.value_or(static_cast<int64_t>(0.9 * static_cast<double>(h2)));
+  o.param_persistence_threshold = ds->stage3_param_persistence_threshold.value_or(10 * hidden_size);
+  o.max_live_parameters = ds->stage3_max_live_parameters;
+  o.overlap_comm = ds->overlap_comm;
+  o.offload_optimizer = ds->stage >= 1 && ds->offload_optimizer.device == OffloadDevice::kCpu;
+  o.offload_param = ds->stage == 3 && ds->offload_param.device == OffloadDevice::kCpu;
+  o.pin_memory = (o.offload_optimizer && ds->offload_optimizer.pin_memory) ||
+                 (o.offload_param && ds->offload_param.pin_memory);
+  o.gradient_clipping = ds->gradient_clipping;
+  if (ds->bf16_enabled) {
+    o.compute_dtype = torch::kBFloat16;
+    o.fp16 = false;
+  } else if (ds->fp16.enabled) {
+    o.compute_dtype = torch::kHalf;
+    o.fp16 = true;
+    o.static_loss_scale = ds->fp16.loss_scale;
+    o.initial_scale_power = ds->fp16.initial_scale_power;
+    o.loss_scale_window = ds->fp16.loss_scale_window;
+    o.hysteresis = ds->fp16.hysteresis;
+    o.min_loss_scale = ds->fp16.min_loss_scale;
+  } else {
+    o.compute_dtype = torch::kFloat32;
+    o.fp16 = false;
+  }
+  if (ds->optimizer.has_value()) {
+    o.lr = ds->optimizer->lr;
+    o.beta1 = ds->optimizer->betas[0];
+    o.beta2 = ds->optimizer->betas[1];
+    o.eps = ds->optimizer->eps;
+    o.weight_decay = ds->optimizer->weight_decay;
+    o.adam_w_mode = ds->optimizer->adam_w_mode;
+  }
+  if (warnings != nullptr) {
+    if (!ds->contiguous_gradients) {
+      warnings->push_back(
+          "deepspeed.zero_optimization.contiguous_gradients: false is ignored; each unit's "
+          "gradients always live in one contiguous buffer");
+    }
+    if (ds->scheduler.has_value()) {
+      warnings->push_back(
+          "deepspeed.scheduler: not implemented by trainctl's engine; the learning rate follows "
+          "the job's lr_scheduler_type");
+    }
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Units
+
+struct Engine::Unit {
+  struct Slot {
+    std::string name;
+    torch::Tensor param;  // the model's parameter; its data is bound to a view of `full`
+    std::vector<int64_t> shape;
+    int64_t offset = 0;
+    int64_t numel = 0;
+    bool decay = true;
+  };
+  std::string name;
+  std::vector<Slot> slots;
+  int64_t numel = 0;   // F, unpadded
+  int64_t shard = 0;   // S: elements per rank (stage 0: F)
+  int64_t begin = 0;   // this rank's first element
+  int64_t padded = 0;  // S * W (stage 0: F)
+  std::vector<std::pair<int64_t, int64_t>> decay_ranges;  // local [begin, end) in master
+
+  torch::Tensor master;  // fp32 [S]; at stage 3 also the autograd leaf gradients flow into
+  torch::Tensor exp_avg, exp_avg_sq;
+  torch::Tensor grad32;     // stages 1-2: fp32 [S]
+  torch::Tensor full;       // working weights [padded], compute dtype; undefined when freed
+  torch::Tensor full_grad;  // stages 0-2: [padded]; the parameters' .grad are views of it
+  Handle gather;
+  bool gathering = false;
+  int refs = 0;
+  bool persistent = false;
+  std::vector<Unit*> borrowed;        // stage 3: units whose weights this one reads
+  std::vector<std::string> borrowed_params;  // their parameter names
+
+  int64_t local() const { return std::max<int64_t>(0, std::min(shard, numel - begin)); }
+};
+
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&out, i ? ", " : "", shape[i]);
+  return out + "]";
+}
+
+bool DecayExempt(const std::string& name) {
+  // HF's default split: no weight decay for biases and normalisation weights.
+  return absl::EndsWith(name, ".bias") || absl::StrContains(name, "norm") ||
+         absl::StrContains(name, "ln_q");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Stage 3: one unit as an autograd node. Forward gathers the weights, runs the unit without
+// recording and frees them; backward gathers again, recomputes with recording, backpropagates and
+// reduce-scatters the weight gradients into the owners' fp32 slices, returned as the gradients of
+// the slices (the leaves `anchors`) so autograd accumulates them across micro-batches.
+
+struct UnitCall : torch::CustomClassHolder {
+  Engine* engine = nullptr;
+  model::UnitRunner::UnitFn fn;
+  model::AutocastState autocast;
+  bool input_requires_grad = false;
+  size_t trace_position = 0;
+};
+
+class Engine::Runner : public model::UnitRunner {
+ public:
+  explicit Runner(Engine* engine) : engine_(engine) {}
+
+  torch::Tensor RunUnit(const model::ModelUnit& unit, const UnitFn& fn, const torch::Tensor& input,
+                        bool /*checkpoint: stage 3 always recomputes*/) override {
+    Unit& u = *engine_->by_name_.at(unit.name);
+    if (!torch::GradMode::is_enabled()) {
+      AcquireAll(u);
+      torch::Tensor out = fn(input);
+      ReleaseAll(u);
+      return out;
+    }
+    auto call = c10::make_intrusive<UnitCall>();
+    call->engine = engine_;
+    call->fn = fn;
+    call->autocast = model::AutocastState::Current();
+    call->input_requires_grad = input.requires_grad();
+    call->trace_position = engine_->trace_.size();
+    engine_->trace_.push_back(&u);
+    std::vector<torch::Tensor> anchors = {u.master};
+    for (Unit* b : u.borrowed) anchors.push_back(b->master);
+    return Function::apply(std::move(call), input, at::TensorList(anchors))[0];
+  }
+
+ private:
+  void AcquireAll(Unit& u) const {
+    engine_->Acquire(u);
+    for (Unit* b : u.borrowed) engine_->Acquire(*b);
+  }
+  void ReleaseAll(Unit& u) const {
+    engine_->Release(u);
+    for (Unit* b : u.borrowed) engine_->Release(*b);
+  }
+
+  class Function : public torch::autograd::Function<Function> {
+   public:
+    static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                  c10::intrusive_ptr<UnitCall> call,
+                                                  const torch::Tensor& input,
+                                                  at::TensorList anchors) {
+      Engine& e = *call->engine;
+      Unit& u = *e.trace_[call->trace_position];
+      (void)anchors;
+      e.Acquire(u);
+      for (Unit* b : u.borrowed) e.Acquire(*b);
+      if (e.options_.overlap_comm) e.Prefetch(e.last_trace_, call->trace_position + 1);
+      torch::Tensor output;
+      {
+        torch::NoGradGuard no_grad;
+        output = call->fn(input);
+      }
+      e.Release(u);
+      for (Unit* b : u.borrowed) e.Release(*b);
+      ctx->save_for_backward({input});
+      ctx->saved_data["call"] = c10::IValue::make_capsule(std::move(call));
+      return {output};
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                   torch::autograd::variable_list grad_outputs) {
+      const auto* call = static_cast<const UnitCall*>(ctx->saved_data["call"].toCapsule().get());
+      Engine& e = *call->engine;
+      Unit& u = *e.trace_[call->trace_position];
+      e.Acquire(u);
+      for (Unit* b : u.borrowed) e.Acquire(*b);
+      if (e.options_.overlap_comm && call->trace_position > 0) {
+        // Backward runs the trace in reverse: the unit before this one is next.
+        std::vector<Unit*> reverse(e.trace_.rbegin() + static_cast<std::ptrdiff_t>(
+                                                          e.trace_.size() - call->trace_position),
+                                   e.trace_.rend());
+        e.Prefetch(reverse, 0);
+      }
+
+      torch::Tensor input = ctx->get_saved_variables()[0].detach();
+      input.set_requires_grad(call->input_requires_grad);
+      std::vector<torch::Tensor> wrt;
+      if (call->input_requires_grad) wrt.push_back(input);
+      for (const Unit::Slot& slot : u.slots) wrt.push_back(slot.param);
+      std::vector<const Unit::Slot*> borrowed_slots;
+      for (size_t i = 0; i < u.borrowed.size(); ++i) {
+        for (const Unit::Slot& slot : u.borrowed[i]->slots) {
+          if (slot.name == u.borrowed_params[i]) {
+            borrowed_slots.push_back(&slot);
+            wrt.push_back(slot.param);
+          }
+        }
+      }
+      torch::autograd::variable_list grads;
+      {
+        torch::AutoGradMode grad_on(true);
+        model::AutocastScope autocast(call->autocast);
+        const torch::Tensor output = call->fn(input);
+        grads = torch::autograd::grad({output}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
+                                      /*create_graph=*/false, /*allow_unused=*/true);
+      }
+      size_t next = 0;
+      torch::autograd::variable_list result;
+      result.emplace_back();  // the call capsule
+      result.push_back(call->input_requires_grad ? grads[next++] : torch::Tensor());
+
+      // This unit's gradients, flattened in its layout and reduce-scattered into the slices.
+      auto reduce = [&](Unit& owner, const std::vector<std::pair<const Unit::Slot*, torch::Tensor>>&
+                                         parts) {
+        torch::Tensor flat = torch::zeros({owner.padded}, torch::TensorOptions()
+                                                              .dtype(e.options_.compute_dtype)
+                                                              .device(e.options_.device));
+        for (const auto& [slot, g] : parts) {
+          if (g.defined()) flat.narrow(0, slot->offset, slot->numel).copy_(g.reshape({-1}));
+        }
+        torch::Tensor mine = torch::empty({owner.shard}, flat.options());
+        e.comm_->ReduceScatter(flat, mine, "gradients of " + owner.name).Wait();
+        return mine.to(owner.master.options().dtype(torch::kFloat32));
+      };
+      std::vector<std::pair<const Unit::Slot*, torch::Tensor>> own;
+      for (const Unit::Slot& slot : u.slots) own.emplace_back(&slot, grads[next++]);
+      result.push_back(reduce(u, own));
+      for (size_t i = 0; i < u.borrowed.size(); ++i) {
+        result.push_back(reduce(*u.borrowed[i], {{borrowed_slots[i], grads[next++]}}));
+      }
+      e.Release(u);
+      for (Unit* b : u.borrowed) e.Release(*b);
+      return result;
+    }
+  };
+
+  Engine* engine_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Construction
+
+Engine::Engine(const EngineOptions& options, Comm* comm)
+    : options_(options), comm_(comm), world_(comm->world_size()), rank_(comm->rank()) {}
+
+Engine::~Engine() {
+  if (model_) model_->SetUnitRunner(nullptr);
+}
+
+torch::TensorOptions Engine::MasterOptions() const {
+  torch::TensorOptions o = torch::TensorOptions().dtype(torch::kFloat32);
+  if (options_.offload_optimizer || !options_.device.is_cuda()) {
+    o = o.device(torch::kCPU);
+    if (options_.pin_memory && torch::cuda::is_available()) o = o.pinned_memory(true);
+  } else {
+    o = o.device(options_.device);
+  }
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Qwen2VLConfig& config,
+                                                       const EngineOptions& options, Comm* comm,
+                                                       int64_t seed,
+                                                       const std::string& weights_dir) {
+  if (options.stage < 0 || options.stage > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zero_optimization.stage: must be 0, 1, 2 or 3, got ", options.stage));
+  }
+  std::unique_ptr<Engine> engine(new Engine(options, comm));
+  try {
+    RETURN_IF_ERROR(engine->Build(config, seed, weights_dir));
+  } catch (const c10::Error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("building the model of ", config.source, ": ", e.what_without_backtrace()));
+  }
+  return engine;
+}
+
+void Engine::AdoptUnit(const std::string& name,
+                       const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  torch::NoGradGuard no_grad;
+  auto unit = std::make_unique<Unit>();
+  Unit& u = *unit;
+  u.name = name;
+  std::vector<torch::Tensor> flat_parts;
+  for (const auto& [pname, p] : params) {
+    Unit::Slot slot;
+    slot.name = pname;
+    slot.param = p;
+    slot.shape = p.sizes().vec();
+    slot.offset = u.numel;
+    slot.numel = p.numel();
+    slot.decay = !DecayExempt(pname);
+    u.numel += slot.numel;
+    flat_parts.push_back(p.detach().reshape({-1}).to(torch::kFloat32));
+    u.slots.push_back(std::move(slot));
+  }
+  const bool sharded = options_.stage >= 1;
+  u.shard = sharded ? (u.numel + world_ - 1) / world_ : u.numel;
+  u.padded = sharded ? u.shard * world_ : u.numel;
+  u.begin = sharded ? rank_ * u.shard : 0;
+  if (u.padded > u.numel) {
+    flat_parts.push_back(torch::zeros({u.padded - u.numel}, torch::kFloat32));
+  }
+  torch::Tensor flat = torch::cat(flat_parts);
+  flat_parts.clear();
+  for (const Unit::Slot& slot : u.slots) {
+    if (!slot.decay) continue;
+    const int64_t lo = std::max(slot.offset, u.begin);
+    const int64_t hi = std::min(slot.offset + slot.numel, u.begin + u.shard);
+    if (lo < hi) u.decay_ranges.emplace_back(lo - u.begin, hi - u.begin);
+  }
+
+  const torch::TensorOptions mopts = MasterOptions();
+  u.master = flat.narrow(0, u.begin, u.shard).to(mopts, /*non_blocking=*/false, /*copy=*/true);
+  u.exp_avg = torch::zeros({u.shard}, mopts);
+  u.exp_avg_sq = torch::zeros({u.shard}, mopts);
+  if (options_.stage == 3) {
+    u.master.set_requires_grad(true);
+    u.persistent = u.numel < options_.param_persistence_threshold;
+    if (u.persistent) {
+      SetFull(u, flat.to(options_.device, options_.compute_dtype));
+      live_numel_ += u.padded;
+    } else {
+      Unbind(u);
+    }
+  } else {
+    const bool alias = options_.stage == 0 && options_.compute_dtype == torch::kFloat32 &&
+                       u.master.device() == options_.device;
+    SetFull(u, alias ? u.master : flat.to(options_.device, options_.compute_dtype));
+    u.full_grad = torch::zeros({u.padded}, u.full.options());
+    if (options_.stage >= 1) u.grad32 = torch::zeros({u.shard}, mopts);
+    for (Unit::Slot& slot : u.slots) {
+      slot.param.mutable_grad() = u.full_grad.narrow(0, slot.offset, slot.numel).view(slot.shape);
+    }
+    live_numel_ += u.padded;
+  }
+  peak_live_numel_ = std::max(peak_live_numel_, live_numel_);
+  by_name_[name] = unit.get();
+  units_.push_back(std::move(unit));
+}
+
+absl::Status Engine::Build(const model::Qwen2VLConfig& config, int64_t seed,
+                           const std::string& weights_dir) {
+  torch::manual_seed(seed);
+  model_ = std::make_shared<model::Qwen2VLForConditionalGeneration>(
+      config, [this](const std::string& unit,
+                     const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+        AdoptUnit(unit, params);
+      });
+  model_->train();
+  // Units() order, and the tied head's borrowed embedding.
+  std::vector<std::unique_ptr<Unit>> ordered;
+  for (const model::ModelUnit& mu : model_->Units()) {
+    for (auto& u : units_) {
+      if (u && u->name == mu.name) ordered.push_back(std::move(u));
+    }
+  }
+  units_ = std::move(ordered);
+  if (options_.stage == 3) {
+    for (const model::ModelUnit& mu : model_->Units()) {
+      for (const std::string& borrowed : mu.borrowed) {
+        for (auto& owner : units_) {
+          for (const Unit::Slot& slot : owner->slots) {
+            if (slot.name == borrowed) {
+              by_name_[mu.name]->borrowed.push_back(owner.get());
+              by_name_[mu.name]->borrowed_params.push_back(borrowed);
+            }
+          }
+        }
+      }
+    }
+    runner_ = std::make_unique<Runner>(this);
+    model_->SetUnitRunner(runner_.get());
+  }
+  if (!weights_dir.empty()) {
+    // Each rank reads only its slices of each tensor from the memory-mapped files.
+    ASSIGN_OR_RETURN(auto ckpt, model::SafetensorsCheckpoint::Open(weights_dir));
+    std::map<std::string, std::string> key_of;
+    for (const std::string& key : ckpt->names()) key_of[model::ToModelKey(key)] = key;
+    torch::NoGradGuard no_grad;
+    for (auto& u : units_) {
+      for (const Unit::Slot& slot : u->slots) {
+        auto it = key_of.find(slot.name);
+        if (it == key_of.end()) {
+          return absl::NotFoundError(absl::StrCat("tensor ", slot.name, " is not in ",
+                                                  ckpt->path()));
+        }
+        const model::SafetensorInfo* info = ckpt->Find(it->second);
+        if (info->shape != slot.shape) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "tensor ", it->second, " in ", ckpt->FileOf(it->second), " has shape ",
+              ShapeString(info->shape), " but the model's ", slot.name, " is ",
+              ShapeString(slot.shape)));
+        }
+        const int64_t lo = std::max(slot.offset, u->begin);
+        const int64_t hi = std::min(slot.offset + slot.numel, u->begin + u->shard);
+        if (lo >= hi) continue;
+        ASSIGN_OR_RETURN(torch::Tensor value, ckpt->Get(it->second));
+        u->master.narrow(0, lo - u->begin, hi - lo)
+            .copy_(value.reshape({-1}).narrow(0, lo - slot.offset, hi - lo));
+      }
+    }
+    RefreshWorkingWeights();
+  }
+  if (options_.fp16) {
+    loss_scale_ = options_.static_loss_scale > 0
+                      ? options_.static_loss_scale
+                      : std::pow(2.0, static_cast<double>(options_.initial_scale_power));
+  }
+  hysteresis_left_ = options_.hysteresis;
+  return absl::OkStatus();
+}
+
+nlohmann::json Engine::Layout() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& u : units_) {
+    nlohmann::json params = nlohmann::json::array();
+    for (const Unit::Slot& slot : u->slots) params.push_back({slot.name, slot.shape});
+    out.push_back({{"unit", u->name}, {"numel", u->numel}, {"params", params}});
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Working weights
+
+void Engine::SetFull(Unit& u, const torch::Tensor& full) {
+  u.full = full;
+  Bind(u);
+}
+
+void Engine::Bind(Unit& u) {
+  for (Unit::Slot& slot : u.slots) {
+    slot.param.set_data(u.full.narrow(0, slot.offset, slot.numel).view(slot.shape));
+  }
+}
+
+void Engine::Unbind(Unit& u) {
+  const torch::Tensor empty =
+      torch::empty({0}, torch::TensorOptions().dtype(options_.compute_dtype).device(options_.device));
+  for (Unit::Slot& slot : u.slots) slot.param.set_data(empty);
+  u.full = torch::Tensor();
+}
+
+void Engine::StartGather(Unit& u) {
+  if (u.full.defined()) return;
+  torch::Tensor source = u.master.detach();
+  if (source.scalar_type() != options_.compute_dtype || source.device() != options_.device) {
+    source = source.to(options_.device, options_.compute_dtype);
+  }
+  u.full = torch::empty({u.padded}, source.options());
+  u.gather = comm_->AllGather(source, u.full, "weights of " + u.name);
+  u.gathering = true;
+  live_numel_ += u.padded;
+  peak_live_numel_ = std::max(peak_live_numel_, live_numel_);
+}
+
+void Engine::Acquire(Unit& u) {
+  ++u.refs;
+  if (u.persistent) return;
+  if (u.gathering || !u.full.defined()) {
+    StartGather(u);
+    u.gather.Wait();
+    u.gathering = false;
+    Bind(u);
+  }
+}
+
+void Engine::Release(Unit& u) {
+  if (--u.refs > 0 || u.persistent) return;
+  Unbind(u);
+  live_numel_ -= u.padded;
+}
+
+void Engine::Prefetch(const std::vector<Unit*>& order, size_t next) {
+  // Gathers ahead along `order` from `next`: at least the next unit, more while they fit in the
+  // prefetch bucket, never beyond the live-parameter budget.
+  int64_t budget = options_.prefetch_bucket_size;
+  for (size_t i = next; i < order.size(); ++i) {
+    Unit& u = *order[i];
+    if (u.persistent || u.full.defined()) continue;
+    if (i > next && u.padded > budget) break;
+    if (live_numel_ + u.padded > options_.max_live_parameters && i > next) break;
+    StartGather(u);
+    budget -= u.padded;
+    if (budget <= 0) break;
+  }
+}
+
+void Engine::EndMicroStep() {
+  // Gathers prefetched for a unit that did not run again are dropped.
+  for (auto& u : units_) {
+    if (u->persistent) continue;
+    if (u->gathering) {
+      u->gather.Wait();
+      u->gathering = false;
+    }
+    if (u->full.defined() && u->refs == 0) {
+      Unbind(*u);
+      live_numel_ -= u->padded;
+    }
+  }
+  last_trace_ = std::move(trace_);
+  trace_.clear();
+}
+
+void Engine::RefreshWorkingWeights() {
+  torch::NoGradGuard no_grad;
+  std::vector<Handle> pending;
+  for (auto& up : units_) {
+    Unit& u = *up;
+    if (options_.stage == 0) {
+      if (!u.full.is_same(u.master)) u.full.copy_(u.master);
+    } else if (options_.stage <= 2 || u.persistent) {
+      torch::Tensor source = u.master.detach().to(options_.device, options_.compute_dtype);
+      pending.push_back(comm_->AllGather(source, u.full, "weights of " + u.name));
+    }
+  }
+  for (Handle& h : pending) h.Wait();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Training
+
+void Engine::Backward(const torch::Tensor& loss) {
+  if (options_.stage < 3) {
+    // Autograd accumulates into the views of full_grad; it would replace a .grad it cannot add
+    // to in place, so check and fold any such back in.
+    (options_.fp16 ? loss * loss_scale_ : loss).backward();
+    for (auto& u : units_) {
+      for (Unit::Slot& slot : u->slots) {
+        torch::Tensor& g = slot.param.mutable_grad();
+        torch::Tensor view = u->full_grad.narrow(0, slot.offset, slot.numel).view(slot.shape);
+        if (!g.defined() || g.data_ptr() != view.data_ptr()) {
+          if (g.defined()) view.copy_(g);
+          g = view;
+        }
+      }
+    }
+    if (options_.stage == 2) {
+      std::vector<Handle> pending;
+      std::vector<torch::Tensor> parts;
+      for (auto& u : units_) {
+        parts.push_back(torch::empty({u->shard}, u->full_grad.options()));
+        pending.push_back(
+            comm_->ReduceScatter(u->full_grad, parts.back(), "gradients of " + u->name));
+      }
+      for (size_t i = 0; i < units_.size(); ++i) {
+        pending[i].Wait();
+        units_[i]->grad32.add_(parts[i].to(units_[i]->grad32.options()));
+        units_[i]->full_grad.zero_();
+      }
+    }
+    return;
+  }
+  try {
+    (options_.fp16 ? loss * loss_scale_ : loss).backward();
+  } catch (...) {
+    EndMicroStep();
+    throw;
+  }
+  EndMicroStep();
+}
+
+torch::Tensor& Engine::ShardGrad(Unit& u) {
+  if (options_.stage == 3) return u.master.mutable_grad();
+  if (options_.stage == 0) return u.full_grad;
+  return u.grad32;
+}
+
+StepResult Engine::Step(double lr) {
+  torch::NoGradGuard no_grad;
+  StepResult result;
+  // 1. Gradients summed across ranks into each rank's slices.
+  if (options_.stage == 0) {
+    std::vector<Handle> pending;
+    for (auto& u : units_) {
+      const int64_t bucket = std::max<int64_t>(1, options_.reduce_bucket_size);
+      for (int64_t at = 0; at < u->numel; at += bucket) {
+        pending.push_back(comm_->AllReduce(u->full_grad.narrow(0, at, std::min(bucket, u->numel - at)),
+                                           "gradients of " + u->name));
+      }
+    }
+    for (Handle& h : pending) h.Wait();
+  } else if (options_.stage == 1) {
+    std::vector<Handle> pending;
+    std::vector<torch::Tensor> parts;
+    for (auto& u : units_) {
+      parts.push_back(torch::empty({u->shard}, u->full_grad.options()));
+      pending.push_back(comm_->ReduceScatter(u->full_grad, parts.back(), "gradients of " + u->name));
+    }
+    for (size_t i = 0; i < units_.size(); ++i) {
+      pending[i].Wait();
+      units_[i]->grad32.copy_(parts[i]);
+    }
+  }
+
+  // 2. The global norm: every rank's slices (stage 0: the whole, the same on every rank).
+  double sum_squares = 0;
+  for (auto& u : units_) {
+    torch::Tensor& g = ShardGrad(*u);
+    if (g.defined()) sum_squares += g.to(torch::kFloat64).pow(2).sum().item<double>();
+  }
+  if (options_.stage >= 1) {
+    torch::Tensor total = torch::tensor({sum_squares}, torch::kFloat64);
+    comm_->AllReduce(total, "gradient norm").Wait();
+    sum_squares = total.item<double>();
+  }
+  const double scale = options_.fp16 ? loss_scale_ : 1.0;
+  result.grad_norm = std::sqrt(sum_squares) / scale;
+  result.loss_scale = scale;
+
+  // 3. fp16: an overflow skips the step and lowers the scale (DeepSpeed's dynamic scaler).
+  if (options_.fp16 && !std::isfinite(result.grad_norm)) {
+    result.skipped = true;
+    if (options_.static_loss_scale <= 0) {
+      if (hysteresis_left_ > 1) {
+        --hysteresis_left_;
+      } else {
+        loss_scale_ = std::max(loss_scale_ / 2, options_.min_loss_scale);
+      }
+      good_steps_ = 0;
+    }
+  } else {
+    // 4. AdamW over each slice with unscaled, clipped gradients.
+    double coefficient = 1.0 / scale;
+    if (options_.gradient_clipping > 0) {
+      const double clip = options_.gradient_clipping / (result.grad_norm + 1e-6);
+      if (clip < 1) coefficient *= clip;
+    }
+    ++adam_step_;
+    const double bc1 = 1 - std::pow(options_.beta1, static_cast<double>(adam_step_));
+    const double bc2 = 1 - std::pow(options_.beta2, static_cast<double>(adam_step_));
+    for (auto& up : units_) {
+      Unit& u = *up;
+      torch::Tensor& raw = ShardGrad(u);
+      if (!raw.defined()) continue;
+      torch::Tensor p = u.master.detach();
+      torch::Tensor g = raw.to(p.options(), /*non_blocking=*/false, /*copy=*/true);
+      if (coefficient != 1.0) g.mul_(coefficient);
+      if (options_.weight_decay != 0) {
+        for (const auto& [lo, hi] : u.decay_ranges) {
+          if (options_.adam_w_mode) {
+            p.narrow(0, lo, hi - lo).mul_(1 - lr * options_.weight_decay);
+          } else {
+            g.narrow(0, lo, hi - lo).add_(p.narrow(0, lo, hi - lo), options_.weight_decay);
+          }
+        }
+      }
+      u.exp_avg.mul_(options_.beta1).add_(g, 1 - options_.beta1);
+      u.exp_avg_sq.mul_(options_.beta2).addcmul_(g, g, 1 - options_.beta2);
+      torch::Tensor denom = (u.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(options_.eps);
+      p.addcdiv_(u.exp_avg, denom, -lr / bc1);
+    }
+    if (options_.fp16 && options_.static_loss_scale <= 0) {
+      ++good_steps_;
+      if (good_steps_ % options_.loss_scale_window == 0) {
+        loss_scale_ *= 2;
+        hysteresis_left_ = options_.hysteresis;
+      }
+    }
+    // 5. Working weights from the updated masters.
+    RefreshWorkingWeights();
+  }
+
+  // 6. Gradients cleared for the next accumulation.
+  for (auto& u : units_) {
+    if (options_.stage == 3) {
+      u->master.mutable_grad() = torch::Tensor();
+    } else {
+      u->full_grad.zero_();
+      if (u->grad32.defined()) u->grad32.zero_();
+    }
+  }
+  return result;
+}
+
+MemoryStats Engine::Memory() const {
+  MemoryStats m;
+  auto bytes = [](const torch::Tensor& t) {
+    return t.defined() ? static_cast<int64_t>(t.numel() * t.element_size()) : int64_t{0};
+  };
+  for (const auto& u : units_) {
+    m.parameters += u->numel;
+    m.master_bytes += bytes(u->master);
+    m.optimizer_bytes += bytes(u->exp_avg) + bytes(u->exp_avg_sq);
+    const bool aliased = u->full.defined() && u->full.is_same(u->master);
+    m.gradient_bytes += bytes(u->full_grad) + bytes(u->grad32);
+    // Stage 3: the fp32 gradient slice exists from the first backward to the step.
+    if (options_.stage == 3) m.gradient_bytes += u->shard * int64_t{4};
+    if (!aliased) m.working_bytes += bytes(u->full);
+  }
+  const int64_t element = torch::elementSize(options_.compute_dtype);
+  m.peak_working_bytes = peak_live_numel_ * element;
+  if (options_.stage == 0 && options_.compute_dtype == torch::kFloat32) m.peak_working_bytes = 0;
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoint state
+
+Engine::ShardState Engine::SaveShards() const {
+  ShardState s;
+  s.ranges = nlohmann::json::object();
+  for (const auto& u : units_) {
+    // Stage 0 keeps the whole on every rank; rank 0 alone saves it.
+    const bool saves = options_.stage >= 1 || rank_ == 0;
+    const int64_t n = saves ? u->local() : 0;
+    s.ranges[u->name] = {u->begin, u->begin + n};
+    if (n == 0) continue;
+    s.tensors.emplace_back(u->name + ".master", u->master.detach().narrow(0, 0, n).cpu());
+    s.tensors.emplace_back(u->name + ".exp_avg", u->exp_avg.narrow(0, 0, n).cpu());
+    s.tensors.emplace_back(u->name + ".exp_avg_sq", u->exp_avg_sq.narrow(0, 0, n).cpu());
+  }
+  s.engine = {{"adam_step", adam_step_},
+              {"loss_scale", loss_scale_},
+              {"good_steps", good_steps_},
+              {"hysteresis_left", hysteresis_left_}};
+  return s;
+}
+
+absl::Status Engine::LoadShards(const RangeReader& read, const nlohmann::json& engine) {
+  torch::NoGradGuard no_grad;
+  for (auto& u : units_) {
+    const int64_t n = u->local();
+    if (n == 0) continue;
+    for (const char* kind : {"master", "exp_avg", "exp_avg_sq"}) {
+      ASSIGN_OR_RETURN(torch::Tensor values, read(u->name, kind, u->begin, u->begin + n));
+      torch::Tensor& target = std::string(kind) == "master"     ? u->master
+                              : std::string(kind) == "exp_avg" ? u->exp_avg
+                                                               : u->exp_avg_sq;
+      target.detach().narrow(0, 0, n).copy_(values);
+    }
+  }
+  adam_step_ = engine.value("adam_step", int64_t{0});
+  loss_scale_ = engine.value("loss_scale", loss_scale_);
+  good_steps_ = engine.value("good_steps", int64_t{0});
+  hysteresis_left_ = engine.value("hysteresis_left", options_.hysteresis);
+  RefreshWorkingWeights();
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Engine::GatherFullWeights() {
+  torch::NoGradGuard no_grad;
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (auto& u : units_) {
+    torch::Tensor full = u->master.detach().to(torch::kCPU);
+    if (options_.stage >= 1) {
+      torch::Tensor gathered = torch::empty({u->padded}, full.options());
+      comm_->AllGather(full, gathered, "export of " + u->name).Wait();
+      full = gathered;
+    }
+    for (const Unit::Slot& slot : u->slots) {
+      out.emplace_back(slot.name, full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone());
+    }
+  }
+  return out;
+}
+
+}  // namespace trainctl::zero

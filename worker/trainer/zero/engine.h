@@ -1,0 +1,195 @@
+// The ZeRO engine: data-parallel training of a Qwen2-VL model across ranks with DeepSpeed's ZeRO
+// stages, over Comm.
+//
+// The model's units (Units(): a decoder layer, a vision block, the embeddings, the head) are each
+// flattened into one buffer, padded to a multiple of the world size W and split evenly: rank r owns
+// elements [r*S, (r+1)*S) of every unit (S = ceil(numel / W)). What a rank keeps:
+//   stage 0: full fp32 master weights and AdamW state; gradients all-reduced at each step;
+//   stage 1: full working weights and gradients; master + AdamW state of its slice only
+//            (gradients reduce-scattered at the step, updated slices all-gathered after);
+//   stage 2: as 1, with gradients reduce-scattered after every micro-batch into an fp32 slice;
+//   stage 3: only its slice (master + AdamW + fp32 gradient). A unit's working weights are
+//            all-gathered (in the compute dtype) before it runs and freed after; its backward
+//            gathers them again, recomputes the unit and reduce-scatters the gradients into the
+//            owners' slices. Units smaller than stage3_param_persistence_threshold stay gathered.
+//            With overlap_comm the next units' gathers (by the order recorded in the previous
+//            forward) run while the current unit computes, bounded by
+//            stage3_prefetch_bucket_size and stage3_max_live_parameters.
+// At stage 3 the model is built unit by unit and each unit is sliced and freed at once, so no rank
+// holds the whole model; HF weights are read the same way, slice by slice.
+//
+// Precision: weights and gradients in the compute dtype (bf16 / fp16 / fp32), master weights, the
+// accumulated gradients and AdamW state in fp32. fp16 uses DeepSpeed's dynamic loss scaling.
+// Gradient clipping uses the global norm over every rank's slices.
+//
+// Not thread-safe: one training loop drives it.
+#ifndef TRAINCTL_WORKER_TRAINER_ZERO_ENGINE_H_
+#define TRAINCTL_WORKER_TRAINER_ZERO_ENGINE_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/deepspeed_config.h"
+#include "nlohmann/json.hpp"
+#include "trainctl/v1/job.pb.h"
+#include "worker/trainer/model/qwen2vl.h"
+#include "worker/trainer/zero/comm.h"
+
+namespace trainctl::zero {
+
+struct EngineOptions {
+  int stage = 0;
+  torch::ScalarType compute_dtype = torch::kFloat32;
+  torch::Device device{torch::kCPU};
+
+  // fp16 loss scaling (DeepSpeed's names). static_loss_scale > 0 disables the dynamic scaler.
+  bool fp16 = false;
+  double static_loss_scale = 0;
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  double min_loss_scale = 1;
+
+  bool overlap_comm = false;
+  int64_t reduce_bucket_size = 500000000;
+  int64_t prefetch_bucket_size = 50000000;
+  int64_t param_persistence_threshold = 100000;
+  int64_t max_live_parameters = 1000000000;
+  bool offload_optimizer = false;  // master weights and AdamW state in host memory
+  bool offload_param = false;      // stage 3: parameter slices in host memory
+  bool pin_memory = false;         // page-locked host buffers (CUDA builds)
+
+  double gradient_clipping = 0;  // 0: none
+
+  // AdamW (or Adam with L2 when !adam_w_mode).
+  double lr = 5e-5;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0;
+  bool adam_w_mode = true;
+};
+
+// The engine's options from the job: the resolved DeepSpeed config when the job has one (its
+// "auto" hidden-size values resolved from `hidden_size` as the HF Trainer does), else stage 0 from
+// the training arguments. `warnings` gets one line per key that is accepted but changes nothing
+// here.
+EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
+                                const trainctl::v1::TrainingArguments& t, int64_t hidden_size,
+                                std::vector<std::string>* warnings);
+
+struct StepResult {
+  double grad_norm = 0;  // global, before clipping, unscaled
+  bool skipped = false;  // fp16 overflow: no update, loss scale lowered
+  double loss_scale = 1;
+};
+
+// Bytes this rank holds for training state, by kind (what the ZeRO paper counts).
+struct MemoryStats {
+  int64_t parameters = 0;        // total parameter count of the model
+  int64_t master_bytes = 0;      // fp32 master weights
+  int64_t optimizer_bytes = 0;   // AdamW moments
+  int64_t gradient_bytes = 0;    // gradient buffers (compute dtype and fp32)
+  int64_t working_bytes = 0;     // working weights in the compute dtype held now
+  int64_t peak_working_bytes = 0;  // the most working weights held at once
+};
+
+class Engine {
+ public:
+  // Builds the model (sharded as the stage requires) with HF's initialisation from `seed`, or
+  // loads `weights_dir` (an HF checkpoint directory) slice by slice. `comm` must outlive it.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const model::Qwen2VLConfig& config,
+                                                        const EngineOptions& options, Comm* comm,
+                                                        int64_t seed,
+                                                        const std::string& weights_dir = "");
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // The model to run forward on; at stage 3 its weights exist only while a unit runs.
+  model::Qwen2VLForConditionalGeneration& model() { return *model_; }
+  const EngineOptions& options() const { return options_; }
+  Comm& comm() { return *comm_; }
+
+  // Backpropagates one micro-batch's loss (scaled when fp16) and, at stage 2, reduce-scatters its
+  // gradients. Throws c10::Error / CollectiveError.
+  void Backward(const torch::Tensor& loss);
+  // The optimizer step at a gradient-accumulation boundary with learning rate `lr`.
+  StepResult Step(double lr);
+
+  MemoryStats Memory() const;
+
+  // Sharded state for checkpoints. Tensors named "<unit>.<kind>" hold the part of the unit's
+  // flat buffer this rank saves; ranges() gives [begin, end) of each unit in that buffer.
+  struct ShardState {
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    nlohmann::json ranges;  // {unit: [begin, end]}
+    nlohmann::json engine;  // optimizer step count, loss scaler
+  };
+  ShardState SaveShards() const;
+  // Reads the unit slices this rank owns from any layout written by SaveShards on any world size:
+  // `read(unit, kind, begin, end)` returns elements [begin, end) of that unit's flat buffer.
+  using RangeReader = std::function<absl::StatusOr<torch::Tensor>(
+      const std::string& unit, const std::string& kind, int64_t begin, int64_t end)>;
+  absl::Status LoadShards(const RangeReader& read, const nlohmann::json& engine);
+
+  // The full weights in the model's HF names (float32), assembled on every rank; for export.
+  std::vector<std::pair<std::string, torch::Tensor>> GatherFullWeights();
+
+  // The flat layout, for checkpoints and offline export:
+  // [{"unit": name, "numel": F, "params": [[name, [shape...]], ...]}, ...] in Units() order.
+  nlohmann::json Layout() const;
+
+ private:
+  struct Unit;
+  class Runner;
+  friend class Runner;
+
+  Engine(const EngineOptions& options, Comm* comm);
+  absl::Status Build(const model::Qwen2VLConfig& config, int64_t seed,
+                     const std::string& weights_dir);
+  void AdoptUnit(const std::string& name,
+                 const std::vector<std::pair<std::string, torch::Tensor>>& params);
+  void SetFull(Unit& u, const torch::Tensor& full);
+
+  // Stage 3 working weights.
+  void Acquire(Unit& u);
+  void Release(Unit& u);
+  void StartGather(Unit& u);
+  void Bind(Unit& u);
+  void Unbind(Unit& u);
+  void Prefetch(const std::vector<Unit*>& order, size_t next);
+  void EndMicroStep();
+  void RefreshWorkingWeights();
+
+  torch::Tensor& ShardGrad(Unit& u);
+  torch::TensorOptions MasterOptions() const;
+
+  EngineOptions options_;
+  Comm* comm_;
+  int world_;
+  int rank_;
+  std::shared_ptr<model::Qwen2VLForConditionalGeneration> model_;
+  std::vector<std::unique_ptr<Unit>> units_;  // Units() order
+  std::map<std::string, Unit*> by_name_;
+  std::unique_ptr<Runner> runner_;
+
+  // Stage 3 prefetch: the order units ran in this micro-batch's forward and the last one's.
+  std::vector<Unit*> trace_, last_trace_;
+  int64_t live_numel_ = 0;
+  int64_t peak_live_numel_ = 0;
+
+  int64_t adam_step_ = 0;
+  double loss_scale_ = 1;
+  int64_t good_steps_ = 0;
+  int64_t hysteresis_left_ = 0;
+};
+
+}  // namespace trainctl::zero
+
+#endif  // TRAINCTL_WORKER_TRAINER_ZERO_ENGINE_H_
