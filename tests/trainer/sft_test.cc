@@ -7,13 +7,9 @@
 #include <fstream>
 #include <map>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/subprocess.h"
-#include "tests/testing/temp_dir.h"
-#include "tests/tokenizer/qwen_fixture.h"
+#include "tests/trainer/shapes_fixture.h"
 
 namespace trainctl {
 namespace {
@@ -22,64 +18,10 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::RunResult;
 
-std::vector<json> ReadEvents(const std::string& path) {
-  std::vector<json> events;
-  for (absl::string_view line :
-       absl::StrSplit(testing::ReadFileOrEmpty(path), '\n', absl::SkipEmpty())) {
-    events.push_back(json::parse(line));
-  }
-  return events;
-}
+using testing::Losses;
+using testing::ReadEvents;
 
-// step -> loss of the metric events (logging_steps 1 makes that every step's loss).
-std::map<int64_t, double> Losses(const std::vector<json>& events) {
-  std::map<int64_t, double> losses;
-  for (const json& e : events) {
-    if (e["type"] == "metric") losses[e["step"].get<int64_t>()] = e["values"]["loss"].get<double>();
-  }
-  return losses;
-}
-
-class SftTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_TRUE(tokenizer::testing::QwenFixturePresent());
-    RunResult gen = testing::Run({TRAINCTL_CLI_BIN, "datagen", "shapes", "--out",
-                                  dir_.path() + "/shapes", "--n", "32", "--seed", "1"});
-    ASSERT_EQ(gen.exit_code, 0) << gen.err;
-    RunResult prep =
-        testing::Run({TRAINCTL_CLI_BIN, "prepare", "--input", dir_.path() + "/shapes/shapes.jsonl",
-                      "--out", shards_, "--tokenizer", tokenizer::testing::QwenTokenizerDir()});
-    ASSERT_EQ(prep.exit_code, 0) << prep.err;
-  }
-
-  // A spec for the tiny model on the shapes shards; `training` overrides the defaults below.
-  std::string WriteSpec(const std::string& name, const std::string& output_dir, json training) {
-    json t = {{"per_device_train_batch_size", 4},
-              {"gradient_accumulation_steps", 2},
-              {"learning_rate", 5e-3},
-              {"warmup_ratio", 0.1},
-              {"logging_steps", 1},
-              {"save_strategy", "steps"},
-              {"save_steps", 4},
-              {"seed", 7}};
-    t.update(training);
-    const json spec = {{"kind", "sft"},
-                       {"name", name},
-                       {"model_name_or_path", "tiny"},
-                       {"data_path", shards_},
-                       {"output_dir", output_dir},
-                       {"training", t}};
-    return dir_.Write(name + ".json", spec.dump());
-  }
-
-  std::vector<std::string> TrainArgs(const std::string& spec, const std::string& events) {
-    return {TRAINCTL_TRAINER_BIN, "train", "--spec", spec, "--events", events, "--threads", "1"};
-  }
-
-  testing::TempDir dir_;
-  std::string shards_ = dir_.path() + "/shards";
-};
+class SftTest : public testing::ShapesTrainingTest {};
 
 TEST_F(SftTest, LossFallsBelowThresholdOnTheShapesDataset) {
   const std::string events = dir_.path() + "/learn.jsonl";

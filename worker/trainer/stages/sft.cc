@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -43,6 +44,16 @@ absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(const 
   ASSIGN_OR_RETURN(const std::string config_path, model::FindModelConfig(ref));
   ASSIGN_OR_RETURN(model::Qwen2VLConfig config, model::LoadQwen2VLConfig(config_path));
   return std::make_pair(std::move(config), std::string());
+}
+
+// VmHWM of this process, 0 when /proc is not there.
+int64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
+  }
+  return 0;
 }
 
 // Optimizer steps between events/saves: HF's `*_steps` may be a ratio of the total when < 1.
@@ -223,6 +234,7 @@ class SftLoop {
                         engine_->SaveShards().engine.value("loss_scale", 0.0)));
     }
     ++state_.global_step;
+    if (state_.global_step == 1 || state_.global_step == total_steps_) EmitMemory();
     state_.loader = loader_->state();
     state_.epoch = static_cast<double>(state_.global_step) / steps_per_epoch_;
     step_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
@@ -230,6 +242,24 @@ class SftLoop {
     window_samples_ += samples;
     window_seconds_ += step_seconds_;
     return loss_value;
+  }
+
+  // Every rank's training-state bytes (the ZeRO accounting) and its peak resident set, after the
+  // first step (when every buffer exists) and the last.
+  void EmitMemory() {
+    const zero::MemoryStats m = engine_->Memory();
+    events_->Emit("memory", {{"step", state_.global_step},
+                             {"rank", comm_->rank()},
+                             {"world_size", comm_->world_size()},
+                             {"zero_stage", engine_->options().stage},
+                             {"parameters", m.parameters},
+                             {"master_bytes", m.master_bytes},
+                             {"optimizer_bytes", m.optimizer_bytes},
+                             {"gradient_bytes", m.gradient_bytes},
+                             {"working_bytes", m.working_bytes},
+                             {"peak_working_bytes", m.peak_working_bytes},
+                             {"peak_rss_bytes", PeakRssBytes()},
+                             {"comm_bytes_sent", comm_->bytes_sent()}});
   }
 
   // Summed cross-entropy of one micro-batch over its trained (shifted) label positions. Only

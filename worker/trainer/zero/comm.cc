@@ -201,7 +201,7 @@ std::string Comm::DiagnosePeers() const {
   for (const auto& [r, count] : after) {
     if (count == before[r]) dead.push_back(absl::StrCat(r));
   }
-  if (dead.empty()) return "every peer is still alive; the collective itself stalled";
+  if (dead.empty()) return "every peer is still alive";
   return absl::StrCat(dead.size() == 1 ? "peer rank " : "peer ranks ", absl::StrJoin(dead, ", "),
                       dead.size() == 1 ? " is" : " are", " gone (no heartbeat for ",
                       Seconds(kHeartbeatEvery * 5), " s)");
@@ -254,10 +254,14 @@ void Handle::Wait() {
       if (!ok) cause = "timed out";
     } catch (const std::exception& e) {
       cause = e.what();
-      // Gloo's messages start with a source location in brackets; keep the text after it.
+      // Gloo's messages start with a source location in brackets, and c10's end with a
+      // backtrace; keep the sentence between.
       if (!cause.empty() && cause.front() == '[') {
         const auto close = cause.find("] ");
         if (close != std::string::npos) cause = cause.substr(close + 2);
+      }
+      if (const auto trace = cause.find("\nException raised from"); trace != std::string::npos) {
+        cause.resize(trace);
       }
     }
     work_.reset();
@@ -280,6 +284,11 @@ Handle Comm::Start(c10::intrusive_ptr<c10d::Work> work, std::function<void()> fi
 
 namespace {
 
+// Gloo on LibTorch 1.13 has no bfloat16 (and we treat half the same way, for one code path).
+bool GlooLacks(torch::ScalarType type) {
+  return type == torch::kBFloat16 || type == torch::kHalf;
+}
+
 uint64_t RingBytes(const torch::Tensor& t, int world) {
   return static_cast<uint64_t>(t.numel()) * t.element_size() * (world - 1) / world;
 }
@@ -299,13 +308,19 @@ Handle Comm::AllGather(const torch::Tensor& shard, const torch::Tensor& out,
     return Start({}, nullptr, label, 0);
   }
   std::vector<at::Tensor> inputs = {shard.contiguous().view({-1})};
+  torch::Tensor target = out;
+  if (!impl_->native_reduce_scatter && GlooLacks(shard.scalar_type())) {
+    // A gather copies bits: 16-bit floats travel as bytes, which Gloo has.
+    inputs[0] = inputs[0].view(torch::kUInt8);
+    target = out.view({-1}).view(torch::kUInt8);
+  }
   if (impl_->native_reduce_scatter) {
     at::Tensor flat = out.view({-1});
     return Start(impl_->group->_allgather_base(flat, inputs[0]), nullptr, label,
                  RingBytes(out, world_size()));
   }
   std::vector<std::vector<at::Tensor>> outputs(1);
-  const at::Tensor rows = out.view({world_size(), n});
+  const at::Tensor rows = target.view({world_size(), -1});
   for (int r = 0; r < world_size(); ++r) outputs[0].push_back(rows[r]);
   auto work = impl_->group->allgather(outputs, inputs);
   // Keep the input alive until the collective is done.
@@ -332,19 +347,28 @@ Handle Comm::ReduceScatter(const torch::Tensor& in, const torch::Tensor& out,
                  RingBytes(in, world_size()));
   }
 #endif
-  // Gloo: all-reduce the whole buffer, keep this rank's slice.
-  std::vector<at::Tensor> tensors = {in.view({-1})};
+  // Gloo: all-reduce the whole buffer (in fp32 for the 16-bit floats it cannot add), keep this
+  // rank's slice.
+  const torch::Tensor sum = GlooLacks(in.scalar_type()) ? in.view({-1}).to(torch::kFloat32)
+                                                         : in.view({-1});
+  std::vector<at::Tensor> tensors = {sum};
   auto work = impl_->group->allreduce(tensors);
   const int64_t offset = static_cast<int64_t>(rank()) * s;
   return Start(
-      std::move(work), [in, out, offset, s] { out.view({-1}).copy_(in.view({-1}).narrow(0, offset, s)); },
-      label, 2 * RingBytes(in, world_size()));
+      std::move(work), [sum, out, offset, s] { out.view({-1}).copy_(sum.narrow(0, offset, s)); },
+      label, 2 * RingBytes(sum, world_size()));
 }
 
 Handle Comm::AllReduce(const torch::Tensor& t, const std::string& what) {
   const std::string label = "all_reduce " + what;
   if (world_size() == 1) return Start({}, nullptr, label, 0);
   TORCH_CHECK(t.is_contiguous(), "AllReduce: tensor must be contiguous");
+  if (!impl_->native_reduce_scatter && GlooLacks(t.scalar_type())) {
+    std::vector<at::Tensor> tensors = {t.to(torch::kFloat32)};
+    const torch::Tensor sum = tensors[0];
+    return Start(impl_->group->allreduce(tensors), [t, sum] { t.copy_(sum); }, label,
+                 2 * RingBytes(sum, world_size()));
+  }
   std::vector<at::Tensor> tensors = {t};
   return Start(impl_->group->allreduce(tensors), nullptr, label, 2 * RingBytes(t, world_size()));
 }

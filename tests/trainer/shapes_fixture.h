@@ -1,0 +1,85 @@
+// Training tests over the real parts: the shapes dataset made by `trainctl datagen`, shards made
+// by `trainctl prepare` with the real Qwen tokenizer, and the real trainctl-trainer binary on the
+// tiny Qwen2-VL config, one process per rank.
+#ifndef TRAINCTL_TESTS_TRAINER_SHAPES_FIXTURE_H_
+#define TRAINCTL_TESTS_TRAINER_SHAPES_FIXTURE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/tokenizer/qwen_fixture.h"
+
+namespace trainctl::testing {
+
+inline std::vector<nlohmann::json> ReadEvents(const std::string& path) {
+  std::vector<nlohmann::json> events;
+  for (absl::string_view line : absl::StrSplit(ReadFileOrEmpty(path), '\n', absl::SkipEmpty())) {
+    events.push_back(nlohmann::json::parse(line));
+  }
+  return events;
+}
+
+// step -> loss of the metric events (logging_steps 1 makes that every step's loss).
+inline std::map<int64_t, double> Losses(const std::vector<nlohmann::json>& events) {
+  std::map<int64_t, double> losses;
+  for (const nlohmann::json& e : events) {
+    if (e["type"] == "metric") losses[e["step"].get<int64_t>()] = e["values"]["loss"].get<double>();
+  }
+  return losses;
+}
+
+class ShapesTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(tokenizer::testing::QwenFixturePresent());
+    RunResult gen = testing::Run({TRAINCTL_CLI_BIN, "datagen", "shapes", "--out", dir_.path() + "/shapes",
+                         "--n", "32", "--seed", "1"});
+    ASSERT_EQ(gen.exit_code, 0) << gen.err;
+    RunResult prep =
+        testing::Run({TRAINCTL_CLI_BIN, "prepare", "--input", dir_.path() + "/shapes/shapes.jsonl", "--out",
+             shards_, "--tokenizer", tokenizer::testing::QwenTokenizerDir()});
+    ASSERT_EQ(prep.exit_code, 0) << prep.err;
+  }
+
+  // A spec for the tiny model on the shapes shards; `training` overrides the defaults below and
+  // `extra` is merged into the spec (e.g. a deepspeed_config_json).
+  std::string WriteSpec(const std::string& name, const std::string& output_dir,
+                        nlohmann::json training, const nlohmann::json& extra = {}) {
+    nlohmann::json t = {{"per_device_train_batch_size", 4},
+                        {"gradient_accumulation_steps", 2},
+                        {"learning_rate", 5e-3},
+                        {"warmup_ratio", 0.1},
+                        {"logging_steps", 1},
+                        {"save_strategy", "steps"},
+                        {"save_steps", 4},
+                        {"seed", 7}};
+    t.update(training);
+    nlohmann::json spec = {{"kind", "sft"},
+                           {"name", name},
+                           {"model_name_or_path", "tiny"},
+                           {"data_path", shards_},
+                           {"output_dir", output_dir},
+                           {"training", t}};
+    if (extra.is_object()) spec.update(extra);
+    return dir_.Write(name + ".json", spec.dump());
+  }
+
+  std::vector<std::string> TrainArgs(const std::string& spec, const std::string& events) {
+    return {TRAINCTL_TRAINER_BIN, "train", "--spec", spec, "--events", events, "--threads", "1"};
+  }
+
+  TempDir dir_;
+  std::string shards_ = dir_.path() + "/shards";
+};
+
+}  // namespace trainctl::testing
+
+#endif  // TRAINCTL_TESTS_TRAINER_SHAPES_FIXTURE_H_

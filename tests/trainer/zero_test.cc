@@ -1,0 +1,300 @@
+// The ZeRO engine across real trainer processes: N `trainctl-trainer` ranks rendezvous on loopback
+// through the TCPStore and train the tiny model over Gloo, one thread each.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/trainer/shapes_fixture.h"
+
+namespace trainctl {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::Losses;
+using testing::ReadEvents;
+using testing::Subprocess;
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return 0;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string DeepSpeed(int stage, const json& extra = json::object()) {
+  json ds = {{"zero_optimization",
+              {{"stage", stage}, {"overlap_comm", true}, {"reduce_bucket_size", "auto"}}},
+             {"gradient_clipping", 1.0},
+             {"train_micro_batch_size_per_gpu", "auto"},
+             {"gradient_accumulation_steps", "auto"}};
+  ds.merge_patch(extra);
+  return ds.dump();
+}
+
+class ZeroTest : public testing::ShapesTrainingTest {
+ protected:
+  // The ranks of one run, each a real trainer process with the launch environment.
+  struct Ranks {
+    std::vector<std::unique_ptr<Subprocess>> procs;
+    std::vector<std::string> events;  // per rank
+    std::vector<std::string> logs;
+  };
+
+  Ranks Launch(int world, const std::string& spec, const std::string& tag) {
+    Ranks ranks;
+    const int port = FreePort();
+    for (int r = 0; r < world; ++r) {
+      ranks.events.push_back(absl::StrCat(dir_.path(), "/", tag, ".", r, ".jsonl"));
+      ranks.logs.push_back(absl::StrCat(dir_.path(), "/", tag, ".", r, ".log"));
+      std::vector<std::string> argv = {"/usr/bin/env",
+                                       absl::StrCat("RANK=", r),
+                                       absl::StrCat("LOCAL_RANK=", r),
+                                       absl::StrCat("WORLD_SIZE=", world),
+                                       "MASTER_ADDR=127.0.0.1",
+                                       absl::StrCat("MASTER_PORT=", port)};
+      for (const std::string& a : TrainArgs(spec, ranks.events.back())) argv.push_back(a);
+      ranks.procs.push_back(std::make_unique<Subprocess>(argv, ranks.logs.back()));
+    }
+    return ranks;
+  }
+
+  // Waits for every rank; their exit codes (-1 for a signal, -2 for still running at the end).
+  std::vector<int> Wait(Ranks& ranks, absl::Duration timeout) {
+    std::vector<int> codes;
+    const absl::Time deadline = absl::Now() + timeout;
+    for (auto& p : ranks.procs) {
+      auto code = p->Wait(std::max(absl::ZeroDuration(), deadline - absl::Now()));
+      codes.push_back(code.ok() ? *code : -2);
+    }
+    return codes;
+  }
+
+  // Runs to completion and returns rank 0's losses; every rank must exit 0.
+  std::map<int64_t, double> Train(int world, const std::string& spec, const std::string& tag) {
+    Ranks ranks = Launch(world, spec, tag);
+    const std::vector<int> codes = Wait(ranks, absl::Minutes(10));
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(codes[r], 0) << tag << " rank " << r << ":\n"
+                             << testing::ReadFileOrEmpty(ranks.logs[r]);
+    }
+    last_events_ = ranks.events;
+    return Losses(ReadEvents(ranks.events[0]));
+  }
+
+  std::string ZeroSpec(const std::string& name, int stage, int batch, int accumulation,
+                       int steps, const json& training = json::object(),
+                       const json& ds_extra = json::object()) {
+    json t = {{"per_device_train_batch_size", batch},
+              {"gradient_accumulation_steps", accumulation},
+              {"max_steps", steps},
+              {"save_strategy", "no"},
+              {"ddp_timeout", 60}};
+    t.update(training);
+    return WriteSpec(name, dir_.path() + "/" + name, t,
+                     {{"deepspeed_config_json", DeepSpeed(stage, ds_extra)}});
+  }
+
+  static void ExpectClose(const std::map<int64_t, double>& reference,
+                          const std::map<int64_t, double>& got, const std::string& what,
+                          double tolerance = 1e-5) {
+    ASSERT_EQ(got.size(), reference.size()) << what;
+    for (const auto& [step, loss] : reference) {
+      ASSERT_TRUE(got.count(step)) << what << " step " << step;
+      EXPECT_LE(std::abs(got.at(step) - loss) / std::abs(loss), tolerance)
+          << what << " step " << step << ": " << got.at(step) << " vs " << loss;
+    }
+  }
+
+  std::vector<std::string> last_events_;
+};
+
+TEST_F(ZeroTest, EveryStageAndWorldSizeTrainsLikeOneRank) {
+  // The same global batch of 4 samples per step, 20 steps, fp32.
+  const auto reference = Train(1, ZeroSpec("w1s0", 0, 4, 1, 20), "w1s0");
+  ASSERT_EQ(reference.size(), 20u);
+  ExpectClose(reference, Train(2, ZeroSpec("w2s1", 1, 2, 1, 20), "w2s1"), "2 ranks, stage 1");
+  ExpectClose(reference, Train(2, ZeroSpec("w2s2", 2, 2, 1, 20), "w2s2"), "2 ranks, stage 2");
+  ExpectClose(reference, Train(2, ZeroSpec("w2s3", 3, 2, 1, 20), "w2s3"), "2 ranks, stage 3");
+  ExpectClose(reference, Train(4, ZeroSpec("w4s3", 3, 1, 1, 20), "w4s3"), "4 ranks, stage 3");
+  // Two micro-batches per step: gradients accumulate in the shards between reduce-scatters.
+  ExpectClose(reference, Train(2, ZeroSpec("w2s3ga", 3, 1, 2, 20), "w2s3ga"),
+              "2 ranks, stage 3, accumulation 2");
+}
+
+TEST_F(ZeroTest, PerRankTrainingStateFollowsTheZeroModel) {
+  for (int world : {2, 4}) {
+    Train(world, ZeroSpec(absl::StrCat("mem", world), 3, 1, 1, 1), absl::StrCat("mem", world));
+    for (int r = 0; r < world; ++r) {
+      json memory;
+      for (const json& e : ReadEvents(last_events_[r])) {
+        if (e["type"] == "memory") memory = e;
+      }
+      ASSERT_TRUE(memory.is_object()) << "rank " << r;
+      const double p = memory["parameters"].get<double>();
+      // fp32 master + fp32 gradient + two fp32 Adam moments, of a 1/N slice.
+      const double model = 16.0 * p / world;
+      const double state = memory["master_bytes"].get<double>() +
+                           memory["gradient_bytes"].get<double>() +
+                           memory["optimizer_bytes"].get<double>();
+      std::cout << "world " << world << " rank " << r << ": state " << state << " B, ZeRO model "
+                << model << " B (P = " << p << "), gathered working set at most "
+                << memory["peak_working_bytes"].get<double>() << " B\n";
+      EXPECT_NEAR(state, model, 0.1 * model) << "rank " << r;
+    }
+  }
+}
+
+TEST_F(ZeroTest, ResumeAfterAKillReproducesTheLossesExactly) {
+  const json save = {{"save_strategy", "steps"}, {"save_steps", 4}};
+  const auto straight = Train(2, ZeroSpec("straight", 3, 2, 1, 8, save), "straight");
+  ASSERT_EQ(straight.size(), 8u);
+
+  const std::string spec = ZeroSpec("killed", 3, 2, 1, 8, save);
+  {
+    Ranks ranks = Launch(2, spec, "killed-1");
+    ASSERT_TRUE(testing::WaitFor(
+        [&] { return fs::exists(dir_.path() + "/killed/checkpoint-4/manifest.json"); },
+        absl::Minutes(5)));
+    for (auto& p : ranks.procs) p->Kill(SIGKILL);
+    Wait(ranks, absl::Seconds(30));
+  }
+  fs::remove_all(dir_.path() + "/killed/checkpoint-8");  // in case the kill came late
+  const auto resumed = Train(2, spec, "killed-2");
+  const auto events = ReadEvents(last_events_[0]);
+  bool from_4 = false;
+  for (const json& e : events) {
+    if (e["type"] == "status" && e["state"] == "resumed") from_4 = e["step"] == 4;
+  }
+  EXPECT_TRUE(from_4);
+  ASSERT_EQ(resumed.size(), 4u);
+  for (const auto& [step, loss] : resumed) {
+    EXPECT_EQ(loss, straight.at(step)) << "step " << step;  // bit-identical on CPU in fp32
+  }
+}
+
+TEST_F(ZeroTest, ACheckpointFromFourRanksResumesOnTwo) {
+  const json save = {{"save_strategy", "steps"}, {"save_steps", 4}};
+  const auto four = Train(4, ZeroSpec("four", 3, 1, 1, 8, save), "four");
+  ASSERT_EQ(four.size(), 8u);
+  // The same global batch on 2 ranks: two micro-batches each.
+  fs::copy(dir_.path() + "/four", dir_.path() + "/two", fs::copy_options::recursive);
+  fs::remove_all(dir_.path() + "/two/checkpoint-8");
+  const auto two = Train(2, ZeroSpec("two", 3, 1, 2, 8, save), "two");
+  bool from_4 = false;
+  for (const json& e : ReadEvents(last_events_[0])) {
+    if (e["type"] == "status" && e["state"] == "resumed") from_4 = e["step"] == 4;
+  }
+  EXPECT_TRUE(from_4);
+  std::map<int64_t, double> tail(four.find(5), four.end());
+  ExpectClose(tail, two, "resumed on 2 ranks");
+  // And to stage 0 on one rank, which holds everything.
+  fs::copy(dir_.path() + "/four", dir_.path() + "/one", fs::copy_options::recursive);
+  fs::remove_all(dir_.path() + "/one/checkpoint-8");
+  ExpectClose(tail, Train(1, ZeroSpec("one", 0, 4, 1, 8, save), "one"), "resumed on 1 rank");
+}
+
+TEST_F(ZeroTest, ExportedWeightsReloadToIdenticalLogits) {
+  const json save = {{"save_strategy", "steps"}, {"save_steps", 2}};
+  Train(2, ZeroSpec("exp", 3, 2, 1, 2, save, {{"zero_optimization",
+                                               {{"stage3_gather_16bit_weights_on_model_save", true}}}}),
+        "exp");
+  const std::string checkpoint = dir_.path() + "/exp/checkpoint-2";
+  ASSERT_TRUE(fs::exists(checkpoint + "/rank-1.safetensors"));
+  const std::string out = dir_.path() + "/exported";
+  testing::RunResult r = testing::Run({TRAINCTL_TRAINER_BIN, "export", checkpoint, out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(fs::exists(out + "/model.safetensors"));
+  ASSERT_TRUE(fs::exists(out + "/config.json"));
+
+  const std::string request = R"({"input_ids": [[1, 2, 3, 4, 5, 6]]})";
+  for (const std::string& model : {out, checkpoint}) {
+    testing::RunResult f = testing::Run({TRAINCTL_TRAINER_BIN, "forward", "--model", model,
+                                         "--request", request, "--out", model + "/logits.st"});
+    ASSERT_EQ(f.exit_code, 0) << f.err;
+  }
+  // The offline assembly from the rank files and the engine's gather in training agree exactly.
+  EXPECT_EQ(testing::ReadFileOrEmpty(out + "/logits.st"),
+            testing::ReadFileOrEmpty(checkpoint + "/logits.st"));
+  EXPECT_FALSE(testing::ReadFileOrEmpty(out + "/logits.st").empty());
+
+  testing::RunResult bad =
+      testing::Run({TRAINCTL_TRAINER_BIN, "export", dir_.path() + "/nowhere", out + "2"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("nowhere"), std::string::npos) << bad.err;
+}
+
+TEST_F(ZeroTest, ARankKilledMidRunFailsTheOthersWithANamedError) {
+  const std::string spec = ZeroSpec("dies", 3, 2, 1, 10000, {{"ddp_timeout", 5}});
+  Ranks ranks = Launch(2, spec, "dies");
+  ASSERT_TRUE(testing::WaitFor([&] { return Losses(ReadEvents(ranks.events[0])).size() >= 2; },
+                               absl::Minutes(3)));
+  ranks.procs[1]->Kill(SIGKILL);
+  const absl::Time killed = absl::Now();
+  auto code = ranks.procs[0]->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << "rank 0 still running 30 s after its peer died";
+  EXPECT_NE(*code, 0);
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(5 + 10));
+  const std::string log = testing::ReadFileOrEmpty(ranks.logs[0]);
+  EXPECT_NE(log.find("collective"), std::string::npos) << log;
+  EXPECT_NE(log.find("peer rank 1"), std::string::npos) << log;
+}
+
+TEST_F(ZeroTest, AHungRankTimesTheOthersOutWithANamedError) {
+  const std::string spec = ZeroSpec("hangs", 3, 2, 1, 10000, {{"ddp_timeout", 3}});
+  Ranks ranks = Launch(2, spec, "hangs");
+  ASSERT_TRUE(testing::WaitFor([&] { return Losses(ReadEvents(ranks.events[0])).size() >= 2; },
+                               absl::Minutes(3)));
+  ranks.procs[1]->Kill(SIGSTOP);
+  const absl::Time stopped = absl::Now();
+  auto code = ranks.procs[0]->Wait(absl::Seconds(30));
+  ranks.procs[1]->Kill(SIGKILL);
+  ASSERT_TRUE(code.ok()) << "rank 0 still running 30 s after its peer stopped";
+  EXPECT_NE(*code, 0);
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(3 + 10));
+  const std::string log = testing::ReadFileOrEmpty(ranks.logs[0]);
+  EXPECT_NE(log.find("collective"), std::string::npos) << log;
+  EXPECT_NE(log.find("peer rank 1"), std::string::npos) << log;
+}
+
+TEST_F(ZeroTest, TheSeedsDeepSpeedConfigRunsUnchangedOnTwoCpuRanks) {
+  const std::string path = std::string(TRAINCTL_SOURCE_DIR) + "/configs/ds_zero3_bf16.json";
+  const std::string text = testing::ReadFileOrEmpty(path);
+  ASSERT_FALSE(text.empty()) << path;
+  const std::string spec = WriteSpec("seed", dir_.path() + "/seed",
+                                     {{"per_device_train_batch_size", 2},
+                                      {"gradient_accumulation_steps", 2},
+                                      {"max_steps", 3},
+                                      {"bf16", true},
+                                      {"gradient_checkpointing", true},
+                                      {"save_strategy", "steps"},
+                                      {"save_steps", 3}},
+                                     {{"deepspeed", path}, {"deepspeed_config_json", text}});
+  const auto losses = Train(2, spec, "seed");
+  ASSERT_EQ(losses.size(), 3u);
+  for (const auto& [step, loss] : losses) EXPECT_TRUE(std::isfinite(loss)) << step;
+  // stage3_gather_16bit_weights_on_model_save: the checkpoint holds the bf16 model for HF.
+  const std::string config = testing::ReadFileOrEmpty(dir_.path() + "/seed/checkpoint-3/config.json");
+  EXPECT_NE(config.find("bfloat16"), std::string::npos) << config;
+  EXPECT_TRUE(fs::exists(dir_.path() + "/seed/checkpoint-3/rank-1.safetensors"));
+}
+
+}  // namespace
+}  // namespace trainctl
