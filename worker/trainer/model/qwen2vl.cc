@@ -352,6 +352,13 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardHidden(const ModelInputs& 
     TORCH_CHECK(tokens == image.size(0), "image features and image tokens do not match: ", tokens,
                 " <|image_pad|> tokens, ", image.size(0), " features");
     h = h.masked_scatter(is_image.unsqueeze(-1).expand_as(h), image.to(h.scalar_type()));
+  } else if (run_vision_always_) {
+    const int64_t m = config_.vision.spatial_merge_size;
+    const torch::Tensor blank = torch::zeros(
+        {m * m, config_.vision.patch_dim()}, torch::TensorOptions().device(device));
+    const torch::Tensor grid =
+        torch::tensor({int64_t{1}, m, m}, torch::TensorOptions().dtype(torch::kInt64)).view({1, 3});
+    h = h + EncodeImages(blank, grid).sum().to(h.scalar_type()) * 0;
   }
 
   const torch::Tensor positions =

@@ -135,6 +135,12 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   // Not owned, as hooks. While set, every unit runs through it.
   void SetUnitRunner(UnitRunner* runner) { runner_ = runner; }
 
+  // Off by default. When on, a forward without images still runs the vision tower, on one blank
+  // image whose features are added to nothing (times zero): every unit runs in every forward, as
+  // an engine whose ranks must issue the same collectives needs when some ranks' batches have
+  // images and others' do not.
+  void SetRunVisionAlways(bool on) { run_vision_always_ = on; }
+
   // Off by default. Takes effect for forwards run with grad mode on.
   void SetGradientCheckpointing(const GradientCheckpointing& options) { checkpointing_ = options; }
   const GradientCheckpointing& gradient_checkpointing() const { return checkpointing_; }
@@ -162,6 +168,7 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   size_t head_unit_ = 0;
   UnitHooks* hooks_ = nullptr;
   UnitRunner* runner_ = nullptr;
+  bool run_vision_always_ = false;
   GradientCheckpointing checkpointing_;
 };
 

@@ -410,6 +410,8 @@ absl::Status Engine::Build(const model::Qwen2VLConfig& config, int64_t seed,
     }
     runner_ = std::make_unique<Runner>(this);
     model_->SetUnitRunner(runner_.get());
+    // Every rank must run every unit (each runs collectives), images or not.
+    model_->SetRunVisionAlways(true);
   }
   if (!weights_dir.empty()) {
     // Each rank reads only its slices of each tensor from the memory-mapped files.
@@ -673,9 +675,11 @@ StepResult Engine::Step(double lr) {
     for (auto& up : units_) {
       Unit& u = *up;
       torch::Tensor& raw = ShardGrad(u);
-      if (!raw.defined()) continue;
       torch::Tensor p = u.master.detach();
-      torch::Tensor g = raw.to(p.options(), /*non_blocking=*/false, /*copy=*/true);
+      // A unit that did not run has zero gradients, as in the flat buffers of stages 0-2 (and
+      // DeepSpeed's): AdamW still decays it.
+      torch::Tensor g = raw.defined() ? raw.to(p.options(), /*non_blocking=*/false, /*copy=*/true)
+                                      : torch::zeros_like(p);
       if (coefficient != 1.0) g.mul_(coefficient);
       if (options_.weight_decay != 0) {
         for (const auto& [lo, hi] : u.decay_ranges) {
