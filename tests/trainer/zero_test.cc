@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/trainer/shapes_fixture.h"
@@ -190,6 +191,64 @@ TEST_F(ZeroTest, ResumeAfterAKillReproducesTheLossesExactly) {
   }
 }
 
+TEST_F(ZeroTest, ACorruptRankFileFallsBackToThePreviousCheckpoint) {
+  const json save = {{"save_strategy", "steps"}, {"save_steps", 4}};
+  const std::string spec = ZeroSpec("corrupt", 3, 2, 1, 8, save);
+  const auto straight = Train(2, spec, "corrupt-1");
+  ASSERT_EQ(straight.size(), 8u);
+  const std::string shard = dir_.path() + "/corrupt/checkpoint-8/rank-1.safetensors";
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(shard) / 2));
+    f.put('\x7f');
+  }
+  // Asked for 8 steps again: checkpoint-8 is refused, naming the file, and 5..8 run again from 4.
+  const auto again = Train(2, spec, "corrupt-2");
+  bool warned = false, from_4 = false;
+  for (const json& e : ReadEvents(last_events_[0])) {
+    if (e["type"] == "warning" &&
+        e["message"].get<std::string>().find("checkpoint-8/rank-1.safetensors") !=
+            std::string::npos) {
+      warned = true;
+    }
+    if (e["type"] == "status" && e["state"] == "resumed") from_4 = e["step"] == 4;
+  }
+  EXPECT_TRUE(warned) << testing::ReadFileOrEmpty(last_events_[0]);
+  EXPECT_TRUE(from_4);
+  ASSERT_EQ(again.size(), 4u);
+  for (const auto& [step, loss] : again) EXPECT_EQ(loss, straight.at(step)) << "step " << step;
+}
+
+TEST_F(ZeroTest, MixedTextAndImageBatchesKeepStageThreeRanksInStep) {
+  // Every other record loses its image, so at any step one rank may have images and another not.
+  std::ofstream mixed(dir_.path() + "/shapes/mixed.jsonl");
+  int i = 0;
+  for (absl::string_view line : absl::StrSplit(
+           testing::ReadFileOrEmpty(dir_.path() + "/shapes/shapes.jsonl"), '\n', absl::SkipEmpty())) {
+    json record = json::parse(line);
+    if (i++ % 2) record.erase("image");
+    mixed << record.dump() << "\n";
+  }
+  mixed.close();
+  const std::string shards = dir_.path() + "/mixed-shards";
+  testing::RunResult prep =
+      testing::Run({TRAINCTL_CLI_BIN, "prepare", "--input", dir_.path() + "/shapes/mixed.jsonl",
+                    "--out", shards, "--tokenizer", tokenizer::testing::QwenTokenizerDir()});
+  ASSERT_EQ(prep.exit_code, 0) << prep.err;
+  auto spec = [&](const std::string& name, int stage, int batch) {
+    const json t = {{"per_device_train_batch_size", batch},
+                    {"gradient_accumulation_steps", 1},
+                    {"max_steps", 8},
+                    {"save_strategy", "no"},
+                    {"ddp_timeout", 20}};
+    return WriteSpec(name, dir_.path() + "/" + name, t,
+                     {{"data_path", shards}, {"deepspeed_config_json", DeepSpeed(stage)}});
+  };
+  const auto one = Train(1, spec("mixed1", 0, 2), "mixed1");
+  ASSERT_EQ(one.size(), 8u);
+  ExpectClose(one, Train(2, spec("mixed2", 3, 1), "mixed2"), "2 ranks, stage 3, mixed data");
+}
+
 TEST_F(ZeroTest, ACheckpointFromFourRanksResumesOnTwo) {
   const json save = {{"save_strategy", "steps"}, {"save_steps", 4}};
   const auto four = Train(4, ZeroSpec("four", 3, 1, 1, 8, save), "four");
@@ -234,6 +293,19 @@ TEST_F(ZeroTest, ExportedWeightsReloadToIdenticalLogits) {
   EXPECT_EQ(testing::ReadFileOrEmpty(out + "/logits.st"),
             testing::ReadFileOrEmpty(checkpoint + "/logits.st"));
   EXPECT_FALSE(testing::ReadFileOrEmpty(out + "/logits.st").empty());
+
+  // The exported directory is an HF model the trainer starts from: 2 stage-3 ranks, each reading
+  // only its slices, train as one rank that loads it whole.
+  auto from = [&](const std::string& name, int stage, int batch) {
+    const json t = {{"per_device_train_batch_size", batch},
+                    {"gradient_accumulation_steps", 1},
+                    {"max_steps", 2},
+                    {"save_strategy", "no"}};
+    return WriteSpec(name, dir_.path() + "/" + name, t,
+                     {{"model_name_or_path", out}, {"deepspeed_config_json", DeepSpeed(stage)}});
+  };
+  ExpectClose(Train(1, from("hf1", 0, 4), "hf1"), Train(2, from("hf2", 3, 2), "hf2"),
+              "2 ranks from the exported model");
 
   testing::RunResult bad =
       testing::Run({TRAINCTL_TRAINER_BIN, "export", dir_.path() + "/nowhere", out + "2"});
