@@ -678,22 +678,32 @@ StepResult Engine::Step(double lr) {
       torch::Tensor p = u.master.detach();
       // A unit that did not run has zero gradients, as in the flat buffers of stages 0-2 (and
       // DeepSpeed's): AdamW still decays it.
-      torch::Tensor g = raw.defined() ? raw.to(p.options(), /*non_blocking=*/false, /*copy=*/true)
-                                      : torch::zeros_like(p);
-      if (coefficient != 1.0) g.mul_(coefficient);
-      if (options_.weight_decay != 0) {
+      const torch::Tensor grad = raw.defined() ? raw.detach() : torch::zeros_like(p);
+      if (options_.weight_decay != 0 && options_.adam_w_mode) {
         for (const auto& [lo, hi] : u.decay_ranges) {
-          if (options_.adam_w_mode) {
-            p.narrow(0, lo, hi - lo).mul_(1 - lr * options_.weight_decay);
-          } else {
-            g.narrow(0, lo, hi - lo).add_(p.narrow(0, lo, hi - lo), options_.weight_decay);
-          }
+          p.narrow(0, lo, hi - lo).mul_(1 - lr * options_.weight_decay);
         }
       }
-      u.exp_avg.mul_(options_.beta1).add_(g, 1 - options_.beta1);
-      u.exp_avg_sq.mul_(options_.beta2).addcmul_(g, g, 1 - options_.beta2);
-      torch::Tensor denom = (u.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(options_.eps);
-      p.addcdiv_(u.exp_avg, denom, -lr / bc1);
+      // In chunks, so the step's temporaries stay small next to the slices themselves.
+      constexpr int64_t kChunk = int64_t{1} << 20;
+      for (int64_t at = 0; at < u.shard; at += kChunk) {
+        const int64_t n = std::min(kChunk, u.shard - at);
+        torch::Tensor pc = p.narrow(0, at, n);
+        torch::Tensor g = grad.narrow(0, at, n).to(p.options(), /*non_blocking=*/false,
+                                                   /*copy=*/true);
+        if (coefficient != 1.0) g.mul_(coefficient);
+        if (options_.weight_decay != 0 && !options_.adam_w_mode) {
+          for (const auto& [lo, hi] : u.decay_ranges) {
+            const int64_t a = std::max(lo, at), b = std::min(hi, at + n);
+            if (a < b) g.narrow(0, a - at, b - a).add_(p.narrow(0, a, b - a), options_.weight_decay);
+          }
+        }
+        torch::Tensor m = u.exp_avg.narrow(0, at, n), v = u.exp_avg_sq.narrow(0, at, n);
+        m.mul_(options_.beta1).add_(g, 1 - options_.beta1);
+        v.mul_(options_.beta2).addcmul_(g, g, 1 - options_.beta2);
+        torch::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(options_.eps);
+        pc.addcdiv_(m, denom, -lr / bc1);
+      }
     }
     if (options_.fp16 && options_.static_loss_scale <= 0) {
       ++good_steps_;
