@@ -58,13 +58,13 @@ constexpr char kConfigTemplate[] = R"({
 })";
 
 trainctl::model::Qwen2VLConfig MakeConfig(int hidden, int layers, int inter, int vocab) {
-  const std::string text = absl::StrReplaceAll(
-      kConfigTemplate, {{"HIDDEN", std::to_string(hidden)},
-                        {"INTER", std::to_string(inter)},
-                        {"LAYERS", std::to_string(layers)},
-                        {"HEADS", std::to_string(hidden / 64)},
-                        {"KV", std::to_string(std::max(1, hidden / 128))},
-                        {"VOCAB", std::to_string(vocab)}});
+  const std::string text =
+      absl::StrReplaceAll(kConfigTemplate, {{"HIDDEN", std::to_string(hidden)},
+                                            {"INTER", std::to_string(inter)},
+                                            {"LAYERS", std::to_string(layers)},
+                                            {"HEADS", std::to_string(hidden / 64)},
+                                            {"KV", std::to_string(std::max(1, hidden / 128))},
+                                            {"VOCAB", std::to_string(vocab)}});
   auto config = trainctl::model::ParseQwen2VLConfig(text, "zero_bench");
   if (!config.ok()) {
     std::cerr << config.status() << "\n";
@@ -224,11 +224,13 @@ void StepMode() {
   absl::PrintF("  ratio stage 3 (2 ranks) / 1 rank:  %.2f\n",
                MaxOf(s3, &Report::median_step_s) / one[0].median_step_s);
   const double theory = 3.0 * p * 4 * (2 - 1) / 2;
-  absl::PrintF("bytes sent per step per rank at stage 3: %.1f MB; theoretical 3*P*(W-1)/W: %.1f MB;"
-               " ratio %.2f\n",
-               MaxOf(s3, &Report::bytes_per_step) / 1e6, theory / 1e6,
-               MaxOf(s3, &Report::bytes_per_step) / theory);
-  absl::PrintF("  (Gloo has no reduce-scatter: its fallback all-reduces, twice the bytes of one)\n");
+  absl::PrintF(
+      "bytes sent per step per rank at stage 3: %.1f MB; theoretical 3*P*(W-1)/W: %.1f MB;"
+      " ratio %.2f\n",
+      MaxOf(s3, &Report::bytes_per_step) / 1e6, theory / 1e6,
+      MaxOf(s3, &Report::bytes_per_step) / theory);
+  absl::PrintF(
+      "  (Gloo has no reduce-scatter: its fallback all-reduces, twice the bytes of one)\n");
 }
 
 void MemoryMode() {
@@ -238,10 +240,10 @@ void MemoryMode() {
     const auto s0 = RunRanks(config, {"stage 0", world, 0, 1, 1});
     const auto s3 = RunRanks(config, {"stage 3", world, 3, 1, 1});
     const double a = MaxOf(s0, &Report::peak_rss), b = MaxOf(s3, &Report::peak_rss);
-    absl::PrintF("peak RSS per rank, %d ranks, P = %.1fM: stage 0 %.0f MB, stage 3 %.0f MB, "
-                 "ratio %.2f (aim <= %.2f)\n",
-                 world, s0[0].text_params / 1e6, a / 1e6, b / 1e6, b / a,
-                 world == 2 ? 0.6 : 0.35);
+    absl::PrintF(
+        "peak RSS per rank, %d ranks, P = %.1fM: stage 0 %.0f MB, stage 3 %.0f MB, "
+        "ratio %.2f (aim <= %.2f)\n",
+        world, s0[0].text_params / 1e6, a / 1e6, b / 1e6, b / a, world == 2 ? 0.6 : 0.35);
   }
 }
 

@@ -35,9 +35,8 @@ torch::Tensor Loss(Engine& e) {
   model::ModelInputs in;
   in.input_ids = Ids({{1, 2, 3, 4, 5, 6, 7, 8}, {9, 10, 11, 12, 13, 14, 15, 16}});
   const torch::Tensor logits = e.model().forward(in);
-  return torch::nn::functional::cross_entropy(
-      logits.slice(1, 0, 7).reshape({-1, logits.size(-1)}),
-      in.input_ids.slice(1, 1).reshape({-1}));
+  return torch::nn::functional::cross_entropy(logits.slice(1, 0, 7).reshape({-1, logits.size(-1)}),
+                                              in.input_ids.slice(1, 1).reshape({-1}));
 }
 
 TEST(EngineTest, StageThreeStepsExactlyLikeStageZero) {

@@ -40,12 +40,12 @@ class ShapesTrainingTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(tokenizer::testing::QwenFixturePresent());
-    RunResult gen = testing::Run({TRAINCTL_CLI_BIN, "datagen", "shapes", "--out", dir_.path() + "/shapes",
-                         "--n", "32", "--seed", "1"});
+    RunResult gen = testing::Run({TRAINCTL_CLI_BIN, "datagen", "shapes", "--out",
+                                  dir_.path() + "/shapes", "--n", "32", "--seed", "1"});
     ASSERT_EQ(gen.exit_code, 0) << gen.err;
     RunResult prep =
-        testing::Run({TRAINCTL_CLI_BIN, "prepare", "--input", dir_.path() + "/shapes/shapes.jsonl", "--out",
-             shards_, "--tokenizer", tokenizer::testing::QwenTokenizerDir()});
+        testing::Run({TRAINCTL_CLI_BIN, "prepare", "--input", dir_.path() + "/shapes/shapes.jsonl",
+                      "--out", shards_, "--tokenizer", tokenizer::testing::QwenTokenizerDir()});
     ASSERT_EQ(prep.exit_code, 0) << prep.err;
   }
 

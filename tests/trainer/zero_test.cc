@@ -100,8 +100,8 @@ class ZeroTest : public testing::ShapesTrainingTest {
     return Losses(ReadEvents(ranks.events[0]));
   }
 
-  std::string ZeroSpec(const std::string& name, int stage, int batch, int accumulation,
-                       int steps, const json& training = json::object(),
+  std::string ZeroSpec(const std::string& name, int stage, int batch, int accumulation, int steps,
+                       const json& training = json::object(),
                        const json& ds_extra = json::object()) {
     json t = {{"per_device_train_batch_size", batch},
               {"gradient_accumulation_steps", accumulation},
@@ -206,9 +206,8 @@ TEST_F(ZeroTest, ACorruptRankFileFallsBackToThePreviousCheckpoint) {
   const auto again = Train(2, spec, "corrupt-2");
   bool warned = false, from_4 = false;
   for (const json& e : ReadEvents(last_events_[0])) {
-    if (e["type"] == "warning" &&
-        e["message"].get<std::string>().find("checkpoint-8/rank-1.safetensors") !=
-            std::string::npos) {
+    if (e["type"] == "warning" && e["message"].get<std::string>().find(
+                                      "checkpoint-8/rank-1.safetensors") != std::string::npos) {
       warned = true;
     }
     if (e["type"] == "status" && e["state"] == "resumed") from_4 = e["step"] == 4;
@@ -223,8 +222,9 @@ TEST_F(ZeroTest, MixedTextAndImageBatchesKeepStageThreeRanksInStep) {
   // Every other record loses its image, so at any step one rank may have images and another not.
   std::ofstream mixed(dir_.path() + "/shapes/mixed.jsonl");
   int i = 0;
-  for (absl::string_view line : absl::StrSplit(
-           testing::ReadFileOrEmpty(dir_.path() + "/shapes/shapes.jsonl"), '\n', absl::SkipEmpty())) {
+  for (absl::string_view line :
+       absl::StrSplit(testing::ReadFileOrEmpty(dir_.path() + "/shapes/shapes.jsonl"), '\n',
+                      absl::SkipEmpty())) {
     json record = json::parse(line);
     if (i++ % 2) record.erase("image");
     mixed << record.dump() << "\n";
@@ -272,8 +272,9 @@ TEST_F(ZeroTest, ACheckpointFromFourRanksResumesOnTwo) {
 
 TEST_F(ZeroTest, ExportedWeightsReloadToIdenticalLogits) {
   const json save = {{"save_strategy", "steps"}, {"save_steps", 2}};
-  Train(2, ZeroSpec("exp", 3, 2, 1, 2, save, {{"zero_optimization",
-                                               {{"stage3_gather_16bit_weights_on_model_save", true}}}}),
+  Train(2,
+        ZeroSpec("exp", 3, 2, 1, 2, save,
+                 {{"zero_optimization", {{"stage3_gather_16bit_weights_on_model_save", true}}}}),
         "exp");
   const std::string checkpoint = dir_.path() + "/exp/checkpoint-2";
   ASSERT_TRUE(fs::exists(checkpoint + "/rank-1.safetensors"));
@@ -363,7 +364,8 @@ TEST_F(ZeroTest, TheSeedsDeepSpeedConfigRunsUnchangedOnTwoCpuRanks) {
   ASSERT_EQ(losses.size(), 3u);
   for (const auto& [step, loss] : losses) EXPECT_TRUE(std::isfinite(loss)) << step;
   // stage3_gather_16bit_weights_on_model_save: the checkpoint holds the bf16 model for HF.
-  const std::string config = testing::ReadFileOrEmpty(dir_.path() + "/seed/checkpoint-3/config.json");
+  const std::string config =
+      testing::ReadFileOrEmpty(dir_.path() + "/seed/checkpoint-3/config.json");
   EXPECT_NE(config.find("bfloat16"), std::string::npos) << config;
   EXPECT_TRUE(fs::exists(dir_.path() + "/seed/checkpoint-3/rank-1.safetensors"));
 }

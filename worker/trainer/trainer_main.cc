@@ -17,9 +17,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/event_sink.h"
 #include "worker/trainer/model/forward_tool.h"
-#include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/stages/sft.h"
 
 namespace trainctl::trainer {

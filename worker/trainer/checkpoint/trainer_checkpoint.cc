@@ -25,10 +25,14 @@ constexpr char kState[] = "trainer_state.json";
 constexpr char kFormat[] = "trainctl-checkpoint/2";
 // What HF tokenizers ship next to the weights; copied along so a checkpoint or export is a model
 // directory transformers can load whole.
-constexpr const char* kTokenizerFiles[] = {"tokenizer.json",          "tokenizer_config.json",
-                                           "vocab.json",              "merges.txt",
-                                           "special_tokens_map.json", "added_tokens.json",
-                                           "preprocessor_config.json", "chat_template.json",
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json",
+                                           "tokenizer_config.json",
+                                           "vocab.json",
+                                           "merges.txt",
+                                           "special_tokens_map.json",
+                                           "added_tokens.json",
+                                           "preprocessor_config.json",
+                                           "chat_template.json",
                                            "generation_config.json"};
 
 std::string RankFile(int rank) { return absl::StrCat("rank-", rank, ".safetensors"); }
@@ -51,7 +55,8 @@ absl::Status WriteAll(const fs::path& path, const std::string& data) {
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot rename ", tmp.string(), ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp.string(), ": ", ec.message()));
   return absl::OkStatus();
 }
 
@@ -191,9 +196,9 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& output_dir, const 
   torch::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
   tensors.push_back({"rng.cpu", rng});
   const json loader = {{"epoch", state.loader.epoch}, {"index", state.loader.index}};
-  RETURN_IF_ERROR(model::WriteSafetensors(
-      (dir / RankFile(comm.rank())).string(), tensors,
-      {{"ranges", shards.ranges.dump()}, {"loader", loader.dump()}}));
+  RETURN_IF_ERROR(
+      model::WriteSafetensors((dir / RankFile(comm.rank())).string(), tensors,
+                              {{"ranges", shards.ranges.dump()}, {"loader", loader.dump()}}));
 
   // The whole model in HF's layout: a collective gather at stage 3, local below.
   std::vector<std::pair<std::string, torch::Tensor>> full;
@@ -204,18 +209,18 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& output_dir, const 
       for (auto& [name, t] : full) weights.push_back({name, t});
       model::SaveOptions save;
       save.dtype = engine.options().compute_dtype;
-      RETURN_IF_ERROR(model::SaveHfTensors(engine.model().config(), std::move(weights),
-                                           dir.string(), save));
+      RETURN_IF_ERROR(
+          model::SaveHfTensors(engine.model().config(), std::move(weights), dir.string(), save));
     }
     CopyTokenizerFiles(options.tokenizer_dir, dir);
-    const json trainer_state = {{"global_step", state.global_step},
-                                {"epoch", state.epoch},
-                                {"world_size", comm.world_size()},
-                                {"zero_stage", engine.options().stage},
-                                {"engine", shards.engine},
-                                {"model_config", json::parse(model::Qwen2VLConfigToJson(
-                                                     engine.model().config()))},
-                                {"layout", engine.Layout()}};
+    const json trainer_state = {
+        {"global_step", state.global_step},
+        {"epoch", state.epoch},
+        {"world_size", comm.world_size()},
+        {"zero_stage", engine.options().stage},
+        {"engine", shards.engine},
+        {"model_config", json::parse(model::Qwen2VLConfigToJson(engine.model().config()))},
+        {"layout", engine.Layout()}};
     RETURN_IF_ERROR(WriteAll(dir / kState, trainer_state.dump(1)));
   }
   full.clear();
@@ -239,9 +244,8 @@ absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& dir_text, zero::E
     for (size_t i = 0; i < layout.size(); ++i) {
       if (i >= j["layout"].size() || layout[i] != j["layout"][i]) {
         return absl::FailedPreconditionError(absl::StrCat(
-            dir.string(), ": the checkpoint's unit ", i < j["layout"].size()
-                                                          ? j["layout"][i].value("unit", "?")
-                                                          : std::string("(none)"),
+            dir.string(), ": the checkpoint's unit ",
+            i < j["layout"].size() ? j["layout"][i].value("unit", "?") : std::string("(none)"),
             " does not match the model's ", layout[i]["unit"].get<std::string>(),
             " (another model config?)"));
       }
@@ -250,11 +254,10 @@ absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& dir_text, zero::E
         absl::StrCat(dir.string(), ": the checkpoint has more units than the model"));
   }
   ASSIGN_OR_RETURN(SavedShards saved, SavedShards::Open(dir, saved_world));
-  RETURN_IF_ERROR(engine.LoadShards(
-      [&](const std::string& unit, const std::string& kind, int64_t begin, int64_t end) {
-        return saved.Read(unit, kind, begin, end);
-      },
-      j.value("engine", json::object())));
+  RETURN_IF_ERROR(
+      engine.LoadShards([&](const std::string& unit, const std::string& kind, int64_t begin,
+                            int64_t end) { return saved.Read(unit, kind, begin, end); },
+                        j.value("engine", json::object())));
 
   zero::Comm& comm = engine.comm();
   TrainerState state;
@@ -276,9 +279,8 @@ absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& dir_text, zero::E
     const int64_t dealt = state.loader.index * saved_world;
     if (dealt % comm.world_size() != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
-          dir.string(), ": ", dealt, " samples of epoch ", state.loader.epoch,
-          " were dealt to ", saved_world, " ranks; that does not divide among ",
-          comm.world_size()));
+          dir.string(), ": ", dealt, " samples of epoch ", state.loader.epoch, " were dealt to ",
+          saved_world, " ranks; that does not divide among ", comm.world_size()));
     }
     state.loader.index = dealt / comm.world_size();
   } else {
@@ -339,7 +341,8 @@ absl::Status ExportCheckpoint(const std::string& dir_text, const std::string& ou
   }
   std::error_code ec;
   fs::create_directories(out_dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
   model::SaveOptions save;
   save.dtype = dtype;
   RETURN_IF_ERROR(model::SaveHfTensors(config, std::move(tensors), out_dir, save));

@@ -24,8 +24,8 @@ void NormalInit(torch::Tensor& weight, double std, at::Generator& gen) {
   if (weight.device().is_cpu()) {
     weight.normal_(0.0, std, gen);
   } else {
-    weight.copy_(torch::empty(weight.sizes(), weight.options().device(torch::kCPU))
-                     .normal_(0.0, std, gen));
+    weight.copy_(
+        torch::empty(weight.sizes(), weight.options().device(torch::kCPU)).normal_(0.0, std, gen));
   }
 }
 
@@ -167,16 +167,16 @@ Qwen2VLForConditionalGeneration::Qwen2VLForConditionalGeneration(const Qwen2VLCo
                       finish_unit("visual." + name, {{"visual." + name, &module}});
                     }));
   Part norm;
-  language_model = register_module(
-      "model", std::make_shared<Qwen2VLTextModel>(
-                   config, [&](const std::string& name, torch::nn::Module& module) {
-                     if (name != "norm") {
-                       finish_unit("model." + name, {{"model." + name, &module}});
-                     } else {
-                       norm = {"model.norm", &module};  // the head unit starts here
-                       if (config.tie_word_embeddings) finish_unit("head", {norm});
-                     }
-                   }));
+  language_model =
+      register_module("model", std::make_shared<Qwen2VLTextModel>(
+                                   config, [&](const std::string& name, torch::nn::Module& module) {
+                                     if (name != "norm") {
+                                       finish_unit("model." + name, {{"model." + name, &module}});
+                                     } else {
+                                       norm = {"model.norm", &module};  // the head unit starts here
+                                       if (config.tie_word_embeddings) finish_unit("head", {norm});
+                                     }
+                                   }));
   if (!config.tie_word_embeddings) {
     lm_head = register_module(
         "lm_head",
@@ -354,8 +354,8 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardHidden(const ModelInputs& 
     h = h.masked_scatter(is_image.unsqueeze(-1).expand_as(h), image.to(h.scalar_type()));
   } else if (run_vision_always_) {
     const int64_t m = config_.vision.spatial_merge_size;
-    const torch::Tensor blank = torch::zeros(
-        {m * m, config_.vision.patch_dim()}, torch::TensorOptions().device(device));
+    const torch::Tensor blank =
+        torch::zeros({m * m, config_.vision.patch_dim()}, torch::TensorOptions().device(device));
     const torch::Tensor grid =
         torch::tensor({int64_t{1}, m, m}, torch::TensorOptions().dtype(torch::kInt64)).view({1, 3});
     h = h + EncodeImages(blank, grid).sum().to(h.scalar_type()) * 0;

@@ -10,9 +10,8 @@
 #include <torch/torch.h>
 
 #include <functional>
-#include <string>
-
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "worker/trainer/model/qwen2vl_config.h"

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/data/loader.h"
@@ -22,7 +23,6 @@
 #include "worker/trainer/stages/lr_schedule.h"
 #include "worker/trainer/zero/comm.h"
 #include "worker/trainer/zero/engine.h"
-#include "common/job_spec.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -138,10 +138,10 @@ class SftLoop {
     // the launched world size and the model's hidden size.
     std::optional<DeepSpeedConfig> ds;
     if (!spec_.deepspeed_config_json().empty()) {
-      ASSIGN_OR_RETURN(nlohmann::json doc,
-                       ParseDeepSpeedJson(spec_.deepspeed_config_json(),
-                                          spec_.deepspeed().empty() ? "deepspeed config"
-                                                                    : spec_.deepspeed()));
+      ASSIGN_OR_RETURN(
+          nlohmann::json doc,
+          ParseDeepSpeedJson(spec_.deepspeed_config_json(),
+                             spec_.deepspeed().empty() ? "deepspeed config" : spec_.deepspeed()));
       DeepSpeedInputs in = DeepSpeedInputsFor(spec_, t_);
       in.world_size = comm_->world_size();
       in.hidden_size = config.hidden_size;
@@ -231,7 +231,7 @@ class SftLoop {
     if (step.skipped) {
       Warn(absl::StrCat("step ", state_.global_step + 1,
                         ": gradient overflow, update skipped; loss scale now ",
-                        engine_->SaveShards().engine.value("loss_scale", 0.0)));
+                        engine_->loss_scale()));
     }
     ++state_.global_step;
     if (state_.global_step == 1 || state_.global_step == total_steps_) EmitMemory();

@@ -1,8 +1,9 @@
 #include "worker/trainer/zero/comm.h"
 
+#include <torch/version.h>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
 
 #if defined(USE_C10D_NCCL) && __has_include(<torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -41,9 +42,8 @@ absl::StatusOr<int> EnvInt(const char* name, int fallback, int min) {
   if (raw == nullptr || *raw == '\0') return fallback;
   int value = 0;
   if (!absl::SimpleAtoi(raw, &value) || value < min) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("environment variable ", name, ": must be an integer >= ", min, ", got '",
-                     raw, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "environment variable ", name, ": must be an integer >= ", min, ", got '", raw, "'"));
   }
   return value;
 }
@@ -61,8 +61,8 @@ absl::StatusOr<CommOptions> CommOptionsFromEnv() {
   auto rank = EnvInt("RANK", 0, 0);
   if (!rank.ok()) return rank.status();
   if (*rank >= *world) {
-    return absl::InvalidArgumentError(absl::StrCat("environment variable RANK: must be < WORLD_SIZE (",
-                                                   *world, "), got ", *rank));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "environment variable RANK: must be < WORLD_SIZE (", *world, "), got ", *rank));
   }
   options.world_size = *world;
   options.rank = *rank;
@@ -211,8 +211,8 @@ void Comm::Fail(const std::string& what, const std::string& cause,
                 std::chrono::steady_clock::time_point started) const {
   const double after = Seconds(std::chrono::steady_clock::now() - started);
   throw CollectiveError(absl::StrCat("collective ", what, " failed on rank ", options_.rank, " of ",
-                                     options_.world_size, " after ", after,
-                                     " s: ", DiagnosePeers(), "; ", backend_, ": ", cause));
+                                     options_.world_size, " after ", after, " s: ", DiagnosePeers(),
+                                     "; ", backend_, ": ", cause));
 }
 
 Handle::Handle(Handle&& other) noexcept { *this = std::move(other); }
@@ -285,9 +285,7 @@ Handle Comm::Start(c10::intrusive_ptr<c10d::Work> work, std::function<void()> fi
 namespace {
 
 // Gloo on LibTorch 1.13 has no bfloat16 (and we treat half the same way, for one code path).
-bool GlooLacks(torch::ScalarType type) {
-  return type == torch::kBFloat16 || type == torch::kHalf;
-}
+bool GlooLacks(torch::ScalarType type) { return type == torch::kBFloat16 || type == torch::kHalf; }
 
 uint64_t RingBytes(const torch::Tensor& t, int world) {
   return static_cast<uint64_t>(t.numel()) * t.element_size() * (world - 1) / world;
@@ -324,7 +322,8 @@ Handle Comm::AllGather(const torch::Tensor& shard, const torch::Tensor& out,
   for (int r = 0; r < world_size(); ++r) outputs[0].push_back(rows[r]);
   auto work = impl_->group->allgather(outputs, inputs);
   // Keep the input alive until the collective is done.
-  return Start(std::move(work), [inputs] {}, label, RingBytes(out, world_size()));
+  return Start(
+      std::move(work), [inputs] {}, label, RingBytes(out, world_size()));
 }
 
 Handle Comm::ReduceScatter(const torch::Tensor& in, const torch::Tensor& out,
@@ -349,8 +348,8 @@ Handle Comm::ReduceScatter(const torch::Tensor& in, const torch::Tensor& out,
 #endif
   // Gloo: all-reduce the whole buffer (in fp32 for the 16-bit floats it cannot add), keep this
   // rank's slice.
-  const torch::Tensor sum = GlooLacks(in.scalar_type()) ? in.view({-1}).to(torch::kFloat32)
-                                                         : in.view({-1});
+  const torch::Tensor sum =
+      GlooLacks(in.scalar_type()) ? in.view({-1}).to(torch::kFloat32) : in.view({-1});
   std::vector<at::Tensor> tensors = {sum};
   auto work = impl_->group->allreduce(tensors);
   const int64_t offset = static_cast<int64_t>(rank()) * s;
@@ -366,8 +365,9 @@ Handle Comm::AllReduce(const torch::Tensor& t, const std::string& what) {
   if (!impl_->native_reduce_scatter && GlooLacks(t.scalar_type())) {
     std::vector<at::Tensor> tensors = {t.to(torch::kFloat32)};
     const torch::Tensor sum = tensors[0];
-    return Start(impl_->group->allreduce(tensors), [t, sum] { t.copy_(sum); }, label,
-                 2 * RingBytes(sum, world_size()));
+    return Start(
+        impl_->group->allreduce(tensors), [t, sum] { t.copy_(sum); }, label,
+        2 * RingBytes(sum, world_size()));
   }
   std::vector<at::Tensor> tensors = {t};
   return Start(impl_->group->allreduce(tensors), nullptr, label, 2 * RingBytes(t, world_size()));

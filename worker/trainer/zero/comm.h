@@ -24,10 +24,9 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "absl/status/statusor.h"
-
-#include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace c10d {
 class Store;

@@ -16,8 +16,9 @@ namespace trainctl::zero {
 
 using trainctl::v1::TrainingArguments;
 
-EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds, const TrainingArguments& t,
-                                int64_t hidden_size, std::vector<std::string>* warnings) {
+EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
+                                const TrainingArguments& t, int64_t hidden_size,
+                                std::vector<std::string>* warnings) {
   EngineOptions o;
   o.lr = t.learning_rate();
   o.beta1 = t.adam_beta1();
@@ -74,7 +75,7 @@ EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds, const 
     }
     if (ds->scheduler.has_value()) {
       warnings->push_back(
-          "deepspeed.scheduler: not implemented by trainctl's engine; the learning rate follows "
+          "deepspeed.scheduler: ignored; trainctl's engine takes the learning-rate schedule from "
           "the job's lr_scheduler_type");
     }
   }
@@ -95,10 +96,10 @@ struct Engine::Unit {
   };
   std::string name;
   std::vector<Slot> slots;
-  int64_t numel = 0;   // F, unpadded
-  int64_t shard = 0;   // S: elements per rank (stage 0: F)
-  int64_t begin = 0;   // this rank's first element
-  int64_t padded = 0;  // S * W (stage 0: F)
+  int64_t numel = 0;                                      // F, unpadded
+  int64_t shard = 0;                                      // S: elements per rank (stage 0: F)
+  int64_t begin = 0;                                      // this rank's first element
+  int64_t padded = 0;                                     // S * W (stage 0: F)
   std::vector<std::pair<int64_t, int64_t>> decay_ranges;  // local [begin, end) in master
 
   torch::Tensor master;  // fp32 [S]; at stage 3 also the autograd leaf gradients flow into
@@ -110,7 +111,7 @@ struct Engine::Unit {
   bool gathering = false;
   int refs = 0;
   bool persistent = false;
-  std::vector<Unit*> borrowed;        // stage 3: units whose weights this one reads
+  std::vector<Unit*> borrowed;               // stage 3: units whose weights this one reads
   std::vector<std::string> borrowed_params;  // their parameter names
 
   int64_t local() const { return std::max<int64_t>(0, std::min(shard, numel - begin)); }
@@ -214,9 +215,9 @@ class Engine::Runner : public model::UnitRunner {
       for (Unit* b : u.borrowed) e.Acquire(*b);
       if (e.options_.overlap_comm && call->trace_position > 0) {
         // Backward runs the trace in reverse: the unit before this one is next.
-        std::vector<Unit*> reverse(e.trace_.rbegin() + static_cast<std::ptrdiff_t>(
-                                                          e.trace_.size() - call->trace_position),
-                                   e.trace_.rend());
+        std::vector<Unit*> reverse(
+            e.trace_.rbegin() + static_cast<std::ptrdiff_t>(e.trace_.size() - call->trace_position),
+            e.trace_.rend());
         e.Prefetch(reverse, 0);
       }
 
@@ -248,11 +249,11 @@ class Engine::Runner : public model::UnitRunner {
       result.push_back(call->input_requires_grad ? grads[next++] : torch::Tensor());
 
       // This unit's gradients, flattened in its layout and reduce-scattered into the slices.
-      auto reduce = [&](Unit& owner, const std::vector<std::pair<const Unit::Slot*, torch::Tensor>>&
-                                         parts) {
-        torch::Tensor flat = torch::zeros({owner.padded}, torch::TensorOptions()
-                                                              .dtype(e.options_.compute_dtype)
-                                                              .device(e.options_.device));
+      auto reduce = [&](Unit& owner,
+                        const std::vector<std::pair<const Unit::Slot*, torch::Tensor>>& parts) {
+        torch::Tensor flat = torch::zeros(
+            {owner.padded},
+            torch::TensorOptions().dtype(e.options_.compute_dtype).device(e.options_.device));
         for (const auto& [slot, g] : parts) {
           if (g.defined()) flat.narrow(0, slot->offset, slot->numel).copy_(g.reshape({-1}));
         }
@@ -423,15 +424,15 @@ absl::Status Engine::Build(const model::Qwen2VLConfig& config, int64_t seed,
       for (const Unit::Slot& slot : u->slots) {
         auto it = key_of.find(slot.name);
         if (it == key_of.end()) {
-          return absl::NotFoundError(absl::StrCat("tensor ", slot.name, " is not in ",
-                                                  ckpt->path()));
+          return absl::NotFoundError(
+              absl::StrCat("tensor ", slot.name, " is not in ", ckpt->path()));
         }
         const model::SafetensorInfo* info = ckpt->Find(it->second);
         if (info->shape != slot.shape) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "tensor ", it->second, " in ", ckpt->FileOf(it->second), " has shape ",
-              ShapeString(info->shape), " but the model's ", slot.name, " is ",
-              ShapeString(slot.shape)));
+          return absl::InvalidArgumentError(
+              absl::StrCat("tensor ", it->second, " in ", ckpt->FileOf(it->second), " has shape ",
+                           ShapeString(info->shape), " but the model's ", slot.name, " is ",
+                           ShapeString(slot.shape)));
         }
         const int64_t lo = std::max(slot.offset, u->begin);
         const int64_t hi = std::min(slot.offset + slot.numel, u->begin + u->shard);
@@ -477,8 +478,8 @@ void Engine::Bind(Unit& u) {
 }
 
 void Engine::Unbind(Unit& u) {
-  const torch::Tensor empty =
-      torch::empty({0}, torch::TensorOptions().dtype(options_.compute_dtype).device(options_.device));
+  const torch::Tensor empty = torch::empty(
+      {0}, torch::TensorOptions().dtype(options_.compute_dtype).device(options_.device));
   for (Unit::Slot& slot : u.slots) slot.param.set_data(empty);
   u.full = torch::Tensor();
 }
@@ -618,8 +619,9 @@ StepResult Engine::Step(double lr) {
     for (auto& u : units_) {
       const int64_t bucket = std::max<int64_t>(1, options_.reduce_bucket_size);
       for (int64_t at = 0; at < u->numel; at += bucket) {
-        pending.push_back(comm_->AllReduce(u->full_grad.narrow(0, at, std::min(bucket, u->numel - at)),
-                                           "gradients of " + u->name));
+        pending.push_back(
+            comm_->AllReduce(u->full_grad.narrow(0, at, std::min(bucket, u->numel - at)),
+                             "gradients of " + u->name));
       }
     }
     for (Handle& h : pending) h.Wait();
@@ -628,7 +630,8 @@ StepResult Engine::Step(double lr) {
     std::vector<torch::Tensor> parts;
     for (auto& u : units_) {
       parts.push_back(torch::empty({u->shard}, u->full_grad.options()));
-      pending.push_back(comm_->ReduceScatter(u->full_grad, parts.back(), "gradients of " + u->name));
+      pending.push_back(
+          comm_->ReduceScatter(u->full_grad, parts.back(), "gradients of " + u->name));
     }
     for (size_t i = 0; i < units_.size(); ++i) {
       pending[i].Wait();
@@ -695,7 +698,8 @@ StepResult Engine::Step(double lr) {
         if (options_.weight_decay != 0 && !options_.adam_w_mode) {
           for (const auto& [lo, hi] : u.decay_ranges) {
             const int64_t a = std::max(lo, at), b = std::min(hi, at + n);
-            if (a < b) g.narrow(0, a - at, b - a).add_(p.narrow(0, a, b - a), options_.weight_decay);
+            if (a < b)
+              g.narrow(0, a - at, b - a).add_(p.narrow(0, a, b - a), options_.weight_decay);
           }
         }
         torch::Tensor m = u.exp_avg.narrow(0, at, n), v = u.exp_avg_sq.narrow(0, at, n);
@@ -779,7 +783,7 @@ absl::Status Engine::LoadShards(const RangeReader& read, const nlohmann::json& e
     if (n == 0) continue;
     for (const char* kind : {"master", "exp_avg", "exp_avg_sq"}) {
       ASSIGN_OR_RETURN(torch::Tensor values, read(u->name, kind, u->begin, u->begin + n));
-      torch::Tensor& target = std::string(kind) == "master"     ? u->master
+      torch::Tensor& target = std::string(kind) == "master"    ? u->master
                               : std::string(kind) == "exp_avg" ? u->exp_avg
                                                                : u->exp_avg_sq;
       target.detach().narrow(0, 0, n).copy_(values);

@@ -91,11 +91,11 @@ struct StepResult {
 
 // Bytes this rank holds for training state, by kind (what the ZeRO paper counts).
 struct MemoryStats {
-  int64_t parameters = 0;        // total parameter count of the model
-  int64_t master_bytes = 0;      // fp32 master weights
-  int64_t optimizer_bytes = 0;   // AdamW moments
-  int64_t gradient_bytes = 0;    // gradient buffers (compute dtype and fp32)
-  int64_t working_bytes = 0;     // working weights in the compute dtype held now
+  int64_t parameters = 0;          // total parameter count of the model
+  int64_t master_bytes = 0;        // fp32 master weights
+  int64_t optimizer_bytes = 0;     // AdamW moments
+  int64_t gradient_bytes = 0;      // gradient buffers (compute dtype and fp32)
+  int64_t working_bytes = 0;       // working weights in the compute dtype held now
   int64_t peak_working_bytes = 0;  // the most working weights held at once
 };
 
@@ -123,6 +123,8 @@ class Engine {
   StepResult Step(double lr);
 
   MemoryStats Memory() const;
+  // The fp16 loss scale the next micro-batches are scaled by (1 without fp16).
+  double loss_scale() const { return options_.fp16 ? loss_scale_ : 1.0; }
 
   // Sharded state for checkpoints. Tensors named "<unit>.<kind>" hold the part of the unit's
   // flat buffer this rank saves; ranges() gives [begin, end) of each unit in that buffer.

@@ -1,9 +1,8 @@
 #include "worker/trainer/model/internal/activation_checkpoint.h"
 
-#include "worker/trainer/model/autocast_state.h"
-
-
 #include <utility>
+
+#include "worker/trainer/model/autocast_state.h"
 
 namespace trainctl::model::internal {
 namespace {
