@@ -377,7 +377,10 @@ Handle Comm::Broadcast(const torch::Tensor& t, int root, const std::string& what
   const std::string label = "broadcast " + what;
   if (world_size() == 1) return Start({}, nullptr, label, 0);
   TORCH_CHECK(t.is_contiguous(), "Broadcast: tensor must be contiguous");
-  std::vector<at::Tensor> tensors = {t};
+  // A broadcast copies bits: 16-bit floats travel as bytes on Gloo.
+  std::vector<at::Tensor> tensors = {!impl_->native_reduce_scatter && GlooLacks(t.scalar_type())
+                                         ? t.view({-1}).view(torch::kUInt8)
+                                         : t};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   return Start(impl_->group->broadcast(tensors, opts), nullptr, label,
