@@ -5,9 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 
 #include "absl/strings/str_split.h"
@@ -117,11 +119,16 @@ class ZeroTest : public testing::ShapesTrainingTest {
                           const std::map<int64_t, double>& got, const std::string& what,
                           double tolerance = 1e-5) {
     ASSERT_EQ(got.size(), reference.size()) << what;
+    double worst = 0;
     for (const auto& [step, loss] : reference) {
       ASSERT_TRUE(got.count(step)) << what << " step " << step;
-      EXPECT_LE(std::abs(got.at(step) - loss) / std::abs(loss), tolerance)
+      const double relative = std::abs(got.at(step) - loss) / std::abs(loss);
+      worst = std::max(worst, relative);
+      EXPECT_LE(relative, tolerance)
           << what << " step " << step << ": " << got.at(step) << " vs " << loss;
     }
+    std::cout << what << ": largest relative loss difference over " << reference.size()
+              << " steps: " << worst << "\n";
   }
 
   std::vector<std::string> last_events_;
