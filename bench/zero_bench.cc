@@ -31,6 +31,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/process_stats.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/zero/comm.h"
 #include "worker/trainer/zero/engine.h"
@@ -96,15 +97,6 @@ struct Report {
   double peak_rss = 0;
 };
 
-int64_t PeakRss() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
-  }
-  return 0;
-}
-
 Report RankMain(const trainctl::model::Qwen2VLConfig& config, const Run& run, int rank, int port) {
   if (const int threshold = absl::GetFlag(FLAGS_mmap_threshold); threshold > 0) {
     mallopt(M_MMAP_THRESHOLD, threshold);
@@ -161,7 +153,7 @@ Report RankMain(const trainctl::model::Qwen2VLConfig& config, const Run& run, in
   report.median_step_s = times.empty() ? 0 : times[times.size() / 2];
   report.bytes_per_step =
       run.steps > 0 ? static_cast<double>((*comm)->bytes_sent() - bytes_before) / run.steps : 0;
-  report.peak_rss = static_cast<double>(PeakRss());
+  report.peak_rss = static_cast<double>(trainctl::PeakRssBytes());
   return report;
 }
 

@@ -131,6 +131,25 @@ class ZeroTest : public testing::ShapesTrainingTest {
               << " steps: " << worst << "\n";
   }
 
+  // Two stage-3 ranks with ddp_timeout `timeout_s`; once rank 0 has done two steps, rank 1 gets
+  // `signal`. Rank 0 must exit non-zero within the timeout and a few seconds, naming the
+  // collective and rank 1.
+  void ExpectPeerFailureNamed(int signal, int timeout_s, const std::string& name) {
+    Ranks ranks = Launch(2, ZeroSpec(name, 3, 2, 1, 10000, {{"ddp_timeout", timeout_s}}), name);
+    ASSERT_TRUE(testing::WaitFor([&] { return Losses(ReadEvents(ranks.events[0])).size() >= 2; },
+                                 absl::Minutes(3)));
+    ranks.procs[1]->Kill(signal);
+    const absl::Time hit = absl::Now();
+    auto code = ranks.procs[0]->Wait(absl::Seconds(30));
+    ranks.procs[1]->Kill(SIGKILL);
+    ASSERT_TRUE(code.ok()) << "rank 0 still running 30 s after its peer got signal " << signal;
+    EXPECT_NE(*code, 0);
+    EXPECT_LT(absl::Now() - hit, absl::Seconds(timeout_s + 10));
+    const std::string log = testing::ReadFileOrEmpty(ranks.logs[0]);
+    EXPECT_NE(log.find("collective"), std::string::npos) << log;
+    EXPECT_NE(log.find("peer rank 1"), std::string::npos) << log;
+  }
+
   std::vector<std::string> last_events_;
 };
 
@@ -322,36 +341,11 @@ TEST_F(ZeroTest, ExportedWeightsReloadToIdenticalLogits) {
 }
 
 TEST_F(ZeroTest, ARankKilledMidRunFailsTheOthersWithANamedError) {
-  const std::string spec = ZeroSpec("dies", 3, 2, 1, 10000, {{"ddp_timeout", 5}});
-  Ranks ranks = Launch(2, spec, "dies");
-  ASSERT_TRUE(testing::WaitFor([&] { return Losses(ReadEvents(ranks.events[0])).size() >= 2; },
-                               absl::Minutes(3)));
-  ranks.procs[1]->Kill(SIGKILL);
-  const absl::Time killed = absl::Now();
-  auto code = ranks.procs[0]->Wait(absl::Seconds(30));
-  ASSERT_TRUE(code.ok()) << "rank 0 still running 30 s after its peer died";
-  EXPECT_NE(*code, 0);
-  EXPECT_LT(absl::Now() - killed, absl::Seconds(5 + 10));
-  const std::string log = testing::ReadFileOrEmpty(ranks.logs[0]);
-  EXPECT_NE(log.find("collective"), std::string::npos) << log;
-  EXPECT_NE(log.find("peer rank 1"), std::string::npos) << log;
+  ExpectPeerFailureNamed(SIGKILL, /*timeout_s=*/5, "dies");
 }
 
 TEST_F(ZeroTest, AHungRankTimesTheOthersOutWithANamedError) {
-  const std::string spec = ZeroSpec("hangs", 3, 2, 1, 10000, {{"ddp_timeout", 3}});
-  Ranks ranks = Launch(2, spec, "hangs");
-  ASSERT_TRUE(testing::WaitFor([&] { return Losses(ReadEvents(ranks.events[0])).size() >= 2; },
-                               absl::Minutes(3)));
-  ranks.procs[1]->Kill(SIGSTOP);
-  const absl::Time stopped = absl::Now();
-  auto code = ranks.procs[0]->Wait(absl::Seconds(30));
-  ranks.procs[1]->Kill(SIGKILL);
-  ASSERT_TRUE(code.ok()) << "rank 0 still running 30 s after its peer stopped";
-  EXPECT_NE(*code, 0);
-  EXPECT_LT(absl::Now() - stopped, absl::Seconds(3 + 10));
-  const std::string log = testing::ReadFileOrEmpty(ranks.logs[0]);
-  EXPECT_NE(log.find("collective"), std::string::npos) << log;
-  EXPECT_NE(log.find("peer rank 1"), std::string::npos) << log;
+  ExpectPeerFailureNamed(SIGSTOP, /*timeout_s=*/3, "hangs");
 }
 
 TEST_F(ZeroTest, TheSeedsDeepSpeedConfigRunsUnchangedOnTwoCpuRanks) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
+#include "common/process_stats.h"
 #include "common/status_macros.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/data/loader.h"
@@ -44,16 +45,6 @@ absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(const 
   ASSIGN_OR_RETURN(const std::string config_path, model::FindModelConfig(ref));
   ASSIGN_OR_RETURN(model::Qwen2VLConfig config, model::LoadQwen2VLConfig(config_path));
   return std::make_pair(std::move(config), std::string());
-}
-
-// VmHWM of this process, 0 when /proc is not there.
-int64_t PeakRssBytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
-  }
-  return 0;
 }
 
 // Optimizer steps between events/saves: HF's `*_steps` may be a ratio of the total when < 1.

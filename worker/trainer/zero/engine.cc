@@ -579,20 +579,7 @@ void Engine::Backward(const torch::Tensor& loss) {
         }
       }
     }
-    if (options_.stage == 2) {
-      std::vector<Handle> pending;
-      std::vector<torch::Tensor> parts;
-      for (auto& u : units_) {
-        parts.push_back(torch::empty({u->shard}, u->full_grad.options()));
-        pending.push_back(
-            comm_->ReduceScatter(u->full_grad, parts.back(), "gradients of " + u->name));
-      }
-      for (size_t i = 0; i < units_.size(); ++i) {
-        pending[i].Wait();
-        units_[i]->grad32.add_(parts[i].to(units_[i]->grad32.options()));
-        units_[i]->full_grad.zero_();
-      }
-    }
+    if (options_.stage == 2) ReduceScatterGradients();
     return;
   }
   try {
@@ -602,6 +589,22 @@ void Engine::Backward(const torch::Tensor& loss) {
     throw;
   }
   EndMicroStep();
+}
+
+void Engine::ReduceScatterGradients() {
+  // Every unit's reduce-scatter in flight at once; each rank adds its slice of the sum to its
+  // fp32 gradient slice and clears the full buffer for the next micro-batch.
+  std::vector<Handle> pending;
+  std::vector<torch::Tensor> parts;
+  for (auto& u : units_) {
+    parts.push_back(torch::empty({u->shard}, u->full_grad.options()));
+    pending.push_back(comm_->ReduceScatter(u->full_grad, parts.back(), "gradients of " + u->name));
+  }
+  for (size_t i = 0; i < units_.size(); ++i) {
+    pending[i].Wait();
+    units_[i]->grad32.add_(parts[i].to(units_[i]->grad32.options()));
+    units_[i]->full_grad.zero_();
+  }
 }
 
 torch::Tensor& Engine::ShardGrad(Unit& u) {
@@ -626,17 +629,7 @@ StepResult Engine::Step(double lr) {
     }
     for (Handle& h : pending) h.Wait();
   } else if (options_.stage == 1) {
-    std::vector<Handle> pending;
-    std::vector<torch::Tensor> parts;
-    for (auto& u : units_) {
-      parts.push_back(torch::empty({u->shard}, u->full_grad.options()));
-      pending.push_back(
-          comm_->ReduceScatter(u->full_grad, parts.back(), "gradients of " + u->name));
-    }
-    for (size_t i = 0; i < units_.size(); ++i) {
-      pending[i].Wait();
-      units_[i]->grad32.copy_(parts[i]);
-    }
+    ReduceScatterGradients();
   }
 
   // 2. The global norm: every rank's slices (stage 0: the whole, the same on every rank).

@@ -169,6 +169,7 @@ class Engine {
   void EndMicroStep();
   void RefreshWorkingWeights();
 
+  void ReduceScatterGradients();  // stages 1-2: full gradients -> fp32 slices
   torch::Tensor& ShardGrad(Unit& u);
   torch::TensorOptions MasterOptions() const;
 
