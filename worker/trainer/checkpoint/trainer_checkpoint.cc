@@ -200,9 +200,12 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& output_dir, const 
       model::WriteSafetensors((dir / RankFile(comm.rank())).string(), tensors,
                               {{"ranges", shards.ranges.dump()}, {"loader", loader.dump()}}));
 
-  // The whole model in HF's layout: a collective gather at stage 3, local below.
+  // The whole model in HF's layout, in the compute dtype (the 16-bit weights with bf16/fp16):
+  // every rank takes part in the gathers, rank 0 alone keeps and writes the result.
   std::vector<std::pair<std::string, torch::Tensor>> full;
-  if (options.write_hf_weights) full = engine.GatherFullWeights();
+  if (options.write_hf_weights) {
+    full = engine.GatherFullWeights(engine.options().compute_dtype, comm.rank() == 0);
+  }
   if (comm.rank() == 0) {
     if (options.write_hf_weights) {
       std::vector<model::NamedTensor> weights;

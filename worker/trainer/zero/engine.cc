@@ -790,16 +790,19 @@ absl::Status Engine::LoadShards(const RangeReader& read, const nlohmann::json& e
   return absl::OkStatus();
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> Engine::GatherFullWeights() {
+std::vector<std::pair<std::string, torch::Tensor>> Engine::GatherFullWeights(
+    torch::ScalarType dtype, bool keep) {
   torch::NoGradGuard no_grad;
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (auto& u : units_) {
-    torch::Tensor full = u->master.detach().to(torch::kCPU);
+    // One unit at a time, converted before it travels: the transient is one unit in `dtype`.
+    torch::Tensor full = u->master.detach().to(torch::kCPU, dtype);
     if (options_.stage >= 1) {
       torch::Tensor gathered = torch::empty({u->padded}, full.options());
       comm_->AllGather(full, gathered, "export of " + u->name).Wait();
       full = gathered;
     }
+    if (!keep) continue;
     for (const Unit::Slot& slot : u->slots) {
       out.emplace_back(slot.name, full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone());
     }

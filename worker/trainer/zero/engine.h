@@ -140,8 +140,10 @@ class Engine {
       const std::string& unit, const std::string& kind, int64_t begin, int64_t end)>;
   absl::Status LoadShards(const RangeReader& read, const nlohmann::json& engine);
 
-  // The full weights in the model's HF names (float32), assembled on every rank; for export.
-  std::vector<std::pair<std::string, torch::Tensor>> GatherFullWeights();
+  // Collective. The full weights in the model's HF names, in `dtype`, assembled one unit at a
+  // time; returned where `keep` (e.g. on the rank that writes them), empty elsewhere.
+  std::vector<std::pair<std::string, torch::Tensor>> GatherFullWeights(
+      torch::ScalarType dtype = torch::kFloat32, bool keep = true);
 
   // The flat layout, for checkpoints and offline export:
   // [{"unit": name, "numel": F, "params": [[name, [shape...]], ...]}, ...] in Units() order.
