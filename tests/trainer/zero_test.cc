@@ -62,6 +62,12 @@ class ZeroTest : public testing::ShapesTrainingTest {
   };
 
   Ranks Launch(int world, const std::string& spec, const std::string& tag) {
+    return Launch(std::vector<std::string>(world, spec), tag);
+  }
+
+  // One spec per rank.
+  Ranks Launch(const std::vector<std::string>& specs, const std::string& tag) {
+    const int world = static_cast<int>(specs.size());
     Ranks ranks;
     const int port = FreePort();
     for (int r = 0; r < world; ++r) {
@@ -73,7 +79,7 @@ class ZeroTest : public testing::ShapesTrainingTest {
                                        absl::StrCat("WORLD_SIZE=", world),
                                        "MASTER_ADDR=127.0.0.1",
                                        absl::StrCat("MASTER_PORT=", port)};
-      for (const std::string& a : TrainArgs(spec, ranks.events.back())) argv.push_back(a);
+      for (const std::string& a : TrainArgs(specs[r], ranks.events.back())) argv.push_back(a);
       ranks.procs.push_back(std::make_unique<Subprocess>(argv, ranks.logs.back()));
     }
     return ranks;
@@ -242,6 +248,20 @@ TEST_F(ZeroTest, ACorruptRankFileFallsBackToThePreviousCheckpoint) {
   EXPECT_TRUE(from_4);
   ASSERT_EQ(again.size(), 4u);
   for (const auto& [step, loss] : again) EXPECT_EQ(loss, straight.at(step)) << "step " << step;
+}
+
+TEST_F(ZeroTest, RanksThatSeeDifferentCheckpointsRefuseToResume) {
+  const json save = {{"save_strategy", "steps"}, {"save_steps", 2}};
+  Train(2, ZeroSpec("seen", 3, 2, 1, 2, save), "seen");
+  // Rank 1's output_dir is another, empty directory, as on a node without the shared file system.
+  Ranks ranks =
+      Launch({ZeroSpec("seen", 3, 2, 1, 4, save), ZeroSpec("unseen", 3, 2, 1, 4, save)}, "split");
+  const std::vector<int> codes = Wait(ranks, absl::Minutes(2));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(codes[r], 1) << "rank " << r;
+    const std::string log = testing::ReadFileOrEmpty(ranks.logs[r]);
+    EXPECT_NE(log.find("different newest checkpoints"), std::string::npos) << log;
+  }
 }
 
 TEST_F(ZeroTest, MixedTextAndImageBatchesKeepStageThreeRanksInStep) {

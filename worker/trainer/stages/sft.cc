@@ -73,6 +73,7 @@ class SftLoop {
       std::vector<std::string> skipped;
       auto latest = FindLatestCheckpoint(spec_.output_dir(), &skipped);
       for (const std::string& why : skipped) Warn("skipped checkpoint: " + why);
+      RETURN_IF_ERROR(AgreeOnCheckpoint(latest));
       if (latest) {
         ASSIGN_OR_RETURN(state_, LoadCheckpoint(*latest, *engine_));
         RETURN_IF_ERROR(loader_->SetState(state_.loader));
@@ -99,6 +100,34 @@ class SftLoop {
   }
 
  private:
+  // Every rank must resume from the same step, or their shards would not belong together: a node
+  // that sees another output_dir (no shared file system) or other files fails the job here, on
+  // every rank, instead of training on inconsistent state.
+  absl::Status AgreeOnCheckpoint(const std::optional<std::string>& latest) {
+    if (comm_->world_size() == 1) return absl::OkStatus();
+    double step = -1;
+    if (latest) {
+      const std::string name = fs::path(*latest).filename().string();
+      step = std::atof(name.c_str() + std::string("checkpoint-").size());
+    }
+    try {
+      torch::Tensor sums = torch::tensor({step, step * step}, torch::kFloat64);
+      comm_->AllReduce(sums, "checkpoint choice").Wait();
+      const double n = comm_->world_size();
+      const double mean = sums[0].item<double>() / n;
+      if (sums[1].item<double>() / n - mean * mean > 0.25) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the ranks found different newest checkpoints under ", spec_.output_dir(),
+                         " (rank ", comm_->rank(), ": ", latest ? *latest : std::string("none"),
+                         "); every rank must see the same output_dir"));
+      }
+    } catch (const zero::CollectiveError& e) {
+      comm_failed_ = true;
+      return absl::UnavailableError(e.what());
+    }
+    return absl::OkStatus();
+  }
+
   // Rank 0 speaks for the job: metrics, checkpoints and warnings come once, not once per rank.
   bool lead() const { return comm_->rank() == 0; }
 
