@@ -54,6 +54,10 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
 
 std::string ReadFileOrEmpty(const std::string& path);
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released), for a
+// child that must be told its port up front (a rendezvous address). 0 if none could be had.
+int FreeLoopbackPort();
+
 }  // namespace trainctl::testing
 
 #endif  // TRAINCTL_TESTS_TESTING_SUBPROCESS_H_

@@ -4,9 +4,7 @@
 #include "worker/trainer/zero/comm.h"
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -15,24 +13,14 @@
 #include <iostream>
 #include <vector>
 
+#include "tests/testing/subprocess.h"
+
 namespace trainctl::zero {
 namespace {
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Runs `body(comm)` on `world` forked ranks; true when every rank returned true.
 bool OnRanks(int world, const std::function<bool(Comm&)>& body) {
-  const int port = FreePort();
+  const int port = testing::FreeLoopbackPort();
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     const pid_t pid = fork();
@@ -158,7 +146,7 @@ TEST(CommTest, RendezvousWithoutPeersTimesOutNamingTheAddress) {
   CommOptions options;
   options.rank = 1;
   options.world_size = 2;
-  options.master_port = FreePort();  // nobody listens
+  options.master_port = testing::FreeLoopbackPort();  // nobody listens
   options.timeout = std::chrono::seconds(2);
   auto comm = Comm::Create(options);
   ASSERT_FALSE(comm.ok());

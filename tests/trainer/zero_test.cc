@@ -1,8 +1,6 @@
 // The ZeRO engine across real trainer processes: N `trainctl-trainer` ranks rendezvous on loopback
 // through the TCPStore and train the tiny model over Gloo, one thread each.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,22 +23,6 @@ using nlohmann::json;
 using testing::Losses;
 using testing::ReadEvents;
 using testing::Subprocess;
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string DeepSpeed(int stage, const json& extra = json::object()) {
   json ds = {{"zero_optimization",
@@ -69,7 +51,7 @@ class ZeroTest : public testing::ShapesTrainingTest {
   Ranks Launch(const std::vector<std::string>& specs, const std::string& tag) {
     const int world = static_cast<int>(specs.size());
     Ranks ranks;
-    const int port = FreePort();
+    const int port = testing::FreeLoopbackPort();
     for (int r = 0; r < world; ++r) {
       ranks.events.push_back(absl::StrCat(dir_.path(), "/", tag, ".", r, ".jsonl"));
       ranks.logs.push_back(absl::StrCat(dir_.path(), "/", tag, ".", r, ".log"));

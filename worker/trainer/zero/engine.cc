@@ -155,9 +155,9 @@ class Engine::Runner : public model::UnitRunner {
                         bool /*checkpoint: stage 3 always recomputes*/) override {
     Unit& u = *engine_->by_name_.at(unit.name);
     if (!torch::GradMode::is_enabled()) {
-      AcquireAll(u);
+      engine_->Acquire(u);
       torch::Tensor out = fn(input);
-      ReleaseAll(u);
+      engine_->Release(u);
       return out;
     }
     auto call = c10::make_intrusive<UnitCall>();
@@ -173,15 +173,6 @@ class Engine::Runner : public model::UnitRunner {
   }
 
  private:
-  void AcquireAll(Unit& u) const {
-    engine_->Acquire(u);
-    for (Unit* b : u.borrowed) engine_->Acquire(*b);
-  }
-  void ReleaseAll(Unit& u) const {
-    engine_->Release(u);
-    for (Unit* b : u.borrowed) engine_->Release(*b);
-  }
-
   class Function : public torch::autograd::Function<Function> {
    public:
     static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
@@ -192,7 +183,6 @@ class Engine::Runner : public model::UnitRunner {
       Unit& u = *e.trace_[call->trace_position];
       (void)anchors;
       e.Acquire(u);
-      for (Unit* b : u.borrowed) e.Acquire(*b);
       if (e.options_.overlap_comm) e.Prefetch(e.last_trace_, call->trace_position + 1);
       torch::Tensor output;
       {
@@ -200,7 +190,6 @@ class Engine::Runner : public model::UnitRunner {
         output = call->fn(input);
       }
       e.Release(u);
-      for (Unit* b : u.borrowed) e.Release(*b);
       ctx->save_for_backward({input});
       ctx->saved_data["call"] = c10::IValue::make_capsule(std::move(call));
       return {output};
@@ -212,7 +201,6 @@ class Engine::Runner : public model::UnitRunner {
       Engine& e = *call->engine;
       Unit& u = *e.trace_[call->trace_position];
       e.Acquire(u);
-      for (Unit* b : u.borrowed) e.Acquire(*b);
       if (e.options_.overlap_comm && call->trace_position > 0) {
         // Backward runs the trace in reverse: the unit before this one is next.
         std::vector<Unit*> reverse(
@@ -268,7 +256,6 @@ class Engine::Runner : public model::UnitRunner {
         result.push_back(reduce(*u.borrowed[i], {{borrowed_slots[i], grads[next++]}}));
       }
       e.Release(u);
-      for (Unit* b : u.borrowed) e.Release(*b);
       return result;
     }
   };
@@ -498,6 +485,16 @@ void Engine::StartGather(Unit& u) {
 }
 
 void Engine::Acquire(Unit& u) {
+  AcquireOne(u);
+  for (Unit* b : u.borrowed) AcquireOne(*b);
+}
+
+void Engine::Release(Unit& u) {
+  ReleaseOne(u);
+  for (Unit* b : u.borrowed) ReleaseOne(*b);
+}
+
+void Engine::AcquireOne(Unit& u) {
   ++u.refs;
   if (u.persistent) return;
   if (u.gathering || !u.full.defined()) {
@@ -508,7 +505,7 @@ void Engine::Acquire(Unit& u) {
   }
 }
 
-void Engine::Release(Unit& u) {
+void Engine::ReleaseOne(Unit& u) {
   if (--u.refs > 0 || u.persistent) return;
   Unbind(u);
   live_numel_ -= u.padded;

@@ -162,8 +162,12 @@ class Engine {
   void SetFull(Unit& u, const torch::Tensor& full);
 
   // Stage 3 working weights.
+  // A unit's working weights and those of the units it borrows from, gathered and bound (counted,
+  // so nested users share them); Release frees them when the last user is done.
   void Acquire(Unit& u);
   void Release(Unit& u);
+  void AcquireOne(Unit& u);
+  void ReleaseOne(Unit& u);
   void StartGather(Unit& u);
   void Bind(Unit& u);
   void Unbind(Unit& u);
