@@ -52,6 +52,7 @@ Usage: trainctl VERB [options]
   cancel ID [--reason TEXT]      cancel a job
   watch ID                       follow a job's events until it ends (exit 0 if it succeeded)
   logs ID [-f] [--tail N]        print a job's rank logs; -f follows until the job ends
+  nodes                          list worker nodes: state, slots, labels, tasks
   tokenize --tokenizer DIR       offline: each UTF-8 line on stdin -> a JSON array of token ids
            [--decode]            (DIR holds tokenizer.json); --decode turns JSON arrays back to text
 
@@ -232,6 +233,30 @@ int List(Context& c) {
     table.AddRow({job.id(), job.spec().name(), JobKindName(job.spec().kind()),
                   StateName(job.state()), absl::StrCat(job.attempt()),
                   absl::StrCat(r.nodes(), "x", r.slots_per_node()), step, Age(job.create_time())});
+  }
+  table.Print(c.out);
+  return kExitOk;
+}
+
+int Nodes(Context& c) {
+  JobClient client(c.coordinator);
+  auto nodes = client.ListNodes();
+  if (!nodes.ok()) return Fail(c.err, nodes.status());
+  if (c.json) {
+    c.out << MessageToJsonText(*nodes, /*pretty=*/true) << '\n';
+    return kExitOk;
+  }
+  Table table({"NAME", "ADDRESS", "STATE", "SLOTS", "FREE", "LABELS", "TASKS", "LAST SEEN"});
+  for (const trainctl::v1::Node& node : nodes->nodes()) {
+    std::vector<std::string> labels;
+    for (const auto& [k, v] : node.labels()) labels.push_back(absl::StrCat(k, "=", v));
+    std::sort(labels.begin(), labels.end());
+    std::vector<std::string> tasks;
+    for (const auto& t : node.tasks()) tasks.push_back(absl::StrCat(t.job_id(), "/", t.node_rank()));
+    table.AddRow({node.name(), node.address(), node.state(),
+                  absl::StrCat(node.total_slots(), node.gpus() > 0 ? " gpu" : " cpu"),
+                  absl::StrCat(node.free_slots()), labels.empty() ? "-" : absl::StrJoin(labels, ","),
+                  tasks.empty() ? "-" : absl::StrJoin(tasks, ","), Age(node.last_seen())});
   }
   table.Print(c.out);
   return kExitOk;
@@ -458,6 +483,7 @@ std::map<std::string, Verb> Verbs() {
       {"cancel", {Cancel, {coordinator, output, {"reason", "", true}}}},
       {"watch", {Watch, {coordinator, output}}},
       {"logs", {Logs, {coordinator, output, {"follow", "-f", false}, {"tail", "", true}}}},
+      {"nodes", {Nodes, {coordinator, output}}},
       {"tokenize", {Tokenize, {{"tokenizer", "", true}, {"decode", "", false}}}},
   };
 }

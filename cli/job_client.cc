@@ -70,6 +70,10 @@ absl::StatusOr<Job> JobClient::Cancel(const std::string& id, const std::string& 
   return Unary(&trainctl::v1::JobService::Stub::CancelJob, request);
 }
 
+absl::StatusOr<trainctl::v1::ListNodesResponse> JobClient::ListNodes() {
+  return Unary(&trainctl::v1::JobService::Stub::ListNodes, trainctl::v1::ListNodesRequest());
+}
+
 absl::Status JobClient::Watch(const trainctl::v1::WatchJobRequest& request,
                               const std::function<void(const trainctl::v1::JobEvent&)>& on_event) {
   if (auto s = Connect(); !s.ok()) return s;

@@ -1,4 +1,5 @@
-// trainctl-coordinator: accepts job specs over gRPC and keeps jobs, events and logs in SQLite.
+// trainctl-coordinator: accepts job specs over gRPC, keeps jobs, events and logs in SQLite, and
+// schedules jobs onto the worker daemons connected to it (WorkerService).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -18,11 +19,13 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/thread_pool.h"
+#include "coordinator/cluster.h"
 #include "coordinator/in_memory_job_store.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_service.h"
 #include "coordinator/sqlite_job_store.h"
+#include "coordinator/worker_service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "HOST:PORT to serve gRPC on (port 0: any free port)");
@@ -31,6 +34,12 @@ ABSL_FLAG(std::string, db_sync, "full",
           "full: fsync every commit (survives power loss); normal: survives process crashes only");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 ABSL_FLAG(int, rpc_threads, 16, "threads that run blocking RPC work (SQLite)");
+ABSL_FLAG(absl::Duration, lease_timeout, absl::Seconds(10),
+          "a worker that sends nothing (heartbeats included) for this long is lost; its tasks fail");
+ABSL_FLAG(absl::Duration, recovery_grace, absl::ZeroDuration(),
+          "after a restart, how long placed jobs wait for their workers to report (0: lease_timeout)");
+ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(10),
+          "how long workers wait between SIGTERM and SIGKILL when they stop ranks");
 ABSL_FLAG(std::string, ready_file, "",
           "once serving, write the bound HOST:PORT to this file (for scripts and tests)");
 
@@ -89,6 +98,18 @@ int Run() {
   JobManager jobs(store->get(), &clock, &notifier);
   ThreadPool executor(std::max(1, absl::GetFlag(FLAGS_rpc_threads)));
   JobServiceImpl job_service(&jobs, &executor);
+  ClusterOptions cluster_options;
+  cluster_options.lease_timeout = absl::GetFlag(FLAGS_lease_timeout);
+  cluster_options.recovery_grace = absl::GetFlag(FLAGS_recovery_grace);
+  cluster_options.kill_grace = absl::GetFlag(FLAGS_kill_grace);
+  Cluster cluster(&jobs, &clock, cluster_options);
+  jobs.SetListener([&cluster](const std::string& id) { cluster.JobChanged(id); });
+  job_service.SetNodeLister([&cluster] { return cluster.ListNodes(); });
+  WorkerServiceImpl worker_service(&cluster);
+  if (absl::Status s = cluster.Start(); !s.ok()) {
+    TRAINCTL_LOG(ERROR) << "loading jobs: " << s.message();
+    return 1;
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -97,6 +118,7 @@ int Run() {
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&job_service);
+  builder.RegisterService(&worker_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     TRAINCTL_LOG(ERROR) << "cannot listen on " << listen << " (address in use or invalid)";
@@ -118,6 +140,7 @@ int Run() {
   });
   server->Wait();
   stopper.join();
+  cluster.Stop();
   TRAINCTL_LOG(INFO) << "stopped";
   return 0;
 }

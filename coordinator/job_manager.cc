@@ -63,7 +63,10 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spe
   std::vector<JobEvent> events = {StateChangeEvent(
       trainctl::v1::JOB_STATE_UNSPECIFIED, trainctl::v1::JOB_STATE_PENDING, "submitted", 0, now)};
   ASSIGN_OR_RETURN(CreateJobResult created, store_->CreateJob(job, request_id, std::move(events)));
-  if (created.created) notifier_->Notify(created.job.id());
+  if (created.created) {
+    notifier_->Notify(created.job.id());
+    if (listener_) listener_(created.job.id());
+  }
   return SubmitResult{std::move(created.job), created.created, std::move(validated.warnings)};
 }
 
@@ -88,7 +91,7 @@ absl::StatusOr<Job> JobManager::Cancel(absl::string_view id, const std::string& 
   const auto now = ToProto(clock_->Now());
   const std::string why =
       reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
-  return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
+  auto cancelled = Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
     switch (job->state()) {
       case trainctl::v1::JOB_STATE_CANCELLED:
         return absl::OkStatus();  // cancelling twice is not an error
@@ -112,6 +115,8 @@ absl::StatusOr<Job> JobManager::Cancel(absl::string_view id, const std::string& 
             "job ", job->id(), " already ", JobStateName(job->state()), "; nothing to cancel"));
     }
   });
+  if (cancelled.ok() && listener_) listener_(cancelled->id());
+  return cancelled;
 }
 
 absl::StatusOr<Job> JobManager::Transition(absl::string_view id, trainctl::v1::JobState to,

@@ -4,6 +4,7 @@
 #ifndef TRAINCTL_COORDINATOR_JOB_MANAGER_H_
 #define TRAINCTL_COORDINATOR_JOB_MANAGER_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,12 @@ class JobManager {
   // Stores rank log lines (each names its job) and wakes their followers.
   absl::Status AppendLogs(std::vector<LogLine> lines);
 
+  // Called after a submit that created a job and after every accepted cancel, with the job's id,
+  // on the caller's thread (the scheduler's hook). Set before serving.
+  void SetListener(std::function<void(const std::string& job_id)> listener) {
+    listener_ = std::move(listener);
+  }
+
   JobStore* store() { return store_; }
   JobNotifier* notifier() { return notifier_; }
 
@@ -63,6 +70,7 @@ class JobManager {
   JobStore* const store_;
   Clock* const clock_;
   JobNotifier* const notifier_;
+  std::function<void(const std::string& job_id)> listener_;
 };
 
 }  // namespace trainctl

@@ -5,6 +5,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "common/thread_pool.h"
 #include "coordinator/job_manager.h"
@@ -19,6 +22,10 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
  public:
   // Does not take ownership; both must outlive the server.
   JobServiceImpl(JobManager* jobs, ThreadPool* executor) : jobs_(jobs), executor_(executor) {}
+
+  // What ListNodes answers; without one it is UNIMPLEMENTED (a coordinator with no scheduler).
+  using NodeLister = std::function<std::vector<trainctl::v1::Node>()>;
+  void SetNodeLister(NodeLister lister) { node_lister_ = std::move(lister); }
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const trainctl::v1::SubmitJobRequest* request,
@@ -37,6 +44,9 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
   grpc::ServerWriteReactor<trainctl::v1::LogLine>* StreamLogs(
       grpc::CallbackServerContext* context,
       const trainctl::v1::StreamLogsRequest* request) override;
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* context,
+                                      const trainctl::v1::ListNodesRequest* request,
+                                      trainctl::v1::ListNodesResponse* response) override;
 
  private:
   // Runs `work` on the executor and finishes the returned reactor with its status.
@@ -45,6 +55,7 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
 
   JobManager* const jobs_;
   ThreadPool* const executor_;
+  NodeLister node_lister_;
 };
 
 }  // namespace trainctl

@@ -61,7 +61,7 @@ class ShapesTrainingTest : public ::testing::Test {
                         {"save_strategy", "steps"},
                         {"save_steps", 4},
                         {"seed", 7}};
-    t.update(training);
+    if (training.is_object()) t.update(training);
     nlohmann::json spec = {{"kind", "sft"},
                            {"name", name},
                            {"model_name_or_path", "tiny"},

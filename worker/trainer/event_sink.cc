@@ -5,10 +5,12 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 
 namespace trainctl::trainer {
@@ -51,6 +53,47 @@ void JsonLinesEventSink::Emit(const std::string& type, nlohmann::json fields) {
     if (n <= 0) return;  // the reader is gone; see the header
     written += static_cast<size_t>(n);
   }
+}
+
+std::string ConsoleEchoEventSink::Format(const std::string& type, const nlohmann::json& fields) {
+  auto number = [&](const nlohmann::json& j, const char* key) {
+    return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+  };
+  if (type == "metric" && fields.contains("values") && fields["values"].is_object()) {
+    const nlohmann::json& v = fields["values"];
+    return absl::StrFormat(
+        "step %d/%d: loss %.4f, lr %.3e, grad_norm %.3f, epoch %.2f, %.0f tokens/s, %.2f s/step",
+        static_cast<int64_t>(number(fields, "step")), static_cast<int64_t>(number(v, "total_steps")),
+        number(v, "loss"), number(v, "learning_rate"), number(v, "grad_norm"), number(v, "epoch"),
+        number(v, "tokens_per_second"), number(v, "step_time"));
+  }
+  if (type == "checkpoint") {
+    return absl::StrCat("checkpoint of step ", static_cast<int64_t>(number(fields, "step")),
+                        " saved: ", fields.value("path", std::string()));
+  }
+  if (type == "warning") return absl::StrCat("warning: ", fields.value("message", std::string()));
+  if (type == "status") {
+    const std::string state = fields.value("state", std::string());
+    if (state == "running") {
+      return absl::StrCat(fields.value("kind", std::string()), " job '",
+                          fields.value("name", std::string()), "' starting");
+    }
+    if (state == "succeeded") {
+      return absl::StrFormat("finished: %d steps, last loss %.4f, checkpoint %s",
+                             static_cast<int64_t>(number(fields, "steps")), number(fields, "loss"),
+                             fields.value("checkpoint", std::string()));
+    }
+  }
+  return "";
+}
+
+void ConsoleEchoEventSink::Emit(const std::string& type, nlohmann::json fields) {
+  const std::string line = Format(type, fields);
+  inner_->Emit(type, std::move(fields));
+  if (line.empty()) return;
+  absl::MutexLock lock(&mu_);
+  std::fputs((line + "\n").c_str(), stdout);
+  std::fflush(stdout);
 }
 
 }  // namespace trainctl::trainer

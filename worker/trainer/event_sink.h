@@ -39,6 +39,22 @@ class JsonLinesEventSink final : public EventSink {
   const bool owned_;
 };
 
+// Passes every event on to `inner` and prints a human-readable line for the ones people read in a
+// rank's log (metric, checkpoint, status, warning) to stdout, as the HF Trainer's console does.
+// Thread-safe if `inner` is.
+class ConsoleEchoEventSink final : public EventSink {
+ public:
+  explicit ConsoleEchoEventSink(EventSink* inner) : inner_(inner) {}
+  void Emit(const std::string& type, nlohmann::json fields) override;
+
+  // The line printed for an event, "" for none (for tests).
+  static std::string Format(const std::string& type, const nlohmann::json& fields);
+
+ private:
+  EventSink* const inner_;
+  absl::Mutex mu_;
+};
+
 }  // namespace trainctl::trainer
 
 #endif  // TRAINCTL_WORKER_TRAINER_EVENT_SINK_H_

@@ -69,7 +69,8 @@ int Train(const std::map<std::string, std::string>& flags) {
     std::cerr << "trainctl-trainer: " << sink.status().message() << "\n";
     return 1;
   }
-  EventSink* events = sink->get();
+  ConsoleEchoEventSink console(sink->get());
+  EventSink* events = &console;
   auto fail = [&](const absl::Status& s) {
     std::cerr << "trainctl-trainer: " << s.message() << "\n";
     events->Emit("status", {{"state", "failed"}, {"message", std::string(s.message())}});

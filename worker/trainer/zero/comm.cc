@@ -131,10 +131,15 @@ absl::StatusOr<std::unique_ptr<Comm>> Comm::Create(const CommOptions& options) {
 #endif
     } else {
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-      // GLOO_SOCKET_IFNAME picks the interface, as in PyTorch; otherwise the address that reaches
-      // the rendezvous host on loopback, or this host's name.
+      // GLOO_SOCKET_IFNAME picks the interface, as in PyTorch; otherwise the address the worker
+      // daemon advertises for this node (TRAINCTL_NODE_ADDR), loopback when the rendezvous host is
+      // loopback, or this host's name.
+      const char* node_addr = std::getenv("TRAINCTL_NODE_ADDR");
       if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
         gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      } else if (node_addr != nullptr && *node_addr) {
+        gloo_options->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForHostname(node_addr));
       } else if (options.master_addr == "127.0.0.1" || options.master_addr == "localhost") {
         gloo_options->devices.push_back(
             c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));

@@ -1,0 +1,738 @@
+#include "coordinator/cluster.h"
+
+#include <algorithm>
+#include <future>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/json_proto.h"
+#include "common/logging.h"
+#include "coordinator/job_state.h"
+#include "google/protobuf/util/time_util.h"
+#include "nlohmann/json.hpp"
+
+namespace trainctl {
+namespace {
+
+namespace v1 = trainctl::v1;
+using google::protobuf::util::TimeUtil;
+
+bool TaskEnded(v1::TaskState state) {
+  return state == v1::TASK_STATE_SUCCEEDED || state == v1::TASK_STATE_FAILED ||
+         state == v1::TASK_STATE_CANCELLED;
+}
+
+std::string TaskId(const std::string& job_id, int attempt, int node_rank) {
+  return absl::StrCat(job_id, ".", attempt, ".", node_rank);
+}
+
+SchedJob ToSchedJob(const Job& job) {
+  SchedJob s;
+  s.id = job.id();
+  s.priority = job.spec().priority();
+  s.order = ParseJobId(job.id()).value_or(0);
+  s.nodes = std::max(1, job.spec().resources().nodes());
+  s.slots_per_node = std::max(1, job.spec().resources().slots_per_node());
+  s.node_selector.insert(job.spec().node_selector().begin(), job.spec().node_selector().end());
+  return s;
+}
+
+// "rank 3 on node-b exited with code 1" plus its last lines.
+std::string DescribeFailure(const std::string& node, const v1::TaskStatus& status) {
+  std::string why;
+  if (status.failed_rank() < 0) {
+    why = absl::StrCat("launch on ", node, " failed");
+  } else if (status.signal() != 0) {
+    why = absl::StrCat("rank ", status.failed_rank(), " on ", node, " was killed by signal ",
+                       status.signal());
+  } else {
+    why = absl::StrCat("rank ", status.failed_rank(), " on ", node, " exited with code ",
+                       status.exit_code());
+  }
+  if (!status.message().empty()) absl::StrAppend(&why, ": ", status.message());
+  if (status.last_log_lines_size() > 0) {
+    const int n = status.last_log_lines_size();
+    const int from = std::max(0, n - 5);
+    std::vector<std::string> tail(status.last_log_lines().begin() + from,
+                                  status.last_log_lines().end());
+    absl::StrAppend(&why, "; last lines:\n  ", absl::StrJoin(tail, "\n  "));
+  }
+  return why;
+}
+
+}  // namespace
+
+Cluster::Cluster(JobManager* jobs, Clock* clock, ClusterOptions options)
+    : jobs_(jobs), clock_(clock), options_(std::move(options)) {}
+
+Cluster::~Cluster() { Stop(); }
+
+absl::Status Cluster::Start() {
+  // Waiting and placed jobs, oldest first (the store lists newest first).
+  std::vector<Job> live;
+  JobFilter filter;
+  filter.states = {v1::JOB_STATE_PENDING, v1::JOB_STATE_RESTARTING, v1::JOB_STATE_SCHEDULED,
+                   v1::JOB_STATE_RUNNING};
+  filter.page_size = 1000;
+  while (true) {
+    auto page = jobs_->List(filter);
+    if (!page.ok()) return page.status();
+    for (Job& job : page->jobs) live.push_back(std::move(job));
+    if (page->next_before_id == 0) break;
+    filter.before_id = page->next_before_id;
+  }
+  const absl::Duration grace = options_.recovery_grace > absl::ZeroDuration()
+                                   ? options_.recovery_grace
+                                   : options_.lease_timeout;
+  const absl::Time now = clock_->Now();
+  for (auto it = live.rbegin(); it != live.rend(); ++it) {
+    const Job& job = *it;
+    if (job.state() == v1::JOB_STATE_PENDING || job.state() == v1::JOB_STATE_RESTARTING) {
+      Enqueue(job);
+      continue;
+    }
+    Run& run = runs_[job.id()];
+    run.job = job;
+    run.cancel_requested = job.cancel_requested();
+    run.recover_until = now + grace;
+    run.task_ids.resize(std::max(1, job.spec().resources().nodes()));
+    TRAINCTL_LOG(INFO) << "recovering " << job.id() << " (" << JobStateName(job.state())
+                       << ", attempt " << job.attempt() << "): waiting up to " << grace
+                       << " for its workers";
+  }
+  schedule_needed_ = true;
+  loop_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void Cluster::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (loop_.joinable()) loop_.join();
+}
+
+void Cluster::Post(std::function<void()> work) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(work));
+}
+
+void Cluster::Loop() {
+  absl::Time next_tick = absl::Now();
+  while (true) {
+    std::deque<std::function<void()>> work;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !queue_.empty();
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&ready), next_tick);
+      if (stopping_) break;
+      work.swap(queue_);
+    }
+    for (auto& w : work) w();
+    if (absl::Now() >= next_tick) {
+      Tick();
+      next_tick = absl::Now() + options_.tick;
+    }
+    if (schedule_needed_) SchedulePass();
+  }
+  // Fail whatever is still queued so no stream waits on a `done` that never runs.
+  absl::MutexLock lock(&mu_);
+  queue_.clear();
+}
+
+void Cluster::Flush() {
+  std::promise<void> done;
+  Post([&done] { done.set_value(); });
+  done.get_future().wait();
+}
+
+int64_t Cluster::Connect(std::shared_ptr<WorkerChannel> channel) {
+  int64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = ++next_session_;
+  }
+  Post([this, id, channel = std::move(channel)] { sessions_[id] = channel; });
+  return id;
+}
+
+void Cluster::Receive(int64_t session, v1::WorkerMessage message, std::function<void()> done) {
+  Post([this, session, message = std::move(message), done = std::move(done)] {
+    HandleMessage(session, message);
+    done();
+  });
+}
+
+void Cluster::Disconnect(int64_t session) {
+  Post([this, session] {
+    sessions_.erase(session);
+    if (Node* node = NodeForSession(session)) {
+      TRAINCTL_LOG(INFO) << "worker " << node->name << " disconnected; lease runs for "
+                         << options_.lease_timeout;
+      node->session = 0;
+      node->channel = nullptr;
+    }
+  });
+}
+
+void Cluster::JobChanged(const std::string& job_id) {
+  Post([this, job_id] { HandleJobChanged(job_id); });
+}
+
+std::vector<v1::Node> Cluster::ListNodes() {
+  std::promise<std::vector<v1::Node>> result;
+  Post([this, &result] {
+    std::vector<v1::Node> out;
+    for (const auto& [name, node] : nodes_) {
+      v1::Node n;
+      n.set_name(name);
+      n.set_address(node.address);
+      n.set_state(node.lost ? "lost" : node.session == 0 ? "disconnected" : "ready");
+      n.mutable_labels()->insert(node.labels.begin(), node.labels.end());
+      n.set_total_slots(node.total_slots);
+      int used = 0;
+      for (const std::string& id : node.tasks) {
+        const Task& task = tasks_.at(id);
+        used += task.slots;
+        v1::NodeTask* t = n.add_tasks();
+        t->set_task_id(task.id);
+        t->set_job_id(task.job_id);
+        t->set_node_rank(task.node_rank);
+        t->set_slots(task.slots);
+      }
+      n.set_free_slots(std::max(0, node.total_slots - used));
+      n.set_gpus(node.gpus);
+      *n.mutable_last_seen() = TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(node.last_seen));
+      out.push_back(std::move(n));
+    }
+    result.set_value(std::move(out));
+  });
+  return result.get_future().get();
+}
+
+Cluster::Node* Cluster::NodeForSession(int64_t session) {
+  for (auto& [name, node] : nodes_) {
+    if (node.session == session) return &node;
+  }
+  return nullptr;
+}
+
+Cluster::Task* Cluster::FindTask(const std::string& id) {
+  auto it = tasks_.find(id);
+  return it == tasks_.end() ? nullptr : &it->second;
+}
+
+void Cluster::Enqueue(const Job& job) {
+  waiting_[job.id()] = ToSchedJob(job);
+  schedule_needed_ = true;
+}
+
+void Cluster::HandleMessage(int64_t session, const v1::WorkerMessage& message) {
+  if (message.has_register_()) {
+    HandleRegister(session, message.register_());
+    return;
+  }
+  Node* node = NodeForSession(session);
+  if (node == nullptr) {
+    auto it = sessions_.find(session);
+    if (it != sessions_.end()) {
+      it->second->Close("the first message of a session must be register");
+      sessions_.erase(it);
+    }
+    return;
+  }
+  node->last_seen = clock_->Now();
+  if (message.has_heartbeat()) return;
+  if (message.seq() > 0 && message.seq() <= node->applied_seq) {
+    // Sent again after a reconnect; already applied.
+  } else {
+    if (message.has_task_status()) {
+      HandleTaskStatus(*node, message.task_status());
+    } else if (message.has_logs()) {
+      std::vector<LogLine> lines(message.logs().lines().begin(), message.logs().lines().end());
+      if (absl::Status s = jobs_->AppendLogs(std::move(lines)); !s.ok()) {
+        TRAINCTL_LOG(WARNING) << "logs from " << node->name << " dropped: " << s.message();
+      }
+    } else if (message.has_event()) {
+      HandleTrainerEvent(message.event());
+    }
+    node = NodeForSession(session);  // handlers may not invalidate it, but stay safe
+    if (node == nullptr) return;
+    if (message.seq() > 0) node->applied_seq = message.seq();
+  }
+  if (message.seq() > 0 && node->channel != nullptr) {
+    v1::CoordinatorMessage ack;
+    ack.mutable_ack()->set_through_seq(message.seq());
+    node->channel->Send(std::move(ack));
+  }
+}
+
+void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
+  auto channel_it = sessions_.find(session);
+  if (channel_it == sessions_.end()) return;  // already disconnected
+  if (reg.node_name().empty() || reg.advertise_addr().empty()) {
+    channel_it->second->Close("register: node_name and advertise_addr are required");
+    return;
+  }
+  Node& node = nodes_[reg.node_name()];
+  const bool known = !node.name.empty();
+  if (known && node.session != 0 && node.session != session && node.channel != nullptr) {
+    node.channel->Close("replaced by a newer session of the same node");
+  }
+  const bool new_boot = node.boot_id != reg.boot_id();
+  node.name = reg.node_name();
+  node.address = reg.advertise_addr();
+  node.labels = {reg.labels().begin(), reg.labels().end()};
+  node.gpus = reg.resources().gpus_size();
+  node.total_slots = node.gpus > 0 ? node.gpus : reg.resources().cpu_slots();
+  node.session = session;
+  node.channel = channel_it->second;
+  node.last_seen = clock_->Now();
+  if (new_boot) {
+    node.boot_id = reg.boot_id();
+    node.applied_seq = 0;
+  }
+  const bool was_lost = node.lost;
+  node.lost = false;
+  TRAINCTL_LOG(INFO) << "worker " << node.name << " registered (" << node.address << ", "
+                     << node.total_slots << (node.gpus > 0 ? " GPUs" : " CPU slots") << ", "
+                     << reg.running_tasks_size() << " tasks" << (was_lost ? ", was lost" : "")
+                     << ")";
+
+  // Reconcile: tasks the worker holds against tasks this coordinator expects on it.
+  std::set<std::string> reported;
+  for (const v1::RunningTask& rt : reg.running_tasks()) {
+    reported.insert(rt.task_id());
+    Task* task = FindTask(rt.task_id());
+    if (task == nullptr) {
+      auto run_it = runs_.find(rt.job_id());
+      const bool adoptable = run_it != runs_.end() && run_it->second.job.attempt() == rt.attempt() &&
+                             run_it->second.recover_until > clock_->Now() && rt.node_rank() >= 0 &&
+                             rt.node_rank() < static_cast<int>(run_it->second.task_ids.size()) &&
+                             run_it->second.task_ids[rt.node_rank()].empty();
+      if (!adoptable) {
+        if (!TaskEnded(rt.state())) {
+          Task stale;
+          stale.id = rt.task_id();
+          SendCancel(stale, "the coordinator no longer runs this task");
+        }
+        continue;
+      }
+      Run& run = run_it->second;
+      Task& t = tasks_[rt.task_id()];
+      t.id = rt.task_id();
+      t.job_id = rt.job_id();
+      t.node = node.name;
+      t.attempt = rt.attempt();
+      t.node_rank = rt.node_rank();
+      t.slots = rt.slots();
+      t.state = rt.state();
+      t.launched = true;
+      run.task_ids[rt.node_rank()] = t.id;
+      if (rt.node_rank() == 0) {
+        run.master_addr = node.address;
+        run.master_port = rt.master_port();
+      }
+      node.tasks.insert(t.id);
+      if (TaskEnded(t.state)) node.tasks.erase(t.id);
+      TRAINCTL_LOG(INFO) << "adopted task " << t.id << " on " << node.name;
+      bool complete = true;
+      for (const std::string& id : run.task_ids) complete = complete && !id.empty();
+      if (complete) run.recover_until = absl::InfinitePast();
+      if (run.cancel_requested && !TaskEnded(t.state)) SendCancel(t, "job cancelled");
+    }
+  }
+  // Tasks this node should hold that its worker no longer has (it restarted): they are gone.
+  std::vector<std::string> missing;
+  for (const std::string& id : node.tasks) {
+    if (!reported.count(id)) missing.push_back(id);
+  }
+  for (const std::string& id : missing) {
+    Task& task = tasks_.at(id);
+    if (!task.launched) continue;  // not sent yet
+    auto run_it = runs_.find(task.job_id);
+    EndTask(task, v1::TASK_STATE_FAILED);
+    if (run_it != runs_.end()) {
+      FailRun(run_it->second,
+              absl::StrCat("worker on ", node.name, " restarted and no longer runs task ", id));
+      MaybeFinish(task.job_id);
+    }
+  }
+  schedule_needed_ = true;
+}
+
+void Cluster::HandleTaskStatus(Node& node, const v1::TaskStatus& status) {
+  Task* task = FindTask(status.task_id());
+  if (task == nullptr) {
+    if (!TaskEnded(status.state())) {
+      Task stale;
+      stale.id = status.task_id();
+      SendCancel(stale, "the coordinator no longer runs this task");
+    }
+    return;
+  }
+  if (TaskEnded(task->state)) return;
+  Run& run = runs_.at(task->job_id);
+  const std::string job_id = task->job_id;
+  switch (status.state()) {
+    case v1::TASK_STATE_STARTING:
+      return;
+    case v1::TASK_STATE_RUNNING: {
+      task->state = v1::TASK_STATE_RUNNING;
+      if (task->node_rank == 0 && run.master_port == 0) {
+        run.master_port = status.master_port();
+        if (run.master_port <= 0) {
+          FailRun(run, absl::StrCat("worker on ", node.name, " reported no rendezvous port"));
+          return;
+        }
+        if (!run.failing && !run.cancel_requested) {
+          for (const std::string& id : run.task_ids) {
+            Task& other = tasks_.at(id);
+            if (!other.launched) LaunchTask(run, other);
+          }
+        }
+      }
+      bool all_running = true;
+      for (const std::string& id : run.task_ids) {
+        const Task* t = FindTask(id);
+        all_running = all_running && t != nullptr && t->state == v1::TASK_STATE_RUNNING;
+      }
+      if (all_running && run.job.state() == v1::JOB_STATE_SCHEDULED) {
+        auto job = jobs_->Transition(
+            job_id, v1::JOB_STATE_RUNNING,
+            absl::StrCat("all ", run.task_ids.size() * static_cast<size_t>(task->slots),
+                         " ranks running"));
+        if (job.ok()) {
+          run.job = *job;
+        } else {
+          TRAINCTL_LOG(WARNING) << job_id << ": " << job.status().message();
+        }
+      }
+      return;
+    }
+    case v1::TASK_STATE_SUCCEEDED:
+      EndTask(*task, v1::TASK_STATE_SUCCEEDED);
+      break;
+    case v1::TASK_STATE_CANCELLED:
+      EndTask(*task, v1::TASK_STATE_CANCELLED);
+      if (!run.cancel_requested && !run.failing) {
+        FailRun(run, absl::StrCat("task ", status.task_id(), " on ", node.name,
+                                  " was stopped: ", status.message()));
+      }
+      break;
+    case v1::TASK_STATE_FAILED:
+    default:
+      EndTask(*task, v1::TASK_STATE_FAILED);
+      FailRun(run, DescribeFailure(node.name, status));
+      break;
+  }
+  MaybeFinish(job_id);
+}
+
+void Cluster::HandleTrainerEvent(const v1::TrainerEvent& event) {
+  nlohmann::json j = nlohmann::json::parse(event.json(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+    TRAINCTL_LOG(WARNING) << event.job_id() << " rank " << event.rank()
+                          << ": unreadable trainer event dropped: " << event.json().substr(0, 200);
+    return;
+  }
+  const std::string type = j["type"];
+  absl::Status s;
+  if (type == "metric") {
+    v1::MetricSample sample;
+    sample.set_step(j.value("step", int64_t{0}));
+    if (j.contains("values") && j["values"].is_object()) {
+      for (const auto& [key, value] : j["values"].items()) {
+        if (value.is_number()) (*sample.mutable_values())[key] = value.get<double>();
+      }
+    }
+    s = jobs_->RecordMetric(event.job_id(), sample).status();
+  } else if (type == "checkpoint") {
+    v1::Checkpoint checkpoint;
+    checkpoint.set_step(j.value("step", int64_t{0}));
+    checkpoint.set_path(j.value("path", std::string()));
+    s = jobs_->RecordCheckpoint(event.job_id(), checkpoint).status();
+  }
+  if (!s.ok()) {
+    TRAINCTL_LOG(WARNING) << event.job_id() << ": " << type << " event dropped: " << s.message();
+  }
+}
+
+void Cluster::HandleJobChanged(const std::string& job_id) {
+  auto job = jobs_->Get(job_id);
+  if (!job.ok()) return;
+  if (job->state() == v1::JOB_STATE_PENDING && !runs_.count(job_id)) {
+    Enqueue(*job);
+    return;
+  }
+  if (IsTerminal(job->state())) {
+    waiting_.erase(job_id);
+    return;
+  }
+  auto run_it = runs_.find(job_id);
+  if (job->cancel_requested() && run_it != runs_.end() && !run_it->second.cancel_requested) {
+    run_it->second.job.set_message(job->message());
+    CancelRun(run_it->second, job->message());
+    MaybeFinish(job_id);
+  }
+}
+
+void Cluster::Tick() {
+  const absl::Time now = clock_->Now();
+  for (auto& [name, node] : nodes_) {
+    if (!node.lost && now - node.last_seen > options_.lease_timeout) {
+      LoseNode(node, absl::StrCat("node ", name, " lost: no heartbeat for ",
+                                  absl::FormatDuration(now - node.last_seen)));
+    }
+  }
+  std::vector<std::string> expired;
+  for (auto& [id, run] : runs_) {
+    if (run.recover_until != absl::InfinitePast() && now >= run.recover_until) {
+      expired.push_back(id);
+    }
+  }
+  for (const std::string& id : expired) {
+    Run& run = runs_.at(id);
+    run.recover_until = absl::InfinitePast();
+    std::vector<std::string> missing;
+    for (size_t r = 0; r < run.task_ids.size(); ++r) {
+      if (run.task_ids[r].empty()) missing.push_back(absl::StrCat(r));
+    }
+    // Stand-ins for the tasks nobody reported, so the run can end.
+    for (const std::string& r : missing) {
+      const int node_rank = std::stoi(r);
+      Task& t = tasks_[TaskId(id, run.job.attempt(), node_rank)];
+      t.id = TaskId(id, run.job.attempt(), node_rank);
+      t.job_id = id;
+      t.attempt = run.job.attempt();
+      t.node_rank = node_rank;
+      t.state = v1::TASK_STATE_FAILED;
+      run.task_ids[node_rank] = t.id;
+    }
+    if (!missing.empty()) {
+      FailRun(run, absl::StrCat("node ranks ", absl::StrJoin(missing, ","), " of attempt ",
+                                run.job.attempt(),
+                                " were not reported by any worker after the coordinator restarted"));
+    }
+    MaybeFinish(id);
+  }
+}
+
+void Cluster::LoseNode(Node& node, const std::string& reason) {
+  TRAINCTL_LOG(WARNING) << reason;
+  node.lost = true;
+  if (node.channel != nullptr) node.channel->Close(reason);
+  node.channel = nullptr;
+  node.session = 0;
+  std::vector<std::string> ids(node.tasks.begin(), node.tasks.end());
+  for (const std::string& id : ids) {
+    Task& task = tasks_.at(id);
+    const std::string job_id = task.job_id;
+    EndTask(task, v1::TASK_STATE_FAILED);
+    auto run_it = runs_.find(job_id);
+    if (run_it != runs_.end()) {
+      FailRun(run_it->second, reason);
+      MaybeFinish(job_id);
+    }
+  }
+}
+
+void Cluster::SchedulePass() {
+  schedule_needed_ = false;
+  if (waiting_.empty()) return;
+  std::vector<SchedNode> sched_nodes;
+  std::vector<std::string> names;
+  for (const auto& [name, node] : nodes_) {
+    SchedNode s;
+    s.name = name;
+    s.labels = node.labels;
+    s.total_slots = node.total_slots;
+    int used = 0;
+    for (const std::string& id : node.tasks) used += tasks_.at(id).slots;
+    s.free_slots = std::max(0, node.total_slots - used);
+    s.schedulable = !node.lost && node.session != 0;
+    sched_nodes.push_back(std::move(s));
+    names.push_back(name);
+  }
+  std::vector<SchedJob> jobs;
+  jobs.reserve(waiting_.size());
+  for (const auto& [id, job] : waiting_) jobs.push_back(job);
+  auto pass = Schedule(sched_nodes, std::move(jobs));
+  for (const Placement& placement : pass.placements) {
+    std::vector<std::string> chosen;
+    for (int index : placement.node_indices) chosen.push_back(names[index]);
+    Place(placement.job_id, chosen);
+  }
+}
+
+void Cluster::Place(const std::string& job_id, const std::vector<std::string>& nodes) {
+  waiting_.erase(job_id);
+  auto job = jobs_->Transition(job_id, v1::JOB_STATE_SCHEDULED,
+                               absl::StrCat("placed on ", absl::StrJoin(nodes, ",")));
+  if (!job.ok()) {
+    TRAINCTL_LOG(INFO) << job_id << " not placed: " << job.status().message();
+    return;
+  }
+  Run& run = runs_[job_id];
+  run = Run();
+  run.job = *job;
+  run.master_addr = nodes_.at(nodes[0]).address;
+  const int slots = std::max(1, job->spec().resources().slots_per_node());
+  for (size_t r = 0; r < nodes.size(); ++r) {
+    const std::string id = TaskId(job_id, job->attempt(), static_cast<int>(r));
+    Task& task = tasks_[id];
+    task.id = id;
+    task.job_id = job_id;
+    task.node = nodes[r];
+    task.attempt = job->attempt();
+    task.node_rank = static_cast<int>(r);
+    task.slots = slots;
+    run.task_ids.push_back(id);
+    nodes_.at(nodes[r]).tasks.insert(id);
+  }
+  TRAINCTL_LOG(INFO) << job_id << " attempt " << job->attempt() << " placed on "
+                     << absl::StrJoin(nodes, ",");
+  LaunchTask(run, tasks_.at(run.task_ids[0]));
+}
+
+void Cluster::LaunchTask(Run& run, Task& task) {
+  Node& node = nodes_.at(task.node);
+  task.launched = true;
+  if (node.channel == nullptr) {
+    EndTask(task, v1::TASK_STATE_FAILED);
+    FailRun(run, absl::StrCat("node ", node.name, " disconnected before its task was launched"));
+    MaybeFinish(run.job.id());
+    return;
+  }
+  v1::CoordinatorMessage message;
+  v1::LaunchTask* launch = message.mutable_launch();
+  launch->set_task_id(task.id);
+  launch->set_job_id(task.job_id);
+  launch->set_attempt(task.attempt);
+  *launch->mutable_spec() = run.job.spec();
+  launch->set_node_rank(task.node_rank);
+  launch->set_first_rank(task.node_rank * task.slots);
+  launch->set_world_size(static_cast<int>(run.task_ids.size()) * task.slots);
+  launch->set_master_addr(run.master_addr);
+  launch->set_master_port(run.master_port);
+  launch->set_resolved_deepspeed_config_json(run.job.resolved_deepspeed_config_json());
+  launch->set_nodes(static_cast<int>(run.task_ids.size()));
+  launch->set_slots(task.slots);
+  node.channel->Send(std::move(message));
+}
+
+void Cluster::SendCancel(const Task& task, const std::string& reason) {
+  Node* node = nullptr;
+  if (!task.node.empty()) {
+    auto it = nodes_.find(task.node);
+    if (it != nodes_.end()) node = &it->second;
+  }
+  v1::CoordinatorMessage message;
+  message.mutable_cancel()->set_task_id(task.id);
+  message.mutable_cancel()->set_grace_seconds(
+      static_cast<int>(absl::ToInt64Seconds(options_.kill_grace)));
+  message.mutable_cancel()->set_reason(reason);
+  if (node != nullptr) {
+    if (node->channel != nullptr) node->channel->Send(std::move(message));
+    return;
+  }
+  // A stale task of whichever node reported it: every live session gets it (ids are unique).
+  for (auto& [name, n] : nodes_) {
+    if (n.channel != nullptr) n.channel->Send(message);
+  }
+}
+
+void Cluster::EndTask(Task& task, v1::TaskState state) {
+  task.state = state;
+  auto it = nodes_.find(task.node);
+  if (it != nodes_.end()) it->second.tasks.erase(task.id);
+  schedule_needed_ = true;
+}
+
+void Cluster::FailRun(Run& run, const std::string& reason) {
+  if (run.failing || run.cancel_requested) return;
+  run.failing = true;
+  run.failure = reason;
+  TRAINCTL_LOG(WARNING) << run.job.id() << " attempt " << run.job.attempt() << " failing: "
+                        << reason;
+  for (const std::string& id : run.task_ids) {
+    Task* task = FindTask(id);
+    if (task == nullptr || TaskEnded(task->state)) continue;
+    if (!task->launched) {
+      EndTask(*task, v1::TASK_STATE_CANCELLED);
+    } else {
+      SendCancel(*task, absl::StrCat("another task of the job failed: ", reason));
+    }
+  }
+}
+
+void Cluster::CancelRun(Run& run, const std::string& reason) {
+  run.cancel_requested = true;
+  for (const std::string& id : run.task_ids) {
+    Task* task = FindTask(id);
+    if (task == nullptr || TaskEnded(task->state)) continue;
+    if (!task->launched) {
+      EndTask(*task, v1::TASK_STATE_CANCELLED);
+    } else {
+      SendCancel(*task, reason);
+    }
+  }
+}
+
+void Cluster::MaybeFinish(const std::string& job_id) {
+  auto run_it = runs_.find(job_id);
+  if (run_it == runs_.end()) return;
+  Run& run = run_it->second;
+  if (run.recover_until != absl::InfinitePast()) return;
+  for (const std::string& id : run.task_ids) {
+    const Task* task = FindTask(id);
+    if (task == nullptr || !TaskEnded(task->state)) return;
+  }
+  // Every task has ended: decide the job's fate.
+  absl::StatusOr<Job> job;
+  const int max_restarts = run.job.spec().max_restarts();
+  if (run.cancel_requested) {
+    job = jobs_->Transition(job_id, v1::JOB_STATE_CANCELLED,
+                            run.job.message().empty() ? "cancelled" : run.job.message());
+  } else if (run.failing && run.job.attempt() < max_restarts) {
+    job = jobs_->Transition(
+        job_id, v1::JOB_STATE_RESTARTING,
+        absl::StrCat("attempt ", run.job.attempt(), " failed (", run.failure, "); restart ",
+                     run.job.attempt() + 1, " of ", max_restarts, " from the last checkpoint"));
+  } else if (run.failing) {
+    job = jobs_->Transition(
+        job_id, v1::JOB_STATE_FAILED,
+        max_restarts > 0 ? absl::StrCat(run.failure, " (after ", max_restarts, " restarts)")
+                         : run.failure);
+  } else {
+    job = jobs_->Transition(job_id, v1::JOB_STATE_SUCCEEDED, "every rank exited 0");
+  }
+  for (const std::string& id : run.task_ids) tasks_.erase(id);
+  runs_.erase(run_it);
+  if (!job.ok()) {
+    // A user cancel raced the end; the store has the final word.
+    TRAINCTL_LOG(WARNING) << job_id << ": " << job.status().message();
+    auto current = jobs_->Get(job_id);
+    if (current.ok() && current->cancel_requested() && !IsTerminal(current->state())) {
+      (void)jobs_->Transition(job_id, v1::JOB_STATE_CANCELLED, current->message());
+    }
+    return;
+  }
+  TRAINCTL_LOG(INFO) << job_id << " -> " << JobStateName(job->state());
+  if (job->state() == v1::JOB_STATE_RESTARTING) {
+    // A cancel may have landed between our read and the transition.
+    if (job->cancel_requested()) {
+      (void)jobs_->Transition(job_id, v1::JOB_STATE_CANCELLED, job->message());
+      return;
+    }
+    Enqueue(*job);
+  }
+  schedule_needed_ = true;
+}
+
+}  // namespace trainctl

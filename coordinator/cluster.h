@@ -1,0 +1,179 @@
+// Cluster: the coordinator's view of its worker nodes and of the tasks running on them, and the
+// loop that places waiting jobs (scheduler.h), launches their ranks, follows them to the end and
+// recovers from faults.
+//
+// A placed job runs as one task per node: task `n` runs ranks [n*M, (n+1)*M) of an N x M gang.
+// Node rank 0 is launched first; its worker picks the rendezvous port and reports it, and only
+// then are the other nodes launched with MASTER_ADDR/MASTER_PORT pointing at it.
+//
+// Faults:
+// - A task that fails (a rank exited non-zero) stops the job's other tasks (fail fast). Once every
+//   task has ended the job restarts (`restarting`, then a new attempt placed anywhere, resuming from
+//   its last complete checkpoint) while spec.max_restarts allows, else it fails with the reason.
+// - A node that sends nothing for `lease_timeout` is lost: its tasks count as failed.
+// - A worker that reconnects reports the tasks it still holds; they are adopted, not failed. A
+//   restarted coordinator reloads placed jobs from the store and waits `recovery_grace` for their
+//   workers to report them before counting the missing tasks as failed.
+//
+// Threading: every state change runs on one loop thread (an actor); the public methods enqueue work
+// and return. ListNodes waits for a snapshot from the loop.
+#ifndef TRAINCTL_COORDINATOR_CLUSTER_H_
+#define TRAINCTL_COORDINATOR_CLUSTER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/scheduler.h"
+#include "trainctl/v1/job.pb.h"
+#include "trainctl/v1/worker.pb.h"
+
+namespace trainctl {
+
+// The coordinator's end of one worker's stream. Thread-safe; Send never blocks (messages queue)
+// and is a no-op once the stream has ended.
+class WorkerChannel {
+ public:
+  virtual ~WorkerChannel() = default;
+  virtual void Send(trainctl::v1::CoordinatorMessage message) = 0;
+  // Ends the stream with UNAVAILABLE and `why` (the worker reconnects).
+  virtual void Close(const std::string& why) = 0;
+};
+
+struct ClusterOptions {
+  // A node that sent nothing (heartbeats included) for this long is lost.
+  absl::Duration lease_timeout = absl::Seconds(10);
+  // After a coordinator start, how long placed jobs wait for their workers to report their tasks.
+  // Defaults to lease_timeout when zero.
+  absl::Duration recovery_grace = absl::ZeroDuration();
+  // SIGTERM -> SIGKILL grace the workers give ranks they stop.
+  absl::Duration kill_grace = absl::Seconds(10);
+  // How often the loop checks leases and recovery deadlines.
+  absl::Duration tick = absl::Milliseconds(200);
+};
+
+class Cluster {
+ public:
+  // Does not take ownership; `jobs` and `clock` must outlive the cluster.
+  Cluster(JobManager* jobs, Clock* clock, ClusterOptions options);
+  ~Cluster();  // Stop()
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Loads waiting (pending, restarting) and placed (scheduled, running) jobs from the store, then
+  // starts the loop. Placed jobs wait for their workers (recovery_grace).
+  absl::Status Start();
+  void Stop();
+
+  // A worker stream opened. Returns the session id to pass to Receive/Disconnect.
+  int64_t Connect(std::shared_ptr<WorkerChannel> channel);
+  // A message from that stream; `done` runs once it has been handled (the stream reads the next
+  // one then: per-worker flow control).
+  void Receive(int64_t session, trainctl::v1::WorkerMessage message, std::function<void()> done);
+  // The stream ended. The node stays placeable-for-reconnect until its lease expires.
+  void Disconnect(int64_t session);
+
+  // A job was submitted or cancelled (JobManager's listener).
+  void JobChanged(const std::string& job_id);
+
+  // A snapshot of the nodes, sorted by name.
+  std::vector<trainctl::v1::Node> ListNodes();
+
+  // Runs everything enqueued so far (tests).
+  void Flush();
+
+ private:
+  struct Node {
+    std::string name;
+    std::string address;
+    std::map<std::string, std::string> labels;
+    int total_slots = 0;
+    int gpus = 0;
+    int64_t session = 0;  // 0: no live stream
+    std::shared_ptr<WorkerChannel> channel;
+    absl::Time last_seen;
+    bool lost = false;
+    std::string boot_id;
+    int64_t applied_seq = 0;  // within boot_id
+    std::set<std::string> tasks;
+  };
+  struct Task {
+    std::string id;
+    std::string job_id;
+    std::string node;
+    int attempt = 0;
+    int node_rank = 0;
+    int slots = 0;
+    trainctl::v1::TaskState state = trainctl::v1::TASK_STATE_STARTING;
+    bool launched = false;
+  };
+  struct Run {  // a placed job
+    Job job;
+    std::vector<std::string> task_ids;  // by node rank
+    std::string master_addr;
+    int master_port = 0;
+    bool failing = false;
+    std::string failure;
+    bool cancel_requested = false;
+    absl::Time recover_until = absl::InfinitePast();  // > now: waiting for workers to report
+  };
+
+  void Post(std::function<void()> work);
+  void Loop();
+
+  // Loop-thread handlers.
+  void HandleMessage(int64_t session, const trainctl::v1::WorkerMessage& message);
+  void HandleRegister(int64_t session, const trainctl::v1::RegisterWorker& reg);
+  void HandleTaskStatus(Node& node, const trainctl::v1::TaskStatus& status);
+  void HandleTrainerEvent(const trainctl::v1::TrainerEvent& event);
+  void HandleJobChanged(const std::string& job_id);
+  void Tick();
+  void SchedulePass();
+  void Place(const std::string& job_id, const std::vector<std::string>& nodes);
+  void LaunchTask(Run& run, Task& task);
+  void SendCancel(const Task& task, const std::string& reason);
+  // Marks the run failing (first reason wins) and stops its live tasks.
+  void FailRun(Run& run, const std::string& reason);
+  void CancelRun(Run& run, const std::string& reason);
+  void EndTask(Task& task, trainctl::v1::TaskState state);
+  // Ends the run when every task has ended.
+  void MaybeFinish(const std::string& job_id);
+  void LoseNode(Node& node, const std::string& reason);
+  Node* NodeForSession(int64_t session);
+  Task* FindTask(const std::string& id);
+  void Enqueue(const Job& job);
+
+  JobManager* const jobs_;
+  Clock* const clock_;
+  const ClusterOptions options_;
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t next_session_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread loop_;
+
+  // Loop-thread state.
+  std::map<int64_t, std::shared_ptr<WorkerChannel>> sessions_;
+  std::map<std::string, Node> nodes_;
+  std::map<std::string, Task> tasks_;
+  std::map<std::string, Run> runs_;
+  std::map<std::string, SchedJob> waiting_;
+  bool schedule_needed_ = false;
+};
+
+}  // namespace trainctl
+
+#endif  // TRAINCTL_COORDINATOR_CLUSTER_H_

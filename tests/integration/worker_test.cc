@@ -1,0 +1,463 @@
+// Worker daemons and scheduling as users run them: the real trainctl-coordinator (SQLite file), real
+// trainctl-worker daemons, and ranks that are the real trainctl-trainer on the tiny model or, for
+// some fault cases, tests/integration/fake_rank.cc. Multi-node cases run each worker in its own
+// network namespace (ip netns, veth pairs on a bridge) as a separate host.
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "cli/job_client.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/subprocess.h"
+#include "tests/trainer/shapes_fixture.h"
+
+namespace trainctl {
+namespace {
+
+namespace fs = std::filesystem;
+namespace v1 = trainctl::v1;
+using testing::RunResult;
+using testing::Subprocess;
+using testing::WaitFor;
+using std::string_literals::operator""s;
+
+// Live (non-zombie) processes whose environment says they are ranks of `job_id`.
+std::vector<pid_t> RankProcesses(const std::string& job_id) {
+  std::vector<pid_t> pids;
+  const std::string needle = absl::StrCat("TRAINCTL_JOB_ID=", job_id);
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    const std::string stat = testing::ReadFileOrEmpty(entry.path().string() + "/stat");
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'Z') continue;
+    const std::string env = testing::ReadFileOrEmpty(entry.path().string() + "/environ");
+    for (absl::string_view var : absl::StrSplit(env, '\0')) {
+      if (var == needle) {
+        pids.push_back(pid);
+        break;
+      }
+    }
+  }
+  return pids;
+}
+
+// The pid of rank `rank` of `job_id` (0 if none).
+pid_t RankPid(const std::string& job_id, int rank) {
+  for (pid_t pid : RankProcesses(job_id)) {
+    const std::string env = testing::ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/environ"));
+    for (absl::string_view var : absl::StrSplit(env, '\0')) {
+      if (var == absl::StrCat("RANK=", rank)) return pid;
+    }
+  }
+  return 0;
+}
+
+class WorkerTest : public testing::ShapesTrainingTest {
+ protected:
+  ~WorkerTest() override {
+    workers_.clear();
+    coordinator_.reset();
+  }
+
+  // Starts (or restarts, on the same address) the coordinator over the test's database.
+  void StartCoordinator(const std::string& listen = "127.0.0.1:0") {
+    const std::string ready = dir_.path() + "/ready";
+    fs::remove(ready);
+    coordinator_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{TRAINCTL_COORDINATOR_BIN, "--listen",
+                                 address_.empty() ? listen : address_, "--db",
+                                 dir_.path() + "/var/trainctl.db", "--ready_file", ready,
+                                 "--lease_timeout", "3s", "--kill_grace", "2s", "--db_sync",
+                                 "normal"},
+        dir_.path() + "/coordinator.log");
+    ASSERT_TRUE(WaitFor([&] { return fs::exists(ready); }, absl::Seconds(30)))
+        << testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log");
+    address_ = std::string(absl::StripAsciiWhitespace(testing::ReadFileOrEmpty(ready)));
+    client_ = std::make_unique<cli::JobClient>(address_);
+  }
+
+  // A worker daemon; `netns` runs it in that network namespace; `trainer` "" = the real trainer.
+  Subprocess* StartWorker(const std::string& name, int slots, const std::string& trainer = "",
+                          const std::string& netns = "", const std::string& advertise = "",
+                          const std::string& coordinator = "") {
+    std::vector<std::string> argv;
+    if (!netns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", netns};
+    for (const std::string& a :
+         {std::string(TRAINCTL_WORKER_BIN), "--coordinator"s,
+          coordinator.empty() ? address_ : coordinator, "--node_name"s, name, "--work_dir"s,
+          dir_.path() + "/work-" + name, "--slots"s, absl::StrCat(slots),
+          "--heartbeat_interval"s, "300ms"s, "--kill_grace"s, "2s"s, "--trainer"s,
+          trainer.empty() ? std::string(TRAINCTL_TRAINER_BIN) : trainer,
+          "--nvidia_smi"s, "/nonexistent/nvidia-smi"s}) {
+      argv.push_back(a);
+    }
+    if (!advertise.empty()) {
+      argv.push_back("--advertise_addr");
+      argv.push_back(advertise);
+    }
+    workers_[name] = std::make_unique<Subprocess>(argv, dir_.path() + "/worker-" + name + ".log");
+    return workers_[name].get();
+  }
+
+  bool NodeReady(const std::string& name) {
+    auto nodes = client_->ListNodes();
+    if (!nodes.ok()) return false;
+    for (const auto& n : nodes->nodes()) {
+      if (n.name() == name && n.state() == "ready") return true;
+    }
+    return false;
+  }
+
+  std::string Submit(const std::string& spec_path) {
+    RunResult r = testing::Run({TRAINCTL_CLI_BIN, "submit", spec_path, "-o", "json"},
+                               {{"TRAINCTL_COORDINATOR", address_}});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    return j.is_object() && j.contains("id") ? j["id"].get<std::string>() : "";
+  }
+
+  v1::Job Get(const std::string& id) {
+    auto job = client_->Get(id);
+    return job.ok() ? *job : v1::Job();
+  }
+
+  // Waits for the job to reach `state`; on timeout the test fails with the daemons' logs.
+  v1::Job WaitState(const std::string& id, v1::JobState state, absl::Duration timeout) {
+    v1::Job job;
+    const bool ok = WaitFor(
+        [&] {
+          job = Get(id);
+          return job.state() == state;
+        },
+        timeout);
+    EXPECT_TRUE(ok) << id << " is " << v1::JobState_Name(job.state()) << " (" << job.message()
+                    << "), wanted " << v1::JobState_Name(state) << "\n"
+                    << Logs();
+    return job;
+  }
+
+  std::string Logs() {
+    std::string out = "--- coordinator\n" + testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log");
+    for (const auto& [name, w] : workers_) {
+      out += "--- worker " + name + "\n" +
+             testing::ReadFileOrEmpty(dir_.path() + "/worker-" + name + ".log");
+    }
+    return out;
+  }
+
+  std::vector<v1::LogLine> StoredLogs(const std::string& id) {
+    std::vector<v1::LogLine> lines;
+    v1::StreamLogsRequest request;
+    request.set_id(id);
+    EXPECT_TRUE(client_->Logs(request, [&](const v1::LogLine& l) { lines.push_back(l); }).ok());
+    return lines;
+  }
+
+  std::vector<v1::JobEvent> Events(const std::string& id) {
+    std::vector<v1::JobEvent> events;
+    v1::WatchJobRequest request;
+    request.set_id(id);
+    request.set_replay_only(true);
+    EXPECT_TRUE(client_->Watch(request, [&](const v1::JobEvent& e) { events.push_back(e); }).ok());
+    return events;
+  }
+
+  // A spec for fake ranks: N nodes x M slots, the behaviour in `env`.
+  std::string FakeSpec(const std::string& name, int nodes, int slots,
+                       const nlohmann::json& env, int max_restarts = 0) {
+    return WriteSpec(name, dir_.path() + "/out-" + name, {},
+                     {{"resources", {{"nodes", nodes}, {"slots_per_node", slots}}},
+                      {"env", env},
+                      {"max_restarts", max_restarts}});
+  }
+
+  std::unique_ptr<Subprocess> coordinator_;
+  std::map<std::string, std::unique_ptr<Subprocess>> workers_;
+  std::string address_;
+  std::unique_ptr<cli::JobClient> client_;
+};
+
+TEST_F(WorkerTest, TwoRankSftRunsToTheEndOnOneWorker) {
+  StartCoordinator();
+  StartWorker("node-a", 2);
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
+  RunResult nodes = testing::Run({TRAINCTL_CLI_BIN, "nodes"}, {{"TRAINCTL_COORDINATOR", address_}});
+  EXPECT_EQ(nodes.exit_code, 0) << nodes.err;
+  EXPECT_TRUE(absl::StrContains(nodes.out, "node-a")) << nodes.out;
+  EXPECT_TRUE(absl::StrContains(nodes.out, "ready")) << nodes.out;
+  EXPECT_TRUE(absl::StrContains(nodes.out, "2 cpu")) << nodes.out;
+
+  const std::string out = dir_.path() + "/out-sft";
+  const std::string id = Submit(WriteSpec("sft", out, {{"max_steps", 8}},
+                                          {{"resources", {{"nodes", 1}, {"slots_per_node", 2}}}}));
+  ASSERT_FALSE(id.empty());
+  const v1::Job job = WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(240));
+  EXPECT_EQ(job.progress().step(), 8);
+  EXPECT_EQ(job.last_checkpoint().step(), 8);
+  EXPECT_TRUE(fs::exists(job.last_checkpoint().path())) << job.last_checkpoint().path();
+
+  // Every state in order, once.
+  std::vector<v1::JobState> states;
+  int metrics = 0;
+  for (const v1::JobEvent& e : Events(id)) {
+    if (e.has_state_change()) states.push_back(e.state_change().to());
+    if (e.has_metric()) ++metrics;
+  }
+  EXPECT_EQ(states, (std::vector<v1::JobState>{v1::JOB_STATE_PENDING, v1::JOB_STATE_SCHEDULED,
+                                               v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED}));
+  EXPECT_EQ(metrics, 8);
+
+  // Both ranks' log lines reached the coordinator, and match the worker's per-rank log files.
+  std::map<int, std::vector<std::string>> stored;
+  for (const v1::LogLine& l : StoredLogs(id)) stored[l.rank()].push_back(l.text());
+  ASSERT_EQ(stored.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string file = testing::ReadFileOrEmpty(
+        absl::StrCat(dir_.path(), "/work-node-a/tasks/", id, ".0.0/rank-", rank, ".log"));
+    std::vector<std::string> lines = absl::StrSplit(file, '\n', absl::SkipEmpty());
+    EXPECT_EQ(stored[rank], lines) << "rank " << rank;
+  }
+  EXPECT_TRUE(RankProcesses(id).empty());
+}
+
+TEST_F(WorkerTest, CancelMidRunStopsEveryRankOfTheRealTrainer) {
+  StartCoordinator();
+  StartWorker("node-a", 2);
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
+  const std::string id =
+      Submit(WriteSpec("long", dir_.path() + "/out-long", {{"max_steps", 100000}},
+                       {{"resources", {{"nodes", 1}, {"slots_per_node", 2}}}}));
+  WaitState(id, v1::JOB_STATE_RUNNING, absl::Seconds(60));
+  ASSERT_TRUE(WaitFor([&] { return Get(id).progress().step() >= 1; }, absl::Seconds(120)))
+      << Logs();
+  EXPECT_EQ(RankProcesses(id).size(), 2u);
+  RunResult cancel = testing::Run({TRAINCTL_CLI_BIN, "cancel", id, "--reason", "enough"},
+                                  {{"TRAINCTL_COORDINATOR", address_}});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
+  const v1::Job job = WaitState(id, v1::JOB_STATE_CANCELLED, absl::Seconds(20));
+  EXPECT_TRUE(absl::StrContains(job.message(), "enough")) << job.message();
+  EXPECT_TRUE(RankProcesses(id).empty());
+  // The slots are free again.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto nodes = client_->ListNodes();
+        return nodes.ok() && nodes->nodes_size() == 1 && nodes->nodes(0).free_slots() == 2;
+      },
+      absl::Seconds(10)));
+}
+
+TEST_F(WorkerTest, FailingRankFailsTheWholeJobWithItsReason) {
+  StartCoordinator();
+  StartWorker("node-a", 2, FAKE_RANK_BIN);
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
+  // Rank 1 exits 3 after its lines; rank 0 would hang forever and ignores SIGTERM.
+  const std::string id = Submit(FakeSpec(
+      "fail", 1, 2,
+      {{"FAKE_LINES", "3"}, {"FAKE_FAIL_RANK", "1"}, {"FAKE_EXIT_CODE", "3"}, {"FAKE_HANG", "1"},
+       {"FAKE_IGNORE_TERM", "1"}}));
+  const v1::Job job = WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(30));
+  EXPECT_TRUE(absl::StrContains(job.message(), "rank 1 on node-a exited with code 3"))
+      << job.message();
+  EXPECT_TRUE(absl::StrContains(job.message(), "fatal: injected failure")) << job.message();
+  EXPECT_TRUE(RankProcesses(id).empty());
+
+  // The real trainer failing (its data path does not exist) fails the job with its own words.
+  const std::string bad = WriteSpec("bad", dir_.path() + "/out-bad", {},
+                                    {{"data_path", dir_.path() + "/no-such-shards"}});
+  workers_.clear();
+  StartWorker("node-b", 1);
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-b"); }, absl::Seconds(20))) << Logs();
+  const std::string bad_id = Submit(bad);
+  const v1::Job bad_job = WaitState(bad_id, v1::JOB_STATE_FAILED, absl::Seconds(60));
+  EXPECT_TRUE(absl::StrContains(bad_job.message(), "rank 0 on node-b exited with code 1"))
+      << bad_job.message();
+  EXPECT_TRUE(absl::StrContains(bad_job.message(), "no-such-shards")) << bad_job.message();
+}
+
+TEST_F(WorkerTest, RestartContinuesFromTheLastCheckpoint) {
+  StartCoordinator();
+  StartWorker("node-a", 2);
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
+  const std::string id = Submit(WriteSpec(
+      "restart", dir_.path() + "/out-restart", {{"max_steps", 12}, {"save_steps", 4}},
+      {{"resources", {{"nodes", 1}, {"slots_per_node", 2}}}, {"max_restarts", 1}}));
+  // After the first checkpoint, kill rank 1 with SIGKILL: the job restarts from step 4 (or later).
+  ASSERT_TRUE(WaitFor([&] { return Get(id).last_checkpoint().step() >= 4; }, absl::Seconds(180)))
+      << Logs();
+  const int64_t saved = Get(id).last_checkpoint().step();
+  const pid_t victim = RankPid(id, 1);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const v1::Job job = WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(240));
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.progress().step(), 12);
+
+  // The second attempt's first metric continues after a checkpoint, not at step 1.
+  int attempt = 0;
+  int64_t first_step_of_attempt_1 = -1;
+  bool restarting_seen = false;
+  for (const v1::JobEvent& e : Events(id)) {
+    if (e.has_state_change()) {
+      attempt = e.state_change().attempt();
+      if (e.state_change().to() == v1::JOB_STATE_RESTARTING) {
+        restarting_seen = true;
+        EXPECT_TRUE(absl::StrContains(e.state_change().reason(), "rank 1 on node-a was killed by signal 9"))
+            << e.state_change().reason();
+      }
+    }
+    if (e.has_metric() && attempt == 1 && first_step_of_attempt_1 < 0) {
+      first_step_of_attempt_1 = e.metric().step();
+    }
+  }
+  EXPECT_TRUE(restarting_seen);
+  EXPECT_GT(first_step_of_attempt_1, saved) << "the step counter started again";
+  EXPECT_LE(first_step_of_attempt_1, saved + 4 + 1);
+  EXPECT_TRUE(RankProcesses(id).empty());
+}
+
+TEST_F(WorkerTest, CoordinatorKill9LosesNoLogLineOrEvent) {
+  StartCoordinator();
+  StartWorker("node-a", 2);
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
+  const std::string id = Submit(
+      WriteSpec("survive", dir_.path() + "/out-survive", {{"max_steps", 16}, {"save_steps", 8}},
+                {{"resources", {{"nodes", 1}, {"slots_per_node", 2}}}}));
+  ASSERT_TRUE(WaitFor([&] { return Get(id).progress().step() >= 2; }, absl::Seconds(120))) << Logs();
+  coordinator_->Kill(SIGKILL);
+  ASSERT_TRUE(coordinator_->Wait(absl::Seconds(10)).ok());
+  // The ranks keep training while no coordinator exists.
+  const pid_t rank0 = RankPid(id, 0);
+  EXPECT_GT(rank0, 0);
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_EQ(RankPid(id, 0), rank0) << "the ranks must survive a coordinator crash";
+  StartCoordinator();  // same address and database
+  const v1::Job job = WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(240));
+  EXPECT_EQ(job.attempt(), 0) << "reconciled, not restarted";
+  EXPECT_EQ(job.progress().step(), 16);
+
+  // Every metric step once or more, none missing; every log line of the rank files is stored.
+  std::set<int64_t> steps;
+  for (const v1::JobEvent& e : Events(id)) {
+    if (e.has_metric()) steps.insert(e.metric().step());
+  }
+  EXPECT_EQ(steps.size(), 16u);
+  std::map<int, std::multiset<std::string>> stored;
+  for (const v1::LogLine& l : StoredLogs(id)) stored[l.rank()].insert(l.text());
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string file = testing::ReadFileOrEmpty(
+        absl::StrCat(dir_.path(), "/work-node-a/tasks/", id, ".0.0/rank-", rank, ".log"));
+    int missing = 0;
+    for (absl::string_view line : absl::StrSplit(file, '\n', absl::SkipEmpty())) {
+      if (!stored[rank].count(std::string(line))) ++missing;
+    }
+    EXPECT_EQ(missing, 0) << "rank " << rank;
+  }
+}
+
+// Two hosts: network namespaces joined by a bridge in this one, where the coordinator listens.
+class NetnsTest : public WorkerTest {
+ protected:
+  void SetUp() override {
+    WorkerTest::SetUp();
+    const std::string tag = absl::StrCat(getpid() % 100000);
+    bridge_ = "tcb" + tag;
+    subnet_ = absl::StrCat("10.", 100 + getpid() % 100, ".", getpid() / 100 % 250, ".");
+    std::vector<std::vector<std::string>> steps = {
+        {"link", "add", bridge_, "type", "bridge"},
+        {"addr", "add", subnet_ + "1/24", "dev", bridge_},
+        {"link", "set", bridge_, "up"}};
+    for (int i = 0; i < 2; ++i) {
+      const std::string ns = absl::StrCat("tcns", tag, "-", i);
+      const std::string veth = absl::StrCat("tcv", tag, i);
+      namespaces_.push_back(ns);
+      addrs_.push_back(absl::StrCat(subnet_, 2 + i));
+      for (auto step : std::vector<std::vector<std::string>>{
+               {"netns", "add", ns},
+               {"link", "add", veth, "type", "veth", "peer", "name", veth + "p"},
+               {"link", "set", veth + "p", "netns", ns},
+               {"link", "set", veth, "master", bridge_},
+               {"link", "set", veth, "up"},
+               {"-n", ns, "addr", "add", addrs_.back() + "/24", "dev", veth + "p"},
+               {"-n", ns, "link", "set", veth + "p", "up"},
+               {"-n", ns, "link", "set", "lo", "up"}}) {
+        steps.push_back(step);
+      }
+    }
+    for (auto step : steps) {
+      step.insert(step.begin(), "/usr/sbin/ip");
+      RunResult r = testing::Run(step);
+      ASSERT_EQ(r.exit_code, 0) << absl::StrJoin(step, " ") << ": " << r.err
+                                << " (these tests need root to create network namespaces)";
+    }
+  }
+  void TearDown() override {
+    workers_.clear();
+    for (const std::string& ns : namespaces_) testing::Run({"/usr/sbin/ip", "netns", "del", ns});
+    testing::Run({"/usr/sbin/ip", "link", "del", bridge_});
+  }
+
+  std::string bridge_, subnet_;
+  std::vector<std::string> namespaces_, addrs_;
+};
+
+TEST_F(NetnsTest, TwoNodeJobRendezvousesAcrossHostsAndSurvivesAWorkerKill) {
+  StartCoordinator(subnet_ + "1:0");
+  StartWorker("node-a", 1, "", namespaces_[0], addrs_[0]);
+  StartWorker("node-b", 1, "", namespaces_[1], addrs_[1]);
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); },
+                      absl::Seconds(30)))
+      << Logs();
+  // The real trainer, one rank on each host: Gloo across the bridge.
+  const std::string id = Submit(WriteSpec("two-node", dir_.path() + "/out-two", {{"max_steps", 4}},
+                                          {{"resources", {{"nodes", 2}, {"slots_per_node", 1}}}}));
+  const v1::Job job = WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(240));
+  EXPECT_EQ(job.progress().step(), 4);
+  bool rank1_seen = false;
+  for (const v1::LogLine& l : StoredLogs(id)) rank1_seen = rank1_seen || l.rank() == 1;
+  EXPECT_TRUE(rank1_seen);
+
+  // kill -9 one worker (its ranks die with it); the job with one restart allowed goes to
+  // restarting within the lease (3 s) plus a little, then waits for two nodes again.
+  workers_.clear();
+  StartWorker("node-a", 1, FAKE_RANK_BIN, namespaces_[0], addrs_[0]);
+  StartWorker("node-b", 1, FAKE_RANK_BIN, namespaces_[1], addrs_[1]);
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); },
+                      absl::Seconds(30)))
+      << Logs();
+  const std::string hang = Submit(FakeSpec("hang", 2, 1, {{"FAKE_HANG", "1"}}, /*max_restarts=*/1));
+  WaitState(hang, v1::JOB_STATE_RUNNING, absl::Seconds(30));
+  ASSERT_EQ(RankProcesses(hang).size(), 2u);
+  const absl::Time killed = absl::Now();
+  workers_["node-b"]->Kill(SIGKILL);
+  const v1::Job restarting = WaitState(hang, v1::JOB_STATE_RESTARTING, absl::Seconds(15));
+  const absl::Duration took = absl::Now() - killed;
+  EXPECT_LT(took, absl::Seconds(3 + 5)) << "lease 3 s";
+  EXPECT_TRUE(absl::StrContains(restarting.message(), "node node-b lost")) << restarting.message();
+  // node-b's rank died with its worker; node-a's rank was stopped.
+  EXPECT_TRUE(WaitFor([&] { return RankProcesses(hang).empty(); }, absl::Seconds(10)));
+  // A new worker on host b: the job runs again (attempt 1), on both hosts.
+  StartWorker("node-b", 1, FAKE_RANK_BIN, namespaces_[1], addrs_[1]);
+  WaitState(hang, v1::JOB_STATE_RUNNING, absl::Seconds(30));
+  EXPECT_EQ(Get(hang).attempt(), 1);
+  // With no restarts left, the next loss fails it.
+  workers_["node-a"]->Kill(SIGKILL);
+  const v1::Job failed = WaitState(hang, v1::JOB_STATE_FAILED, absl::Seconds(15));
+  EXPECT_TRUE(absl::StrContains(failed.message(), "node node-a lost")) << failed.message();
+  EXPECT_TRUE(WaitFor([&] { return RankProcesses(hang).empty(); }, absl::Seconds(10)));
+}
+
+}  // namespace
+}  // namespace trainctl

@@ -1,0 +1,453 @@
+#include "worker/daemon/worker.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/json_proto.h"
+#include "common/logging.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace trainctl::worker {
+namespace {
+
+namespace v1 = trainctl::v1;
+namespace fs = std::filesystem;
+using google::protobuf::util::TimeUtil;
+
+constexpr int kLogBatchLines = 512;
+
+google::protobuf::Timestamp NowProto() {
+  return TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(absl::Now()));
+}
+
+std::string NewBootId() {
+  std::random_device rd;
+  return absl::StrCat(absl::ToUnixMicros(absl::Now()), "-", getpid(), "-", rd());
+}
+
+// A TCP port free on `addr` a moment ago, for the job's rendezvous (TCPStore) on this node.
+absl::StatusOr<int> PickPort(const std::string& addr) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError("socket() failed");
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = 0;
+  if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(sa);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0;
+  close(fd);
+  if (!ok) return absl::UnavailableError(absl::StrCat("cannot bind a port on ", addr));
+  return static_cast<int>(ntohs(sa.sin_port));
+}
+
+v1::TaskState StateOf(const GangResult& result) {
+  if (result.succeeded) return v1::TASK_STATE_SUCCEEDED;
+  if (result.cancelled) return v1::TASK_STATE_CANCELLED;
+  return v1::TASK_STATE_FAILED;
+}
+
+}  // namespace
+
+Worker::Worker(WorkerOptions options)
+    : options_(std::move(options)),
+      boot_id_(NewBootId()),
+      outbox_((fs::path(options_.work_dir) / "outbox.spill").string(),
+              options_.outbox_memory_bytes) {
+  for (const v1::GpuInfo& gpu : options_.gpus) free_gpus_.insert(gpu.index());
+  free_cpu_slots_ = options_.cpu_slots;
+  grpc::ChannelArguments args;
+  // Notice a coordinator that vanished without closing the connection (a partition, a dead host).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_max)));
+  channel_ = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(),
+                                       args);
+  stub_ = v1::WorkerService::NewStub(channel_);
+}
+
+Worker::~Worker() {
+  Stop();
+  // Gangs are destroyed here, outside mu_ (their threads call back into the worker).
+  std::vector<std::shared_ptr<Gang>> gangs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, task] : tasks_) gangs.push_back(std::move(task.gang));
+    tasks_.clear();
+  }
+  gangs.clear();
+}
+
+void Worker::Run() {
+  std::error_code ec;
+  fs::create_directories(fs::path(options_.work_dir) / "tasks", ec);
+  std::thread flusher([this] { FlushLoop(); });
+  absl::Duration backoff = options_.reconnect_min;
+  std::mt19937 rng(std::random_device{}());
+  while (!stopping()) {
+    const absl::Time started = absl::Now();
+    Session();
+    if (stopping()) break;
+    if (absl::Now() - started > absl::Seconds(10)) backoff = options_.reconnect_min;
+    // Full jitter, so a fleet of workers does not reconnect in lockstep after a coordinator restart.
+    std::uniform_real_distribution<double> jitter(0.5, 1.0);
+    const absl::Time until = absl::Now() + backoff * jitter(rng);
+    while (!stopping() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+    backoff = std::min(backoff * 2, options_.reconnect_max);
+  }
+  flusher.join();
+}
+
+void Worker::Stop() {
+  if (stopping_.exchange(true)) return;
+  std::vector<std::shared_ptr<Gang>> gangs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, task] : tasks_) {
+      if (task.gang != nullptr && !task.gang->done()) {
+        task.cancel_reason = "worker shutting down";
+        gangs.push_back(task.gang);
+      }
+    }
+  }
+  for (auto& gang : gangs) gang->Cancel();
+  const absl::Time deadline = absl::Now() + options_.kill_grace + absl::Seconds(5);
+  for (auto& gang : gangs) {
+    while (!gang->done() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  }
+  absl::MutexLock lock(&mu_);
+  FlushLogsLocked();
+  if (context_ != nullptr) context_->TryCancel();
+  outbox_.Close();
+}
+
+void Worker::FlushLoop() {
+  while (!stopping()) {
+    absl::SleepFor(options_.log_flush_interval);
+    absl::MutexLock lock(&mu_);
+    FlushLogsLocked();
+  }
+}
+
+void Worker::FlushLogsLocked() {
+  if (logs_.empty()) return;
+  v1::WorkerMessage message;
+  for (v1::LogLine& line : logs_) *message.mutable_logs()->add_lines() = std::move(line);
+  logs_.clear();
+  outbox_.Push(std::move(message));
+}
+
+v1::WorkerMessage Worker::MakeRegister() {
+  v1::WorkerMessage message;
+  v1::RegisterWorker* reg = message.mutable_register_();
+  reg->set_node_name(options_.node_name);
+  reg->set_advertise_addr(options_.advertise_addr);
+  reg->mutable_labels()->insert(options_.labels.begin(), options_.labels.end());
+  for (const v1::GpuInfo& gpu : options_.gpus) *reg->mutable_resources()->add_gpus() = gpu;
+  reg->mutable_resources()->set_cpu_slots(options_.gpus.empty() ? options_.cpu_slots : 0);
+  reg->set_boot_id(boot_id_);
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, task] : tasks_) {
+    v1::RunningTask* rt = reg->add_running_tasks();
+    rt->set_task_id(id);
+    rt->set_job_id(task.launch.job_id());
+    rt->set_attempt(task.launch.attempt());
+    rt->set_node_rank(task.launch.node_rank());
+    rt->set_slots(task.launch.slots());
+    rt->set_state(task.state);
+    rt->set_master_port(task.master_port);
+  }
+  return message;
+}
+
+void Worker::Session() {
+  grpc::ClientContext context;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping()) return;
+    context_ = &context;
+  }
+  auto stream = stub_->Session(&context);
+  std::atomic<bool> broken{false};
+  std::thread reader;
+  if (stream->Write(MakeRegister())) {
+    TRAINCTL_LOG(INFO) << "connected to " << options_.coordinator << " as " << options_.node_name;
+    reader = std::thread([&] {
+      v1::CoordinatorMessage message;
+      while (stream->Read(&message)) Handle(message);
+      broken = true;
+    });
+    // Everything not yet acknowledged goes again, in order; then new messages and heartbeats.
+    int64_t sent = outbox_.acked_through();
+    absl::Time next_heartbeat = absl::Now() + options_.heartbeat_interval;
+    while (!broken && !stopping()) {
+      const absl::Time deadline = std::min(next_heartbeat, absl::Now() + absl::Milliseconds(100));
+      for (v1::WorkerMessage& m : outbox_.WaitNext(sent, 64, deadline)) {
+        const int64_t seq = m.seq();
+        if (!stream->Write(m)) {
+          broken = true;
+          break;
+        }
+        sent = seq;
+      }
+      if (!broken && absl::Now() >= next_heartbeat) {
+        v1::WorkerMessage hb;
+        *hb.mutable_heartbeat()->mutable_time() = NowProto();
+        if (!stream->Write(hb)) broken = true;
+        next_heartbeat = absl::Now() + options_.heartbeat_interval;
+      }
+    }
+    if (stopping()) {
+      // Give the final statuses a moment to be acknowledged.
+      const absl::Time until = absl::Now() + absl::Seconds(2);
+      while (!broken && outbox_.held() > 0 && absl::Now() < until) {
+        for (v1::WorkerMessage& m : outbox_.WaitNext(sent, 64, absl::Now())) {
+          if (!stream->Write(m)) break;
+          sent = m.seq();
+        }
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+    }
+    stream->WritesDone();
+  }
+  context.TryCancel();
+  if (reader.joinable()) reader.join();
+  const grpc::Status status = stream->Finish();
+  {
+    absl::MutexLock lock(&mu_);
+    context_ = nullptr;
+  }
+  if (!stopping()) {
+    TRAINCTL_LOG(WARNING) << "session with " << options_.coordinator << " ended: "
+                          << status.error_message() << "; reconnecting";
+  }
+}
+
+void Worker::Handle(const v1::CoordinatorMessage& message) {
+  if (message.has_launch()) {
+    HandleLaunch(message.launch());
+  } else if (message.has_cancel()) {
+    HandleCancel(message.cancel());
+  } else if (message.has_ack()) {
+    HandleAck(message.ack().through_seq());
+  }
+}
+
+void Worker::HandleLaunch(const v1::LaunchTask& launch) {
+  const std::string& id = launch.task_id();
+  auto fail = [&](Task& task, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    TRAINCTL_LOG(WARNING) << "task " << id << ": " << why;
+    task.state = v1::TASK_STATE_FAILED;
+    v1::TaskStatus status;
+    status.set_state(v1::TASK_STATE_FAILED);
+    status.set_failed_rank(-1);
+    status.set_exit_code(-1);
+    status.set_message(why);
+    PushStatus(task, std::move(status));
+  };
+
+  absl::MutexLock lock(&mu_);
+  if (tasks_.count(id) || stopping()) return;  // a duplicate
+  Task& task = tasks_[id];
+  task.launch = launch;
+  const int slots = std::max(1, launch.slots());
+  if (!options_.gpus.empty()) {
+    if (static_cast<int>(free_gpus_.size()) < slots) {
+      return fail(task, absl::StrCat("needs ", slots, " GPUs, ", free_gpus_.size(), " free"));
+    }
+    for (int i = 0; i < slots; ++i) {
+      task.gpus.push_back(*free_gpus_.begin());
+      free_gpus_.erase(free_gpus_.begin());
+    }
+  } else {
+    if (free_cpu_slots_ < slots) {
+      return fail(task, absl::StrCat("needs ", slots, " slots, ", free_cpu_slots_, " free"));
+    }
+    free_cpu_slots_ -= slots;
+  }
+
+  const fs::path dir = fs::path(options_.work_dir) / "tasks" / id;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const fs::path spec_path = dir / "spec.json";
+  {
+    std::ofstream out(spec_path);
+    out << MessageToJsonText(launch.spec(), /*pretty=*/true) << "\n";
+    if (!out) return fail(task, absl::StrCat("cannot write ", spec_path.string()));
+  }
+  int port = launch.master_port();
+  if (launch.node_rank() == 0) {
+    auto picked = PickPort(options_.advertise_addr);
+    if (!picked.ok()) return fail(task, std::string(picked.status().message()));
+    port = *picked;
+  }
+  task.master_port = launch.node_rank() == 0 ? port : 0;
+
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::string threads = absl::StrCat(std::max(1u, cores / static_cast<unsigned>(slots)));
+  std::vector<RankSpec> ranks;
+  for (int local = 0; local < slots; ++local) {
+    RankSpec rank;
+    rank.rank = launch.first_rank() + local;
+    rank.argv = {options_.trainer_bin, "train", "--spec", spec_path.string()};
+    // The job's own variables first: the launch contract below always wins.
+    rank.env.insert(launch.spec().env().begin(), launch.spec().env().end());
+    if (options_.gpus.empty()) {
+      rank.env.emplace("OMP_NUM_THREADS", threads);  // unless the job set it
+    } else {
+      rank.env["CUDA_VISIBLE_DEVICES"] = absl::StrCat(task.gpus[local]);
+    }
+    rank.env["RANK"] = absl::StrCat(rank.rank);
+    rank.env["LOCAL_RANK"] = absl::StrCat(local);
+    rank.env["WORLD_SIZE"] = absl::StrCat(launch.world_size());
+    rank.env["LOCAL_WORLD_SIZE"] = absl::StrCat(slots);
+    rank.env["NODE_RANK"] = absl::StrCat(launch.node_rank());
+    rank.env["MASTER_ADDR"] = launch.master_addr();
+    rank.env["MASTER_PORT"] = absl::StrCat(port);
+    rank.env["TRAINCTL_NODE_ADDR"] = options_.advertise_addr;
+    rank.env["TRAINCTL_JOB_ID"] = launch.job_id();
+    rank.env["TRAINCTL_TASK_ID"] = id;
+    rank.env["TRAINCTL_ATTEMPT"] = absl::StrCat(launch.attempt());
+    rank.log_path = (dir / absl::StrCat("rank-", rank.rank, ".log")).string();
+    ranks.push_back(std::move(rank));
+  }
+
+  const std::string job_id = launch.job_id();
+  const int attempt = launch.attempt();
+  Gang::Callbacks callbacks;
+  callbacks.on_log = [this, job_id](int rank, const std::string& stream, std::string line) {
+    OnLog(job_id, rank, stream, std::move(line));
+  };
+  callbacks.on_event = [this, job_id, attempt](int rank, std::string line) {
+    v1::WorkerMessage message;
+    v1::TrainerEvent* event = message.mutable_event();
+    event->set_job_id(job_id);
+    event->set_attempt(attempt);
+    event->set_rank(rank);
+    event->set_json(std::move(line));
+    outbox_.Push(std::move(message));
+  };
+  callbacks.on_exit = [this, id](const GangResult& result) { OnExit(id, result); };
+  // Started without mu_: the gang's thread calls back into the worker.
+  mu_.Unlock();
+  auto gang = Gang::Start(std::move(ranks), std::move(callbacks), options_.kill_grace);
+  mu_.Lock();
+  Task& started = tasks_.at(id);
+  if (!gang.ok()) return fail(started, std::string(gang.status().message()));
+  started.gang = std::shared_ptr<Gang>(std::move(*gang));
+  if (started.state != v1::TASK_STATE_STARTING) return;  // already ended (OnExit ran)
+  started.state = v1::TASK_STATE_RUNNING;
+  TRAINCTL_LOG(INFO) << "task " << id << ": started ranks " << launch.first_rank() << ".."
+                     << launch.first_rank() + slots - 1 << " of " << launch.world_size()
+                     << " (rendezvous " << launch.master_addr() << ":" << port << ")";
+  v1::TaskStatus status;
+  status.set_state(v1::TASK_STATE_RUNNING);
+  status.set_master_port(started.master_port);
+  PushStatus(started, std::move(status));
+}
+
+void Worker::PushStatus(const Task& task, v1::TaskStatus status) {
+  status.set_task_id(task.launch.task_id());
+  status.set_job_id(task.launch.job_id());
+  status.set_attempt(task.launch.attempt());
+  v1::WorkerMessage message;
+  *message.mutable_task_status() = std::move(status);
+  const bool final = message.task_status().state() != v1::TASK_STATE_RUNNING &&
+                     message.task_status().state() != v1::TASK_STATE_STARTING;
+  const int64_t seq = outbox_.Push(std::move(message));
+  if (final) {
+    Task& t = tasks_.at(task.launch.task_id());
+    t.final_seq = seq;
+    // Its resources are free again as soon as its ranks are gone.
+    for (int gpu : t.gpus) free_gpus_.insert(gpu);
+    t.gpus.clear();
+    if (options_.gpus.empty()) free_cpu_slots_ += std::max(1, t.launch.slots());
+  }
+}
+
+void Worker::HandleCancel(const v1::CancelTask& cancel) {
+  std::shared_ptr<Gang> gang;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tasks_.find(cancel.task_id());
+    if (it == tasks_.end()) return;
+    it->second.cancel_reason = cancel.reason();
+    gang = it->second.gang;
+  }
+  TRAINCTL_LOG(INFO) << "task " << cancel.task_id() << ": cancel (" << cancel.reason() << ")";
+  if (gang != nullptr) gang->Cancel();
+}
+
+void Worker::HandleAck(int64_t through_seq) {
+  outbox_.Ack(through_seq);
+  std::vector<std::shared_ptr<Gang>> finished;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = tasks_.begin(); it != tasks_.end();) {
+      if (it->second.final_seq > 0 && it->second.final_seq <= through_seq) {
+        finished.push_back(std::move(it->second.gang));
+        it = tasks_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  finished.clear();  // joins their supervisor threads, outside mu_
+}
+
+void Worker::OnLog(const std::string& job_id, int rank, const std::string& stream,
+                   std::string line) {
+  v1::LogLine log;
+  log.set_job_id(job_id);
+  log.set_rank(rank);
+  log.set_stream(stream);
+  *log.mutable_time() = NowProto();
+  log.set_text(std::move(line));
+  absl::MutexLock lock(&mu_);
+  logs_.push_back(std::move(log));
+  if (logs_.size() >= kLogBatchLines) FlushLogsLocked();
+}
+
+void Worker::OnExit(const std::string& task_id, const GangResult& result) {
+  absl::MutexLock lock(&mu_);
+  FlushLogsLocked();  // a task's lines reach the coordinator before its end
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) return;
+  Task& task = it->second;
+  v1::TaskStatus status;
+  status.set_state(StateOf(result));
+  task.state = status.state();
+  status.set_failed_rank(-1);
+  if (result.first_failure.has_value()) {
+    status.set_failed_rank(result.first_failure->rank);
+    status.set_exit_code(result.first_failure->exit_code);
+    status.set_signal(result.first_failure->signal);
+    for (const std::string& line : result.first_failure->last_lines) {
+      status.add_last_log_lines(line);
+    }
+  }
+  if (result.cancelled) status.set_message(task.cancel_reason);
+  TRAINCTL_LOG(INFO) << "task " << task_id << " ended: "
+                     << v1::TaskState_Name(status.state())
+                     << (result.first_failure ? absl::StrCat(" (rank ", status.failed_rank(),
+                                                             " exit ", status.exit_code(),
+                                                             " signal ", status.signal(), ")")
+                                              : "");
+  PushStatus(task, std::move(status));
+}
+
+}  // namespace trainctl::worker

@@ -1,0 +1,103 @@
+// Worker: the daemon's core. Keeps one WorkerService.Session stream to the coordinator (reconnecting
+// with back-off), launches the ranks of the tasks it is given (rank_launcher.h), and reports their
+// status, log lines and trainer events through the Outbox, so nothing is lost while the coordinator
+// is away.
+//
+// Ranks never outlive the daemon (they die with it: PR_SET_PDEATHSIG), so a node whose worker is
+// gone holds no GPU. A coordinator restart does not touch them: on reconnect the worker reports
+// every task it holds and the coordinator adopts them.
+#ifndef TRAINCTL_WORKER_DAEMON_WORKER_H_
+#define TRAINCTL_WORKER_DAEMON_WORKER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "trainctl/v1/worker.grpc.pb.h"
+#include "worker/daemon/outbox.h"
+#include "worker/daemon/rank_launcher.h"
+
+namespace trainctl::worker {
+
+struct WorkerOptions {
+  std::string coordinator = "127.0.0.1:50051";
+  std::string node_name;
+  std::string advertise_addr;  // what other nodes' ranks dial (MASTER_ADDR when this node is rank 0)
+  std::string work_dir;        // tasks/<task>/{spec.json,rank-<r>.log}, the outbox spill file
+  std::map<std::string, std::string> labels;
+  std::vector<trainctl::v1::GpuInfo> gpus;  // empty: a CPU node with cpu_slots slots
+  int cpu_slots = 1;
+  std::string trainer_bin;  // what each rank runs: `<trainer_bin> train --spec SPEC`
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+  absl::Duration kill_grace = absl::Seconds(10);
+  absl::Duration reconnect_min = absl::Milliseconds(100);
+  absl::Duration reconnect_max = absl::Seconds(5);
+  absl::Duration log_flush_interval = absl::Milliseconds(100);
+  size_t outbox_memory_bytes = size_t{64} << 20;
+};
+
+class Worker {
+ public:
+  explicit Worker(WorkerOptions options);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Serves until Stop(): connects, reconnects, runs tasks.
+  void Run();
+  // Any thread: stops every rank (SIGTERM, SIGKILL after kill_grace), gives the coordinator a
+  // moment to take their final status, and makes Run return.
+  void Stop();
+
+ private:
+  struct Task {
+    trainctl::v1::LaunchTask launch;
+    std::shared_ptr<Gang> gang;
+    trainctl::v1::TaskState state = trainctl::v1::TASK_STATE_STARTING;
+    int master_port = 0;
+    std::vector<int> gpus;     // indices given to this task
+    int64_t final_seq = 0;     // seq of its terminal status; dropped once acknowledged
+    std::string cancel_reason;
+  };
+
+  void Session();  // one connection, until it breaks or Stop
+  trainctl::v1::WorkerMessage MakeRegister();
+  void Handle(const trainctl::v1::CoordinatorMessage& message);
+  void HandleLaunch(const trainctl::v1::LaunchTask& launch);
+  void HandleCancel(const trainctl::v1::CancelTask& cancel);
+  void HandleAck(int64_t through_seq);
+  void OnLog(const std::string& job_id, int rank, const std::string& stream, std::string line);
+  void OnExit(const std::string& task_id, const GangResult& result);
+  void PushStatus(const Task& task, trainctl::v1::TaskStatus status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlushLogsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlushLoop();
+  bool stopping() const { return stopping_.load(); }
+
+  const WorkerOptions options_;
+  const std::string boot_id_;
+  Outbox outbox_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<trainctl::v1::WorkerService::Stub> stub_;
+
+  absl::Mutex mu_;
+  std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
+  std::set<int> free_gpus_ ABSL_GUARDED_BY(mu_);
+  int free_cpu_slots_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<trainctl::v1::LogLine> logs_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the live session
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace trainctl::worker
+
+#endif  // TRAINCTL_WORKER_DAEMON_WORKER_H_

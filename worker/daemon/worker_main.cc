@@ -1,0 +1,150 @@
+// trainctl-worker: the daemon on each node. Registers the node's GPUs (or CPU slots) with the
+// coordinator, runs the ranks of the tasks placed on it, and streams their status, logs and events.
+//
+//   trainctl-worker --coordinator HOST:PORT [--node_name NAME] [--advertise_addr ADDR]
+//                   [--work_dir DIR] [--labels k=v,k=v] [--slots N]
+#include <limits.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+#include "worker/daemon/gpu_discovery.h"
+#include "worker/daemon/worker.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "the coordinator's HOST:PORT");
+ABSL_FLAG(std::string, node_name, "", "this node's name (default: the host name)");
+ABSL_FLAG(std::string, advertise_addr, "",
+          "the IPv4 address other nodes reach this one at (default: 127.0.0.1 when the "
+          "coordinator is on loopback, else the host name's address)");
+ABSL_FLAG(std::string, work_dir, "./var/worker", "rank logs, task specs, the outbox spill file");
+ABSL_FLAG(std::string, labels, "", "node labels for job node_selectors: k=v,k=v");
+ABSL_FLAG(int, slots, 1, "CPU slots (ranks) offered when the node has no GPU");
+ABSL_FLAG(std::string, nvidia_smi, "nvidia-smi", "GPU discovery program (absent: a CPU node)");
+ABSL_FLAG(std::string, trainer, "",
+          "the rank program (default: trainctl-trainer next to this binary or in ../trainer)");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2), "how often to heartbeat");
+ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(10),
+          "SIGTERM -> SIGKILL grace when stopping ranks");
+ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
+
+namespace trainctl::worker {
+namespace {
+
+std::string SelfDir() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  return std::filesystem::path(std::string(buf, n)).parent_path().string();
+}
+
+std::string DefaultTrainer() {
+  const std::filesystem::path dir = SelfDir();
+  for (const auto& candidate : {dir / "trainctl-trainer", dir / ".." / "trainer" / "trainctl-trainer"}) {
+    if (std::filesystem::exists(candidate)) return std::filesystem::canonical(candidate).string();
+  }
+  return "";
+}
+
+std::string HostName() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+int Run() {
+  LogLevel level;
+  if (absl::Status s = ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level); !s.ok()) {
+    TRAINCTL_LOG(ERROR) << "--log_level: " << s.message();
+    return 2;
+  }
+  SetLogLevel(level);
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  WorkerOptions options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.node_name = absl::GetFlag(FLAGS_node_name);
+  if (options.node_name.empty()) options.node_name = HostName();
+  options.advertise_addr = absl::GetFlag(FLAGS_advertise_addr);
+  if (options.advertise_addr.empty()) {
+    const bool loopback = absl::StartsWith(options.coordinator, "127.") ||
+                          absl::StartsWith(options.coordinator, "localhost:");
+    options.advertise_addr = loopback ? "127.0.0.1" : HostName();
+  }
+  options.work_dir = absl::GetFlag(FLAGS_work_dir);
+  for (absl::string_view kv : absl::StrSplit(absl::GetFlag(FLAGS_labels), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    if (p.first.empty() || !absl::StrContains(kv, '=')) {
+      TRAINCTL_LOG(ERROR) << "--labels: '" << kv << "' is not key=value";
+      return 2;
+    }
+    options.labels[p.first] = p.second;
+  }
+  options.cpu_slots = absl::GetFlag(FLAGS_slots);
+  if (options.cpu_slots < 1) {
+    TRAINCTL_LOG(ERROR) << "--slots: must be at least 1";
+    return 2;
+  }
+  auto gpus = DiscoverGpus(absl::GetFlag(FLAGS_nvidia_smi));
+  if (!gpus.ok()) {
+    TRAINCTL_LOG(ERROR) << "GPU discovery: " << gpus.status().message();
+    return 1;
+  }
+  options.gpus = std::move(*gpus);
+  options.trainer_bin = absl::GetFlag(FLAGS_trainer);
+  if (options.trainer_bin.empty()) options.trainer_bin = DefaultTrainer();
+  if (options.trainer_bin.empty() || access(options.trainer_bin.c_str(), X_OK) != 0) {
+    TRAINCTL_LOG(ERROR) << "--trainer: no executable rank program at '" << options.trainer_bin
+                        << "'";
+    return 1;
+  }
+  options.trainer_bin = std::filesystem::absolute(options.trainer_bin).string();
+  options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.kill_grace = absl::GetFlag(FLAGS_kill_grace);
+
+  TRAINCTL_LOG(INFO) << "trainctl-worker " << options.node_name << " (" << options.advertise_addr
+                     << "): "
+                     << (options.gpus.empty() ? absl::StrCat(options.cpu_slots, " CPU slots")
+                                              : absl::StrCat(options.gpus.size(), " GPUs"))
+                     << ", coordinator " << options.coordinator << ", work dir "
+                     << options.work_dir;
+  // Rank descendants orphaned by a rank are reparented here, so their groups can be reaped even
+  // where pid 1 does not reap (rank_launcher.h).
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  Worker worker(options);
+  std::thread stopper([&worker, &signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    TRAINCTL_LOG(INFO) << "signal " << sig << ": stopping ranks and shutting down";
+    worker.Stop();
+  });
+  worker.Run();
+  // Run only returns after Stop; the stopper thread has done its work.
+  stopper.join();
+  TRAINCTL_LOG(INFO) << "stopped";
+  return 0;
+}
+
+}  // namespace
+}  // namespace trainctl::worker
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "trainctl-worker --coordinator HOST:PORT [--node_name N] [--advertise_addr A] "
+      "[--work_dir D] [--labels k=v,...] [--slots N]");
+  absl::ParseCommandLine(argc, argv);
+  return trainctl::worker::Run();
+}
