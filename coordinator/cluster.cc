@@ -84,7 +84,7 @@ absl::Status Cluster::Start() {
   }
   const absl::Duration grace = options_.recovery_grace > absl::ZeroDuration()
                                    ? options_.recovery_grace
-                                   : options_.lease_timeout;
+                                   : options_.lease_timeout + absl::Seconds(10);
   const absl::Time now = clock_->Now();
   for (auto it = live.rbegin(); it != live.rend(); ++it) {
     const Job& job = *it;
@@ -331,7 +331,9 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
       t.attempt = rt.attempt();
       t.node_rank = rt.node_rank();
       t.slots = rt.slots();
-      t.state = rt.state();
+      // An ended task's final status is still in the worker's outbox (it is reported until
+      // acknowledged) and is replayed after this, behind the task's last logs and events.
+      t.state = TaskEnded(rt.state()) ? v1::TASK_STATE_RUNNING : rt.state();
       t.launched = true;
       run.task_ids[rt.node_rank()] = t.id;
       if (rt.node_rank() == 0) {
@@ -339,7 +341,6 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
         run.master_port = rt.master_port();
       }
       node.tasks.insert(t.id);
-      if (TaskEnded(t.state)) node.tasks.erase(t.id);
       TRAINCTL_LOG(INFO) << "adopted task " << t.id << " on " << node.name;
       bool complete = true;
       for (const std::string& id : run.task_ids) complete = complete && !id.empty();

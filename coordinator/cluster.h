@@ -56,7 +56,7 @@ struct ClusterOptions {
   // A node that sent nothing (heartbeats included) for this long is lost.
   absl::Duration lease_timeout = absl::Seconds(10);
   // After a coordinator start, how long placed jobs wait for their workers to report their tasks.
-  // Defaults to lease_timeout when zero.
+  // Zero: lease_timeout + 10 s (a worker's reconnect back-off is at most 5 s by default).
   absl::Duration recovery_grace = absl::ZeroDuration();
   // SIGTERM -> SIGKILL grace the workers give ranks they stop.
   absl::Duration kill_grace = absl::Seconds(10);

@@ -37,7 +37,7 @@ ABSL_FLAG(int, rpc_threads, 16, "threads that run blocking RPC work (SQLite)");
 ABSL_FLAG(absl::Duration, lease_timeout, absl::Seconds(10),
           "a worker that sends nothing (heartbeats included) for this long is lost; its tasks fail");
 ABSL_FLAG(absl::Duration, recovery_grace, absl::ZeroDuration(),
-          "after a restart, how long placed jobs wait for their workers to report (0: lease_timeout)");
+          "after a restart, how long placed jobs wait for their workers to report (0: lease + 10s)");
 ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(10),
           "how long workers wait between SIGTERM and SIGKILL when they stop ranks");
 ABSL_FLAG(std::string, ready_file, "",

@@ -99,7 +99,7 @@ class WorkerTest : public testing::ShapesTrainingTest {
          {std::string(TRAINCTL_WORKER_BIN), "--coordinator"s,
           coordinator.empty() ? address_ : coordinator, "--node_name"s, name, "--work_dir"s,
           dir_.path() + "/work-" + name, "--slots"s, absl::StrCat(slots),
-          "--heartbeat_interval"s, "300ms"s, "--kill_grace"s, "2s"s, "--trainer"s,
+          "--heartbeat_interval"s, "300ms"s, "--reconnect_max"s, "1s"s, "--kill_grace"s, "2s"s, "--trainer"s,
           trainer.empty() ? std::string(TRAINCTL_TRAINER_BIN) : trainer,
           "--nvidia_smi"s, "/nonexistent/nvidia-smi"s}) {
       argv.push_back(a);

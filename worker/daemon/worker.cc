@@ -67,17 +67,6 @@ Worker::Worker(WorkerOptions options)
               options_.outbox_memory_bytes) {
   for (const v1::GpuInfo& gpu : options_.gpus) free_gpus_.insert(gpu.index());
   free_cpu_slots_ = options_.cpu_slots;
-  grpc::ChannelArguments args;
-  // Notice a coordinator that vanished without closing the connection (a partition, a dead host).
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
-              static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_max)));
-  channel_ = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(),
-                                       args);
-  stub_ = v1::WorkerService::NewStub(channel_);
 }
 
 Worker::~Worker() {
@@ -175,13 +164,23 @@ v1::WorkerMessage Worker::MakeRegister() {
 }
 
 void Worker::Session() {
+  // A fresh channel per attempt: a channel that failed to connect waits out its own back-off before
+  // trying again, which would stretch ours (and a coordinator's recovery grace) for nothing.
+  grpc::ChannelArguments args;
+  // Notice a coordinator that vanished without closing the connection (a partition, a dead host).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  auto channel =
+      grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::WorkerService::NewStub(channel);
   grpc::ClientContext context;
   {
     absl::MutexLock lock(&mu_);
     if (stopping()) return;
     context_ = &context;
   }
-  auto stream = stub_->Session(&context);
+  auto stream = stub->Session(&context);
   std::atomic<bool> broken{false};
   std::thread reader;
   if (stream->Write(MakeRegister())) {

@@ -86,8 +86,6 @@ class Worker {
   const WorkerOptions options_;
   const std::string boot_id_;
   Outbox outbox_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<trainctl::v1::WorkerService::Stub> stub_;
 
   absl::Mutex mu_;
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);

@@ -35,6 +35,8 @@ ABSL_FLAG(std::string, trainer, "",
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2), "how often to heartbeat");
 ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(10),
           "SIGTERM -> SIGKILL grace when stopping ranks");
+ABSL_FLAG(absl::Duration, reconnect_max, absl::Seconds(5),
+          "longest wait between attempts to reach the coordinator (exponential back-off)");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 
 namespace trainctl::worker {
@@ -114,6 +116,7 @@ int Run() {
   options.trainer_bin = std::filesystem::absolute(options.trainer_bin).string();
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.kill_grace = absl::GetFlag(FLAGS_kill_grace);
+  options.reconnect_max = absl::GetFlag(FLAGS_reconnect_max);
 
   TRAINCTL_LOG(INFO) << "trainctl-worker " << options.node_name << " (" << options.advertise_addr
                      << "): "
