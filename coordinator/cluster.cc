@@ -309,6 +309,11 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   for (const v1::RunningTask& rt : reg.running_tasks()) {
     reported.insert(rt.task_id());
     Task* task = FindTask(rt.task_id());
+    if (task != nullptr && TaskEnded(task->state) && !TaskEnded(rt.state())) {
+      // Given up on (its node was lost) while it kept running: stop it.
+      SendCancel(*task, "the coordinator counted this task as failed");
+      continue;
+    }
     if (task == nullptr) {
       auto run_it = runs_.find(rt.job_id());
       const bool adoptable = run_it != runs_.end() && run_it->second.job.attempt() == rt.attempt() &&

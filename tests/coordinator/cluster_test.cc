@@ -1,0 +1,349 @@
+// Cluster on its own: fake worker streams (they record what the coordinator sends), an in-memory
+// store and a fake clock for leases. The real daemons together: tests/integration/worker_test.cc.
+#include "coordinator/cluster.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "coordinator/in_memory_job_store.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_notifier.h"
+#include "gtest/gtest.h"
+#include "tests/testing/fake_clock.h"
+#include "tests/testing/subprocess.h"
+
+namespace trainctl {
+namespace {
+
+namespace v1 = trainctl::v1;
+
+class FakeChannel final : public WorkerChannel {
+ public:
+  void Send(v1::CoordinatorMessage message) override {
+    absl::MutexLock lock(&mu_);
+    sent_.push_back(std::move(message));
+  }
+  void Close(const std::string& why) override {
+    absl::MutexLock lock(&mu_);
+    closed_ = why;
+  }
+  std::vector<v1::CoordinatorMessage> Take(v1::CoordinatorMessage::MsgCase kind) {
+    absl::MutexLock lock(&mu_);
+    std::vector<v1::CoordinatorMessage> out, rest;
+    for (auto& m : sent_) (m.msg_case() == kind ? out : rest).push_back(std::move(m));
+    sent_ = std::move(rest);
+    return out;
+  }
+  std::string closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::CoordinatorMessage> sent_;
+  std::string closed_;
+};
+
+// One fake worker: its stream, its session and its seqs.
+struct FakeWorker {
+  std::shared_ptr<FakeChannel> channel = std::make_shared<FakeChannel>();
+  int64_t session = 0;
+  int64_t seq = 0;
+};
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  ClusterTest() { Restart(); }
+
+  // A new Cluster over the same store (a coordinator restart).
+  void Restart() {
+    cluster_.reset();
+    ClusterOptions options;
+    options.lease_timeout = absl::Seconds(10);
+    options.recovery_grace = absl::Seconds(15);
+    options.tick = absl::Milliseconds(1);
+    cluster_ = std::make_unique<Cluster>(&jobs_, &clock_, options);
+    jobs_.SetListener([this](const std::string& id) { cluster_->JobChanged(id); });
+    ASSERT_TRUE(cluster_->Start().ok());
+  }
+
+  FakeWorker Register(const std::string& name, int slots,
+                      std::vector<v1::RunningTask> running = {}, const std::string& boot = "b1") {
+    FakeWorker w;
+    w.session = cluster_->Connect(w.channel);
+    v1::WorkerMessage m;
+    auto* reg = m.mutable_register_();
+    reg->set_node_name(name);
+    reg->set_advertise_addr("10.0.0." + std::to_string(name.back() - 'a' + 1));
+    reg->mutable_resources()->set_cpu_slots(slots);
+    reg->set_boot_id(boot);
+    for (auto& t : running) *reg->add_running_tasks() = t;
+    Send(w, m, /*sequenced=*/false);
+    return w;
+  }
+
+  void Send(FakeWorker& w, v1::WorkerMessage m, bool sequenced = true) {
+    if (sequenced) m.set_seq(++w.seq);
+    cluster_->Receive(w.session, std::move(m), [] {});
+    cluster_->Flush();
+  }
+
+  void Status(FakeWorker& w, const v1::LaunchTask& launch, v1::TaskState state, int port = 0,
+              int failed_rank = 0, int exit_code = 0) {
+    v1::WorkerMessage m;
+    auto* s = m.mutable_task_status();
+    s->set_task_id(launch.task_id());
+    s->set_job_id(launch.job_id());
+    s->set_state(state);
+    s->set_master_port(port);
+    s->set_failed_rank(failed_rank);
+    s->set_exit_code(exit_code);
+    if (state == v1::TASK_STATE_FAILED) s->add_last_log_lines("boom: out of memory");
+    Send(w, m);
+  }
+
+  std::string Submit(int nodes, int slots, int max_restarts = 0, int priority = 0) {
+    v1::JobSpec spec;
+    spec.set_name("j");
+    spec.set_kind(v1::JOB_KIND_SFT);
+    spec.set_model_name_or_path("tiny");
+    spec.set_data_path("/data");
+    spec.set_output_dir("/out");
+    spec.mutable_resources()->set_nodes(nodes);
+    spec.mutable_resources()->set_slots_per_node(slots);
+    spec.set_max_restarts(max_restarts);
+    spec.set_priority(priority);
+    auto r = jobs_.Submit(spec, "");
+    EXPECT_TRUE(r.ok()) << r.status();
+    cluster_->Flush();
+    cluster_->Flush();  // the pass runs after the queued work
+    return r.ok() ? r->job.id() : "";
+  }
+
+  v1::LaunchTask OneLaunch(FakeWorker& w) {
+    std::vector<v1::CoordinatorMessage> launches;
+    EXPECT_TRUE(testing::WaitFor(
+        [&] {
+          cluster_->Flush();
+          for (auto& m : w.channel->Take(v1::CoordinatorMessage::kLaunch)) launches.push_back(m);
+          return !launches.empty();
+        },
+        absl::Seconds(5)));
+    EXPECT_EQ(launches.size(), 1u);
+    return launches.empty() ? v1::LaunchTask() : launches[0].launch();
+  }
+
+  std::vector<v1::CancelTask> Cancels(FakeWorker& w) {
+    cluster_->Flush();
+    std::vector<v1::CancelTask> out;
+    for (auto& m : w.channel->Take(v1::CoordinatorMessage::kCancel)) out.push_back(m.cancel());
+    return out;
+  }
+
+  v1::Job WaitState(const std::string& id, v1::JobState state) {
+    v1::Job job;
+    EXPECT_TRUE(testing::WaitFor(
+        [&] {
+          cluster_->Flush();
+          job = jobs_.Get(id).value();
+          return job.state() == state;
+        },
+        absl::Seconds(5)))
+        << v1::JobState_Name(job.state()) << ": " << job.message();
+    return job;
+  }
+
+  testing::FakeClock clock_;
+  InMemoryJobStore store_;
+  JobNotifier notifier_;
+  JobManager jobs_{&store_, &clock_, &notifier_};
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(ClusterTest, PlacesLaunchesAndFollowsAJobToSuccess) {
+  FakeWorker a = Register("node-a", 2);
+  const std::string id = Submit(1, 2);
+  const v1::LaunchTask launch = OneLaunch(a);
+  EXPECT_EQ(launch.job_id(), id);
+  EXPECT_EQ(launch.world_size(), 2);
+  EXPECT_EQ(launch.slots(), 2);
+  EXPECT_EQ(launch.first_rank(), 0);
+  EXPECT_EQ(launch.master_addr(), "10.0.0.1");
+  EXPECT_EQ(launch.master_port(), 0) << "rank 0's worker picks the port";
+  EXPECT_EQ(jobs_.Get(id)->state(), v1::JOB_STATE_SCHEDULED);
+  Status(a, launch, v1::TASK_STATE_RUNNING, 29500);
+  WaitState(id, v1::JOB_STATE_RUNNING);
+  // Every sequenced message is acknowledged once applied.
+  auto acks = a.channel->Take(v1::CoordinatorMessage::kAck);
+  ASSERT_FALSE(acks.empty());
+  EXPECT_EQ(acks.back().ack().through_seq(), a.seq);
+  auto nodes = cluster_->ListNodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].free_slots(), 0);
+  ASSERT_EQ(nodes[0].tasks_size(), 1);
+  Status(a, launch, v1::TASK_STATE_SUCCEEDED);
+  WaitState(id, v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(cluster_->ListNodes()[0].free_slots(), 2);
+}
+
+TEST_F(ClusterTest, OtherNodesLaunchOnlyOnceRankZeroReportedItsPort) {
+  FakeWorker a = Register("node-a", 1);
+  FakeWorker b = Register("node-b", 1);
+  const std::string id = Submit(2, 1);
+  // Best fit is by free slots then index: node-a hosts node rank 0.
+  const v1::LaunchTask first = OneLaunch(a);
+  EXPECT_EQ(first.node_rank(), 0);
+  EXPECT_TRUE(b.channel->Take(v1::CoordinatorMessage::kLaunch).empty());
+  Status(a, first, v1::TASK_STATE_RUNNING, 31337);
+  const v1::LaunchTask second = OneLaunch(b);
+  EXPECT_EQ(second.node_rank(), 1);
+  EXPECT_EQ(second.first_rank(), 1);
+  EXPECT_EQ(second.world_size(), 2);
+  EXPECT_EQ(second.master_addr(), "10.0.0.1");
+  EXPECT_EQ(second.master_port(), 31337);
+  EXPECT_EQ(jobs_.Get(id)->state(), v1::JOB_STATE_SCHEDULED) << "until every task runs";
+  Status(b, second, v1::TASK_STATE_RUNNING);
+  WaitState(id, v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(ClusterTest, AFailedTaskStopsTheOthersAndFailsTheJobWithItsReason) {
+  FakeWorker a = Register("node-a", 1);
+  FakeWorker b = Register("node-b", 1);
+  const std::string id = Submit(2, 1);
+  const v1::LaunchTask ta = OneLaunch(a);
+  Status(a, ta, v1::TASK_STATE_RUNNING, 1000);
+  const v1::LaunchTask tb = OneLaunch(b);
+  Status(b, tb, v1::TASK_STATE_RUNNING);
+  Status(b, tb, v1::TASK_STATE_FAILED, 0, /*failed_rank=*/1, /*exit_code=*/3);
+  auto cancels = Cancels(a);
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].task_id(), ta.task_id());
+  EXPECT_EQ(jobs_.Get(id)->state(), v1::JOB_STATE_RUNNING) << "until node-a's task has ended";
+  Status(a, ta, v1::TASK_STATE_CANCELLED);
+  const v1::Job job = WaitState(id, v1::JOB_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(job.message(), "rank 1 on node-b exited with code 3")) << job.message();
+  EXPECT_TRUE(absl::StrContains(job.message(), "boom: out of memory")) << job.message();
+}
+
+TEST_F(ClusterTest, AnExpiredLeaseRestartsTheJobOnOtherNodes) {
+  FakeWorker a = Register("node-a", 1);
+  const std::string id = Submit(1, 1, /*max_restarts=*/1);
+  const v1::LaunchTask first = OneLaunch(a);
+  Status(a, first, v1::TASK_STATE_RUNNING, 1000);
+  WaitState(id, v1::JOB_STATE_RUNNING);
+  FakeWorker b = Register("node-b", 1);
+  clock_.Advance(absl::Seconds(6));
+  v1::WorkerMessage hb;
+  hb.mutable_heartbeat();
+  Send(b, hb, false);  // node-b stays alive; node-a says nothing
+  clock_.Advance(absl::Seconds(6));
+  // node-a is lost: the job restarts (attempt 1) on node-b.
+  const v1::LaunchTask second = OneLaunch(b);
+  EXPECT_EQ(second.attempt(), 1);
+  EXPECT_TRUE(absl::StrContains(a.channel->closed(), "node node-a lost")) << a.channel->closed();
+  const v1::Job job = jobs_.Get(id).value();
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SCHEDULED);
+  auto nodes = cluster_->ListNodes();
+  EXPECT_EQ(nodes[0].state(), "lost");
+}
+
+TEST_F(ClusterTest, UserCancelStopsTheTasksThenCancelsTheJob) {
+  FakeWorker a = Register("node-a", 2);
+  const std::string id = Submit(1, 2);
+  const v1::LaunchTask launch = OneLaunch(a);
+  Status(a, launch, v1::TASK_STATE_RUNNING, 1000);
+  ASSERT_TRUE(jobs_.Cancel(id, "wrong data").ok());
+  auto cancels = Cancels(a);
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].task_id(), launch.task_id());
+  Status(a, launch, v1::TASK_STATE_CANCELLED);
+  const v1::Job job = WaitState(id, v1::JOB_STATE_CANCELLED);
+  EXPECT_TRUE(absl::StrContains(job.message(), "wrong data")) << job.message();
+}
+
+TEST_F(ClusterTest, ARestartedCoordinatorAdoptsReportedTasksAndFailsUnreportedOnes) {
+  FakeWorker a = Register("node-a", 1);
+  const std::string kept = Submit(1, 1);
+  const v1::LaunchTask kept_launch = OneLaunch(a);
+  Status(a, kept_launch, v1::TASK_STATE_RUNNING, 1000);
+  FakeWorker b = Register("node-b", 1);
+  const std::string lost = Submit(1, 1, /*max_restarts=*/0);
+  const v1::LaunchTask lost_launch = OneLaunch(b);
+  Status(b, lost_launch, v1::TASK_STATE_RUNNING, 1000);
+  WaitState(kept, v1::JOB_STATE_RUNNING);
+  WaitState(lost, v1::JOB_STATE_RUNNING);
+
+  Restart();
+  // node-a's worker comes back with its task; node-b never does.
+  v1::RunningTask rt;
+  rt.set_task_id(kept_launch.task_id());
+  rt.set_job_id(kept);
+  rt.set_node_rank(0);
+  rt.set_slots(1);
+  rt.set_state(v1::TASK_STATE_RUNNING);
+  rt.set_master_port(1000);
+  FakeWorker a2 = Register("node-a", 1, {rt});
+  EXPECT_TRUE(Cancels(a2).empty()) << "adopted, not cancelled";
+  v1::WorkerMessage hb;
+  hb.mutable_heartbeat();
+  clock_.Advance(absl::Seconds(8));
+  Send(a2, hb, false);
+  clock_.Advance(absl::Seconds(8));  // past the 15 s grace, within node-a's lease
+  const v1::Job failed = WaitState(lost, v1::JOB_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(failed.message(), "not reported")) << failed.message();
+  EXPECT_EQ(jobs_.Get(kept)->state(), v1::JOB_STATE_RUNNING);
+  Status(a2, kept_launch, v1::TASK_STATE_SUCCEEDED);
+  WaitState(kept, v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(ClusterTest, ATaskNobodyRunsAnyMoreIsCancelledOnItsWorker) {
+  v1::RunningTask rt;
+  rt.set_task_id("job-77.0.0");
+  rt.set_job_id("job-77");
+  rt.set_state(v1::TASK_STATE_RUNNING);
+  FakeWorker a = Register("node-a", 1, {rt});
+  auto cancels = Cancels(a);
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].task_id(), "job-77.0.0");
+}
+
+TEST_F(ClusterTest, MessagesSentAgainAfterAReconnectAreAppliedOnce) {
+  FakeWorker a = Register("node-a", 1);
+  const std::string id = Submit(1, 4);  // never fits: stays pending, nothing to reconcile
+  v1::WorkerMessage logs;
+  auto* line = logs.mutable_logs()->add_lines();
+  line->set_job_id(id);
+  line->set_text("hello");
+  Send(a, logs);
+  // The worker reconnects (same boot) and replays seq 1.
+  FakeWorker again = Register("node-a", 1, {}, "b1");
+  again.seq = 0;
+  Send(again, logs);
+  EXPECT_EQ(store_.ListLogs(id, LogQuery())->size(), 1u);
+  // A new boot starts its seqs again: applied.
+  FakeWorker reborn = Register("node-a", 1, {}, "b2");
+  Send(reborn, logs);
+  EXPECT_EQ(store_.ListLogs(id, LogQuery())->size(), 2u);
+}
+
+TEST_F(ClusterTest, HigherPriorityRunsFirstWhenASlotFrees) {
+  FakeWorker a = Register("node-a", 1);
+  // Hold the only slot so both jobs queue.
+  const std::string running = Submit(1, 1);
+  const v1::LaunchTask hold = OneLaunch(a);
+  EXPECT_EQ(hold.job_id(), running);
+  Status(a, hold, v1::TASK_STATE_RUNNING, 1000);
+  const std::string low = Submit(1, 1, 0, /*priority=*/0);
+  const std::string high = Submit(1, 1, 0, /*priority=*/5);
+  Status(a, hold, v1::TASK_STATE_SUCCEEDED);
+  const v1::LaunchTask next = OneLaunch(a);
+  EXPECT_EQ(next.job_id(), high);
+  EXPECT_EQ(jobs_.Get(low)->state(), v1::JOB_STATE_PENDING);
+}
+
+}  // namespace
+}  // namespace trainctl
