@@ -229,6 +229,8 @@ Cluster::Task* Cluster::FindTask(const std::string& id) {
 
 void Cluster::Enqueue(const Job& job) {
   waiting_[job.id()] = ToSchedJob(job);
+  // A restarting job keeps its restart reason as its message.
+  if (job.state() == v1::JOB_STATE_RESTARTING) told_never_fits_.insert(job.id());
   schedule_needed_ = true;
 }
 
@@ -478,6 +480,7 @@ void Cluster::HandleJobChanged(const std::string& job_id) {
   }
   if (IsTerminal(job->state())) {
     waiting_.erase(job_id);
+    told_never_fits_.erase(job_id);
     return;
   }
   auto run_it = runs_.find(job_id);
@@ -569,6 +572,17 @@ void Cluster::SchedulePass() {
   jobs.reserve(waiting_.size());
   for (const auto& [id, job] : waiting_) jobs.push_back(job);
   auto pass = Schedule(sched_nodes, std::move(jobs));
+  for (const std::string& id : pass.never_fits) {
+    if (!told_never_fits_.insert(id).second) continue;
+    const SchedJob& job = waiting_.at(id);
+    std::string selector;
+    for (const auto& [k, v] : job.node_selector) absl::StrAppend(&selector, " ", k, "=", v);
+    const std::string why = absl::StrCat(
+        "waiting: no set of ", job.nodes, " ready nodes", selector.empty() ? "" : " labelled",
+        selector, " has ", job.slots_per_node, " slots each (see trainctl nodes)");
+    TRAINCTL_LOG(INFO) << id << " " << why;
+    (void)jobs_->SetMessage(id, why);
+  }
   for (const Placement& placement : pass.placements) {
     std::vector<std::string> chosen;
     for (int index : placement.node_indices) chosen.push_back(names[index]);
@@ -578,6 +592,7 @@ void Cluster::SchedulePass() {
 
 void Cluster::Place(const std::string& job_id, const std::vector<std::string>& nodes) {
   waiting_.erase(job_id);
+  told_never_fits_.erase(job_id);
   auto job = jobs_->Transition(job_id, v1::JOB_STATE_SCHEDULED,
                                absl::StrCat("placed on ", absl::StrJoin(nodes, ",")));
   if (!job.ok()) {

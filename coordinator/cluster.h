@@ -171,6 +171,7 @@ class Cluster {
   std::map<std::string, Task> tasks_;
   std::map<std::string, Run> runs_;
   std::map<std::string, SchedJob> waiting_;
+  std::set<std::string> told_never_fits_;  // waiting jobs whose message says why they cannot start
   bool schedule_needed_ = false;
 };
 

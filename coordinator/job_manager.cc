@@ -167,6 +167,15 @@ absl::StatusOr<Job> JobManager::RecordCheckpoint(absl::string_view id,
   });
 }
 
+absl::StatusOr<Job> JobManager::SetMessage(absl::string_view id, const std::string& message) {
+  const auto now = ToProto(clock_->Now());
+  return Update(id, [&](Job* job, std::vector<JobEvent>*) -> absl::Status {
+    job->set_message(message);
+    *job->mutable_update_time() = now;
+    return absl::OkStatus();
+  });
+}
+
 absl::Status JobManager::AppendLogs(std::vector<LogLine> lines) {
   const auto now = ToProto(clock_->Now());
   for (LogLine& line : lines) {

@@ -52,6 +52,10 @@ class JobManager {
   absl::StatusOr<Job> RecordCheckpoint(absl::string_view id,
                                        const trainctl::v1::Checkpoint& checkpoint);
 
+  // Replaces the job's message (why it is in its state) without changing the state, e.g. why a
+  // pending job cannot be placed. No event; watchers see it on their next read.
+  absl::StatusOr<Job> SetMessage(absl::string_view id, const std::string& message);
+
   // Stores rank log lines (each names its job) and wakes their followers.
   absl::Status AppendLogs(std::vector<LogLine> lines);
 

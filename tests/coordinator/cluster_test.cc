@@ -314,6 +314,8 @@ TEST_F(ClusterTest, ATaskNobodyRunsAnyMoreIsCancelledOnItsWorker) {
 TEST_F(ClusterTest, MessagesSentAgainAfterAReconnectAreAppliedOnce) {
   FakeWorker a = Register("node-a", 1);
   const std::string id = Submit(1, 4);  // never fits: stays pending, nothing to reconcile
+  EXPECT_TRUE(absl::StrContains(jobs_.Get(id)->message(), "no set of 1 ready nodes has 4 slots"))
+      << jobs_.Get(id)->message();
   v1::WorkerMessage logs;
   auto* line = logs.mutable_logs()->add_lines();
   line->set_job_id(id);

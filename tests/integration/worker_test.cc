@@ -33,8 +33,9 @@ using testing::Subprocess;
 using testing::WaitFor;
 using std::string_literals::operator""s;
 
-// Live (non-zombie) processes whose environment says they are ranks of `job_id`.
-std::vector<pid_t> RankProcesses(const std::string& job_id) {
+// Live (non-zombie) processes whose environment says they are ranks of `job_id`, started by a
+// worker whose work dir is under `root` (tests run concurrently, each with its own job-1).
+std::vector<pid_t> RankProcesses(const std::string& root, const std::string& job_id) {
   std::vector<pid_t> pids;
   const std::string needle = absl::StrCat("TRAINCTL_JOB_ID=", job_id);
   for (const auto& entry : fs::directory_iterator("/proc")) {
@@ -43,6 +44,9 @@ std::vector<pid_t> RankProcesses(const std::string& job_id) {
     const std::string stat = testing::ReadFileOrEmpty(entry.path().string() + "/stat");
     const auto close = stat.rfind(')');
     if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'Z') continue;
+    if (!absl::StrContains(testing::ReadFileOrEmpty(entry.path().string() + "/cmdline"), root)) {
+      continue;
+    }
     const std::string env = testing::ReadFileOrEmpty(entry.path().string() + "/environ");
     for (absl::string_view var : absl::StrSplit(env, '\0')) {
       if (var == needle) {
@@ -55,8 +59,8 @@ std::vector<pid_t> RankProcesses(const std::string& job_id) {
 }
 
 // The pid of rank `rank` of `job_id` (0 if none).
-pid_t RankPid(const std::string& job_id, int rank) {
-  for (pid_t pid : RankProcesses(job_id)) {
+pid_t RankPid(const std::string& root, const std::string& job_id, int rank) {
+  for (pid_t pid : RankProcesses(root, job_id)) {
     const std::string env = testing::ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/environ"));
     for (absl::string_view var : absl::StrSplit(env, '\0')) {
       if (var == absl::StrCat("RANK=", rank)) return pid;
@@ -67,6 +71,13 @@ pid_t RankPid(const std::string& job_id, int rank) {
 
 class WorkerTest : public testing::ShapesTrainingTest {
  protected:
+  std::vector<pid_t> RankProcesses(const std::string& job_id) {
+    return trainctl::RankProcesses(dir_.path(), job_id);
+  }
+  pid_t RankPid(const std::string& job_id, int rank) {
+    return trainctl::RankPid(dir_.path(), job_id, rank);
+  }
+
   ~WorkerTest() override {
     workers_.clear();
     coordinator_.reset();

@@ -87,15 +87,15 @@ void Worker::Run() {
   std::thread flusher([this] { FlushLoop(); });
   absl::Duration backoff = options_.reconnect_min;
   std::mt19937 rng(std::random_device{}());
-  while (!stopping()) {
+  while (!closing_) {
     const absl::Time started = absl::Now();
     Session();
-    if (stopping()) break;
+    if (closing_) break;
     if (absl::Now() - started > absl::Seconds(10)) backoff = options_.reconnect_min;
     // Full jitter, so a fleet of workers does not reconnect in lockstep after a coordinator restart.
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
     const absl::Time until = absl::Now() + backoff * jitter(rng);
-    while (!stopping() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+    while (!closing_ && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
     backoff = std::min(backoff * 2, options_.reconnect_max);
   }
   flusher.join();
@@ -118,14 +118,21 @@ void Worker::Stop() {
   for (auto& gang : gangs) {
     while (!gang->done() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
   }
+  {
+    absl::MutexLock lock(&mu_);
+    FlushLogsLocked();
+  }
+  // Give the session a moment to deliver the ranks' final lines and statuses.
+  const absl::Time drain = absl::Now() + absl::Seconds(3);
+  while (outbox_.held() > 0 && absl::Now() < drain) absl::SleepFor(absl::Milliseconds(20));
+  closing_ = true;
   absl::MutexLock lock(&mu_);
-  FlushLogsLocked();
   if (context_ != nullptr) context_->TryCancel();
   outbox_.Close();
 }
 
 void Worker::FlushLoop() {
-  while (!stopping()) {
+  while (!closing_) {
     absl::SleepFor(options_.log_flush_interval);
     absl::MutexLock lock(&mu_);
     FlushLogsLocked();
@@ -177,7 +184,7 @@ void Worker::Session() {
   grpc::ClientContext context;
   {
     absl::MutexLock lock(&mu_);
-    if (stopping()) return;
+    if (closing_) return;
     context_ = &context;
   }
   auto stream = stub->Session(&context);
@@ -193,7 +200,7 @@ void Worker::Session() {
     // Everything not yet acknowledged goes again, in order; then new messages and heartbeats.
     int64_t sent = outbox_.acked_through();
     absl::Time next_heartbeat = absl::Now() + options_.heartbeat_interval;
-    while (!broken && !stopping()) {
+    while (!broken && !closing_) {
       const absl::Time deadline = std::min(next_heartbeat, absl::Now() + absl::Milliseconds(100));
       for (v1::WorkerMessage& m : outbox_.WaitNext(sent, 64, deadline)) {
         const int64_t seq = m.seq();
@@ -210,17 +217,6 @@ void Worker::Session() {
         next_heartbeat = absl::Now() + options_.heartbeat_interval;
       }
     }
-    if (stopping()) {
-      // Give the final statuses a moment to be acknowledged.
-      const absl::Time until = absl::Now() + absl::Seconds(2);
-      while (!broken && outbox_.held() > 0 && absl::Now() < until) {
-        for (v1::WorkerMessage& m : outbox_.WaitNext(sent, 64, absl::Now())) {
-          if (!stream->Write(m)) break;
-          sent = m.seq();
-        }
-        absl::SleepFor(absl::Milliseconds(20));
-      }
-    }
     stream->WritesDone();
   }
   context.TryCancel();
@@ -230,7 +226,7 @@ void Worker::Session() {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
   }
-  if (!stopping()) {
+  if (!closing_) {
     TRAINCTL_LOG(WARNING) << "session with " << options_.coordinator << " ended: "
                           << status.error_message() << "; reconnecting";
   }

@@ -93,7 +93,8 @@ class Worker {
   int free_cpu_slots_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<trainctl::v1::LogLine> logs_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the live session
-  std::atomic<bool> stopping_{false};
+  std::atomic<bool> stopping_{false};  // Stop() began: no new tasks
+  std::atomic<bool> closing_{false};   // Stop() is done with the ranks: end the session
 };
 
 }  // namespace trainctl::worker
