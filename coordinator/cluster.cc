@@ -681,24 +681,20 @@ void Cluster::FailRun(Run& run, const std::string& reason) {
   run.failure = reason;
   TRAINCTL_LOG(WARNING) << run.job.id() << " attempt " << run.job.attempt() << " failing: "
                         << reason;
-  for (const std::string& id : run.task_ids) {
-    Task* task = FindTask(id);
-    if (task == nullptr || TaskEnded(task->state)) continue;
-    if (!task->launched) {
-      EndTask(*task, v1::TASK_STATE_CANCELLED);
-    } else {
-      SendCancel(*task, absl::StrCat("another task of the job failed: ", reason));
-    }
-  }
+  StopTasks(run, absl::StrCat("another task of the job failed: ", reason));
 }
 
 void Cluster::CancelRun(Run& run, const std::string& reason) {
   run.cancel_requested = true;
+  StopTasks(run, reason);
+}
+
+void Cluster::StopTasks(Run& run, const std::string& reason) {
   for (const std::string& id : run.task_ids) {
     Task* task = FindTask(id);
     if (task == nullptr || TaskEnded(task->state)) continue;
     if (!task->launched) {
-      EndTask(*task, v1::TASK_STATE_CANCELLED);
+      EndTask(*task, v1::TASK_STATE_CANCELLED);  // never sent: nothing to stop
     } else {
       SendCancel(*task, reason);
     }

@@ -147,6 +147,8 @@ class Cluster {
   // Marks the run failing (first reason wins) and stops its live tasks.
   void FailRun(Run& run, const std::string& reason);
   void CancelRun(Run& run, const std::string& reason);
+  // Asks the workers to stop the run's live tasks; tasks never launched end at once.
+  void StopTasks(Run& run, const std::string& reason);
   void EndTask(Task& task, trainctl::v1::TaskState state);
   // Ends the run when every task has ended.
   void MaybeFinish(const std::string& job_id);

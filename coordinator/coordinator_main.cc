@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/daemon.h"
 #include "common/logging.h"
 #include "common/thread_pool.h"
 #include "coordinator/cluster.h"
@@ -73,19 +74,12 @@ std::string BoundAddress(const std::string& listen, int port) {
 }
 
 int Run() {
-  LogLevel level;
-  if (absl::Status s = ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level); !s.ok()) {
-    TRAINCTL_LOG(ERROR) << "--log_level: " << s.message();
+  // Signals are taken by one thread with sigwait, so they are blocked before any other thread starts.
+  sigset_t signals;
+  if (absl::Status s = InitDaemon(absl::GetFlag(FLAGS_log_level), &signals); !s.ok()) {
+    TRAINCTL_LOG(ERROR) << s.message();
     return 2;
   }
-  SetLogLevel(level);
-
-  // Signals are taken by one thread with sigwait, so block them before any other thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   const std::string db_path = absl::GetFlag(FLAGS_db);
   auto store = OpenStore(db_path, absl::GetFlag(FLAGS_db_sync));

@@ -470,5 +470,42 @@ TEST_F(NetnsTest, TwoNodeJobRendezvousesAcrossHostsAndSurvivesAWorkerKill) {
   EXPECT_TRUE(WaitFor([&] { return RankProcesses(hang).empty(); }, absl::Seconds(10)));
 }
 
+TEST_F(NetnsTest, RealTrainerRestartsFromItsCheckpointAfterAWorkerKill) {
+  StartCoordinator(subnet_ + "1:0");
+  StartWorker("node-a", 1, "", namespaces_[0], addrs_[0]);
+  StartWorker("node-b", 1, "", namespaces_[1], addrs_[1]);
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); },
+                      absl::Seconds(30)))
+      << Logs();
+  const std::string id = Submit(WriteSpec(
+      "kill-b", dir_.path() + "/out-kill-b", {{"max_steps", 24}, {"save_steps", 4}},
+      {{"resources", {{"nodes", 2}, {"slots_per_node", 1}}}, {"max_restarts", 1}}));
+  ASSERT_TRUE(WaitFor([&] { return Get(id).last_checkpoint().step() >= 4; }, absl::Seconds(180)))
+      << Logs();
+  const absl::Time killed = absl::Now();
+  workers_["node-b"]->Kill(SIGKILL);
+  // Rank 0 fails on its dead peer, or node-b's lease expires: whichever comes first restarts it.
+  const v1::Job restarting = WaitState(id, v1::JOB_STATE_RESTARTING, absl::Seconds(15));
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(3 + 5)) << "lease 3 s";
+  EXPECT_TRUE(absl::StrContains(restarting.message(), "node node-b lost") ||
+              absl::StrContains(restarting.message(), "peer rank 1"))
+      << restarting.message();
+  EXPECT_TRUE(WaitFor([&] { return RankProcesses(id).empty(); }, absl::Seconds(10)));
+  const int64_t saved = Get(id).last_checkpoint().step();
+  StartWorker("node-b", 1, "", namespaces_[1], addrs_[1]);
+  const v1::Job job = WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(240));
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.progress().step(), 24);
+  int attempt = 0;
+  int64_t first_step_of_attempt_1 = -1;
+  for (const v1::JobEvent& e : Events(id)) {
+    if (e.has_state_change()) attempt = e.state_change().attempt();
+    if (e.has_metric() && attempt == 1 && first_step_of_attempt_1 < 0) {
+      first_step_of_attempt_1 = e.metric().step();
+    }
+  }
+  EXPECT_GT(first_step_of_attempt_1, saved) << "the step counter started again";
+}
+
 }  // namespace
 }  // namespace trainctl

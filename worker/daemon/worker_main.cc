@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/daemon.h"
 #include "common/logging.h"
 #include "worker/daemon/gpu_discovery.h"
 #include "worker/daemon/worker.h"
@@ -64,17 +65,12 @@ std::string HostName() {
 }
 
 int Run() {
-  LogLevel level;
-  if (absl::Status s = ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level); !s.ok()) {
-    TRAINCTL_LOG(ERROR) << "--log_level: " << s.message();
+  // Signals are taken by one thread with sigwait, so they are blocked before any other thread starts.
+  sigset_t signals;
+  if (absl::Status s = InitDaemon(absl::GetFlag(FLAGS_log_level), &signals); !s.ok()) {
+    TRAINCTL_LOG(ERROR) << s.message();
     return 2;
   }
-  SetLogLevel(level);
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   WorkerOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
