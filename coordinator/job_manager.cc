@@ -168,6 +168,8 @@ absl::StatusOr<Job> JobManager::RecordCheckpoint(absl::string_view id,
 }
 
 absl::StatusOr<Job> JobManager::SetMessage(absl::string_view id, const std::string& message) {
+  ASSIGN_OR_RETURN(Job current, store_->GetJob(id));
+  if (current.message() == message) return current;  // nothing to write (e.g. after a restart)
   const auto now = ToProto(clock_->Now());
   return Update(id, [&](Job* job, std::vector<JobEvent>*) -> absl::Status {
     job->set_message(message);

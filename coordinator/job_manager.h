@@ -53,7 +53,8 @@ class JobManager {
                                        const trainctl::v1::Checkpoint& checkpoint);
 
   // Replaces the job's message (why it is in its state) without changing the state, e.g. why a
-  // pending job cannot be placed. No event; watchers see it on their next read.
+  // pending job cannot be placed. No event; watchers see it on their next read. The same message
+  // again writes nothing.
   absl::StatusOr<Job> SetMessage(absl::string_view id, const std::string& message);
 
   // Stores rank log lines (each names its job) and wakes their followers.
