@@ -97,20 +97,20 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/launch_bench.XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string ready = dir + "/ready";
-  const pid_t coordinator = Spawn({TRAINCTL_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db",
-                                   dir + "/trainctl.db", "--ready_file", ready, "--log_level",
-                                   "warning"},
-                                  dir + "/coordinator.log");
+  const pid_t coordinator =
+      Spawn({TRAINCTL_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db", dir + "/trainctl.db",
+             "--ready_file", ready, "--log_level", "warning"},
+            dir + "/coordinator.log");
   for (int i = 0; i < 300 && !fs::exists(ready); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::string address;
   std::getline(std::ifstream(ready), address);
-  const pid_t worker = Spawn({TRAINCTL_WORKER_BIN, "--coordinator", address, "--node_name",
-                              "bench", "--slots", "2", "--work_dir", dir + "/work", "--trainer",
-                              TRAINCTL_TRAINER_BIN, "--nvidia_smi", "/nonexistent",
-                              "--log_level", "warning"},
-                             dir + "/worker.log");
+  const pid_t worker =
+      Spawn({TRAINCTL_WORKER_BIN, "--coordinator", address, "--node_name", "bench", "--slots", "2",
+             "--work_dir", dir + "/work", "--trainer", TRAINCTL_TRAINER_BIN, "--nvidia_smi",
+             "/nonexistent", "--log_level", "warning"},
+            dir + "/worker.log");
   trainctl::cli::JobClient client(address);
   for (int i = 0; i < 500; ++i) {
     auto nodes = client.ListNodes();
@@ -152,8 +152,8 @@ int main(int argc, char** argv) {
               e.state_change().to() == v1::JOB_STATE_SUCCEEDED;
     });
     if (running < 0) {
-      absl::FPrintF(stderr, "job %s never ran (%s); see %s\n", submitted->job().id(),
-                    s.ToString(), dir);
+      absl::FPrintF(stderr, "job %s never ran (%s); see %s\n", submitted->job().id(), s.ToString(),
+                    dir);
       return 1;
     }
     if (i == 0) continue;
@@ -172,8 +172,9 @@ int main(int argc, char** argv) {
                *std::min_element(submit_ms.begin(), submit_ms.end()),
                *std::max_element(submit_ms.begin(), submit_ms.end()));
   absl::PrintF("  fork+exec of the same 2 ranks (median) %8.2f ms\n", direct);
-  absl::PrintF("  ratio submit/direct                    %8.1fx   (+%.2f ms of scheduling, RPCs, fsyncs)\n",
-               submit / std::max(1e-6, direct), submit - direct);
+  absl::PrintF(
+      "  ratio submit/direct                    %8.1fx   (+%.2f ms of scheduling, RPCs, fsyncs)\n",
+      submit / std::max(1e-6, direct), submit - direct);
   fs::remove_all(dir);
   return 0;
 }

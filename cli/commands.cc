@@ -252,10 +252,12 @@ int Nodes(Context& c) {
     for (const auto& [k, v] : node.labels()) labels.push_back(absl::StrCat(k, "=", v));
     std::sort(labels.begin(), labels.end());
     std::vector<std::string> tasks;
-    for (const auto& t : node.tasks()) tasks.push_back(absl::StrCat(t.job_id(), "/", t.node_rank()));
+    for (const auto& t : node.tasks())
+      tasks.push_back(absl::StrCat(t.job_id(), "/", t.node_rank()));
     table.AddRow({node.name(), node.address(), node.state(),
                   absl::StrCat(node.total_slots(), node.gpus() > 0 ? " gpu" : " cpu"),
-                  absl::StrCat(node.free_slots()), labels.empty() ? "-" : absl::StrJoin(labels, ","),
+                  absl::StrCat(node.free_slots()),
+                  labels.empty() ? "-" : absl::StrJoin(labels, ","),
                   tasks.empty() ? "-" : absl::StrJoin(tasks, ","), Age(node.last_seen())});
   }
   table.Print(c.out);

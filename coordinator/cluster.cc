@@ -126,9 +126,8 @@ void Cluster::Loop() {
     std::deque<std::function<void()>> work;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !queue_.empty();
-      };
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
       mu_.AwaitWithDeadline(absl::Condition(&ready), next_tick);
       if (stopping_) break;
       work.swap(queue_);
@@ -207,7 +206,8 @@ std::vector<v1::Node> Cluster::ListNodes() {
       }
       n.set_free_slots(std::max(0, node.total_slots - used));
       n.set_gpus(node.gpus);
-      *n.mutable_last_seen() = TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(node.last_seen));
+      *n.mutable_last_seen() =
+          TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(node.last_seen));
       out.push_back(std::move(n));
     }
     result.set_value(std::move(out));
@@ -318,7 +318,8 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
     }
     if (task == nullptr) {
       auto run_it = runs_.find(rt.job_id());
-      const bool adoptable = run_it != runs_.end() && run_it->second.job.attempt() == rt.attempt() &&
+      const bool adoptable = run_it != runs_.end() &&
+                             run_it->second.job.attempt() == rt.attempt() &&
                              run_it->second.recover_until > clock_->Now() && rt.node_rank() >= 0 &&
                              rt.node_rank() < static_cast<int>(run_it->second.task_ids.size()) &&
                              run_it->second.task_ids[rt.node_rank()].empty();
@@ -524,9 +525,10 @@ void Cluster::Tick() {
       run.task_ids[node_rank] = t.id;
     }
     if (!missing.empty()) {
-      FailRun(run, absl::StrCat("node ranks ", absl::StrJoin(missing, ","), " of attempt ",
-                                run.job.attempt(),
-                                " were not reported by any worker after the coordinator restarted"));
+      FailRun(run,
+              absl::StrCat("node ranks ", absl::StrJoin(missing, ","), " of attempt ",
+                           run.job.attempt(),
+                           " were not reported by any worker after the coordinator restarted"));
     }
     MaybeFinish(id);
   }
@@ -577,9 +579,9 @@ void Cluster::SchedulePass() {
     const SchedJob& job = waiting_.at(id);
     std::string selector;
     for (const auto& [k, v] : job.node_selector) absl::StrAppend(&selector, " ", k, "=", v);
-    const std::string why = absl::StrCat(
-        "waiting: no set of ", job.nodes, " ready nodes", selector.empty() ? "" : " labelled",
-        selector, " has ", job.slots_per_node, " slots each (see trainctl nodes)");
+    const std::string why = absl::StrCat("waiting: no set of ", job.nodes, " ready nodes",
+                                         selector.empty() ? "" : " labelled", selector, " has ",
+                                         job.slots_per_node, " slots each (see trainctl nodes)");
     TRAINCTL_LOG(INFO) << id << " " << why;
     (void)jobs_->SetMessage(id, why);
   }
@@ -655,8 +657,6 @@ void Cluster::SendCancel(const Task& task, const std::string& reason) {
   }
   v1::CoordinatorMessage message;
   message.mutable_cancel()->set_task_id(task.id);
-  message.mutable_cancel()->set_grace_seconds(
-      static_cast<int>(absl::ToInt64Seconds(options_.kill_grace)));
   message.mutable_cancel()->set_reason(reason);
   if (node != nullptr) {
     if (node->channel != nullptr) node->channel->Send(std::move(message));
@@ -679,8 +679,8 @@ void Cluster::FailRun(Run& run, const std::string& reason) {
   if (run.failing || run.cancel_requested) return;
   run.failing = true;
   run.failure = reason;
-  TRAINCTL_LOG(WARNING) << run.job.id() << " attempt " << run.job.attempt() << " failing: "
-                        << reason;
+  TRAINCTL_LOG(WARNING) << run.job.id() << " attempt " << run.job.attempt()
+                        << " failing: " << reason;
   StopTasks(run, absl::StrCat("another task of the job failed: ", reason));
 }
 
@@ -722,10 +722,10 @@ void Cluster::MaybeFinish(const std::string& job_id) {
         absl::StrCat("attempt ", run.job.attempt(), " failed (", run.failure, "); restart ",
                      run.job.attempt() + 1, " of ", max_restarts, " from the last checkpoint"));
   } else if (run.failing) {
-    job = jobs_->Transition(
-        job_id, v1::JOB_STATE_FAILED,
-        max_restarts > 0 ? absl::StrCat(run.failure, " (after ", max_restarts, " restarts)")
-                         : run.failure);
+    job = jobs_->Transition(job_id, v1::JOB_STATE_FAILED,
+                            max_restarts > 0
+                                ? absl::StrCat(run.failure, " (after ", max_restarts, " restarts)")
+                                : run.failure);
   } else {
     job = jobs_->Transition(job_id, v1::JOB_STATE_SUCCEEDED, "every rank exited 0");
   }

@@ -8,8 +8,9 @@
 //
 // Faults:
 // - A task that fails (a rank exited non-zero) stops the job's other tasks (fail fast). Once every
-//   task has ended the job restarts (`restarting`, then a new attempt placed anywhere, resuming from
-//   its last complete checkpoint) while spec.max_restarts allows, else it fails with the reason.
+//   task has ended the job restarts (`restarting`, then a new attempt placed anywhere, resuming
+//   from its last complete checkpoint) while spec.max_restarts allows, else it fails with the
+//   reason.
 // - A node that sends nothing for `lease_timeout` is lost: its tasks count as failed.
 // - A worker that reconnects reports the tasks it still holds; they are adopted, not failed. A
 //   restarted coordinator reloads placed jobs from the store and waits `recovery_grace` for their
@@ -58,8 +59,6 @@ struct ClusterOptions {
   // After a coordinator start, how long placed jobs wait for their workers to report their tasks.
   // Zero: lease_timeout + 10 s (a worker's reconnect back-off is at most 5 s by default).
   absl::Duration recovery_grace = absl::ZeroDuration();
-  // SIGTERM -> SIGKILL grace the workers give ranks they stop.
-  absl::Duration kill_grace = absl::Seconds(10);
   // How often the loop checks leases and recovery deadlines.
   absl::Duration tick = absl::Milliseconds(200);
 };

@@ -35,12 +35,12 @@ ABSL_FLAG(std::string, db_sync, "full",
           "full: fsync every commit (survives power loss); normal: survives process crashes only");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 ABSL_FLAG(int, rpc_threads, 16, "threads that run blocking RPC work (SQLite)");
-ABSL_FLAG(absl::Duration, lease_timeout, absl::Seconds(10),
-          "a worker that sends nothing (heartbeats included) for this long is lost; its tasks fail");
-ABSL_FLAG(absl::Duration, recovery_grace, absl::ZeroDuration(),
-          "after a restart, how long placed jobs wait for their workers to report (0: lease + 10s)");
-ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(10),
-          "how long workers wait between SIGTERM and SIGKILL when they stop ranks");
+ABSL_FLAG(
+    absl::Duration, lease_timeout, absl::Seconds(10),
+    "a worker that sends nothing (heartbeats included) for this long is lost; its tasks fail");
+ABSL_FLAG(
+    absl::Duration, recovery_grace, absl::ZeroDuration(),
+    "after a restart, how long placed jobs wait for their workers to report (0: lease + 10s)");
 ABSL_FLAG(std::string, ready_file, "",
           "once serving, write the bound HOST:PORT to this file (for scripts and tests)");
 
@@ -74,7 +74,8 @@ std::string BoundAddress(const std::string& listen, int port) {
 }
 
 int Run() {
-  // Signals are taken by one thread with sigwait, so they are blocked before any other thread starts.
+  // Signals are taken by one thread with sigwait, so they are blocked before any other thread
+  // starts.
   sigset_t signals;
   if (absl::Status s = InitDaemon(absl::GetFlag(FLAGS_log_level), &signals); !s.ok()) {
     TRAINCTL_LOG(ERROR) << s.message();
@@ -95,7 +96,6 @@ int Run() {
   ClusterOptions cluster_options;
   cluster_options.lease_timeout = absl::GetFlag(FLAGS_lease_timeout);
   cluster_options.recovery_grace = absl::GetFlag(FLAGS_recovery_grace);
-  cluster_options.kill_grace = absl::GetFlag(FLAGS_kill_grace);
   Cluster cluster(&jobs, &clock, cluster_options);
   jobs.SetListener([&cluster](const std::string& id) { cluster.JobChanged(id); });
   job_service.SetNodeLister([&cluster] { return cluster.ListNodes(); });

@@ -70,8 +70,8 @@ class ClusterTest : public ::testing::Test {
     ASSERT_TRUE(cluster_->Start().ok());
   }
 
-  FakeWorker Register(const std::string& name, int slots,
-                      std::vector<v1::RunningTask> running = {}, const std::string& boot = "b1") {
+  FakeWorker Register(const std::string& name, int slots, std::vector<v1::RunningTask> running = {},
+                      const std::string& boot = "b1") {
     FakeWorker w;
     w.session = cluster_->Connect(w.channel);
     v1::WorkerMessage m;
@@ -224,7 +224,8 @@ TEST_F(ClusterTest, AFailedTaskStopsTheOthersAndFailsTheJobWithItsReason) {
   EXPECT_EQ(jobs_.Get(id)->state(), v1::JOB_STATE_RUNNING) << "until node-a's task has ended";
   Status(a, ta, v1::TASK_STATE_CANCELLED);
   const v1::Job job = WaitState(id, v1::JOB_STATE_FAILED);
-  EXPECT_TRUE(absl::StrContains(job.message(), "rank 1 on node-b exited with code 3")) << job.message();
+  EXPECT_TRUE(absl::StrContains(job.message(), "rank 1 on node-b exited with code 3"))
+      << job.message();
   EXPECT_TRUE(absl::StrContains(job.message(), "boom: out of memory")) << job.message();
 }
 

@@ -1,5 +1,6 @@
 // A stand-in rank program for the worker's fault tests. It behaves as its environment says:
-//   FAKE_LINES=N            print N numbered lines "rank R line i" (stdout), one every FAKE_PERIOD_MS
+//   FAKE_LINES=N            print N numbered lines "rank R line i" (stdout), one every
+//   FAKE_PERIOD_MS
 //                           (default 20), each followed by a metric event on $TRAINCTL_EVENT_FD
 //   FAKE_FAIL_RANK=R        that rank prints "rank R: fatal: injected failure" to stderr and exits
 //   FAKE_EXIT_CODE=C        with C (default 1) after its lines
@@ -31,12 +32,12 @@ int main() {
   if (EnvInt("FAKE_IGNORE_TERM", 0) == 1) signal(SIGTERM, SIG_IGN);
   const int rank = EnvInt("RANK", -1);
   const int event_fd = EnvInt("TRAINCTL_EVENT_FD", -1);
-  std::printf("rank %d env RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s NODE_RANK=%s "
-              "MASTER_ADDR=%s MASTER_PORT=%s JOB=%s\n",
-              rank, Env("RANK").c_str(), Env("LOCAL_RANK").c_str(), Env("WORLD_SIZE").c_str(),
-              Env("LOCAL_WORLD_SIZE").c_str(), Env("NODE_RANK").c_str(),
-              Env("MASTER_ADDR").c_str(), Env("MASTER_PORT").c_str(),
-              Env("TRAINCTL_JOB_ID").c_str());
+  std::printf(
+      "rank %d env RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s NODE_RANK=%s "
+      "MASTER_ADDR=%s MASTER_PORT=%s JOB=%s\n",
+      rank, Env("RANK").c_str(), Env("LOCAL_RANK").c_str(), Env("WORLD_SIZE").c_str(),
+      Env("LOCAL_WORLD_SIZE").c_str(), Env("NODE_RANK").c_str(), Env("MASTER_ADDR").c_str(),
+      Env("MASTER_PORT").c_str(), Env("TRAINCTL_JOB_ID").c_str());
   std::fflush(stdout);
   const int lines = EnvInt("FAKE_LINES", 0);
   const int period_ms = EnvInt("FAKE_PERIOD_MS", 20);

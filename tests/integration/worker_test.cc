@@ -1,6 +1,6 @@
-// Worker daemons and scheduling as users run them: the real trainctl-coordinator (SQLite file), real
-// trainctl-worker daemons, and ranks that are the real trainctl-trainer on the tiny model or, for
-// some fault cases, tests/integration/fake_rank.cc. Multi-node cases run each worker in its own
+// Worker daemons and scheduling as users run them: the real trainctl-coordinator (SQLite file),
+// real trainctl-worker daemons, and ranks that are the real trainctl-trainer on the tiny model or,
+// for some fault cases, tests/integration/fake_rank.cc. Multi-node cases run each worker in its own
 // network namespace (ip netns, veth pairs on a bridge) as a separate host.
 #include <signal.h>
 #include <sys/types.h>
@@ -91,8 +91,7 @@ class WorkerTest : public testing::ShapesTrainingTest {
         std::vector<std::string>{TRAINCTL_COORDINATOR_BIN, "--listen",
                                  address_.empty() ? listen : address_, "--db",
                                  dir_.path() + "/var/trainctl.db", "--ready_file", ready,
-                                 "--lease_timeout", "3s", "--kill_grace", "2s", "--db_sync",
-                                 "normal"},
+                                 "--lease_timeout", "3s", "--db_sync", "normal"},
         dir_.path() + "/coordinator.log");
     ASSERT_TRUE(WaitFor([&] { return fs::exists(ready); }, absl::Seconds(30)))
         << testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log");
@@ -109,10 +108,10 @@ class WorkerTest : public testing::ShapesTrainingTest {
     for (const std::string& a :
          {std::string(TRAINCTL_WORKER_BIN), "--coordinator"s,
           coordinator.empty() ? address_ : coordinator, "--node_name"s, name, "--work_dir"s,
-          dir_.path() + "/work-" + name, "--slots"s, absl::StrCat(slots),
-          "--heartbeat_interval"s, "300ms"s, "--reconnect_max"s, "1s"s, "--kill_grace"s, "2s"s, "--trainer"s,
-          trainer.empty() ? std::string(TRAINCTL_TRAINER_BIN) : trainer,
-          "--nvidia_smi"s, "/nonexistent/nvidia-smi"s}) {
+          dir_.path() + "/work-" + name, "--slots"s, absl::StrCat(slots), "--heartbeat_interval"s,
+          "300ms"s, "--reconnect_max"s, "1s"s, "--kill_grace"s, "2s"s, "--trainer"s,
+          trainer.empty() ? std::string(TRAINCTL_TRAINER_BIN) : trainer, "--nvidia_smi"s,
+          "/nonexistent/nvidia-smi"s}) {
       argv.push_back(a);
     }
     if (!advertise.empty()) {
@@ -161,7 +160,8 @@ class WorkerTest : public testing::ShapesTrainingTest {
   }
 
   std::string Logs() {
-    std::string out = "--- coordinator\n" + testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log");
+    std::string out =
+        "--- coordinator\n" + testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log");
     for (const auto& [name, w] : workers_) {
       out += "--- worker " + name + "\n" +
              testing::ReadFileOrEmpty(dir_.path() + "/worker-" + name + ".log");
@@ -187,8 +187,8 @@ class WorkerTest : public testing::ShapesTrainingTest {
   }
 
   // A spec for fake ranks: N nodes x M slots, the behaviour in `env`.
-  std::string FakeSpec(const std::string& name, int nodes, int slots,
-                       const nlohmann::json& env, int max_restarts = 0) {
+  std::string FakeSpec(const std::string& name, int nodes, int slots, const nlohmann::json& env,
+                       int max_restarts = 0) {
     return WriteSpec(name, dir_.path() + "/out-" + name, {},
                      {{"resources", {{"nodes", nodes}, {"slots_per_node", slots}}},
                       {"env", env},
@@ -275,10 +275,12 @@ TEST_F(WorkerTest, FailingRankFailsTheWholeJobWithItsReason) {
   StartWorker("node-a", 2, FAKE_RANK_BIN);
   ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
   // Rank 1 exits 3 after its lines; rank 0 would hang forever and ignores SIGTERM.
-  const std::string id = Submit(FakeSpec(
-      "fail", 1, 2,
-      {{"FAKE_LINES", "3"}, {"FAKE_FAIL_RANK", "1"}, {"FAKE_EXIT_CODE", "3"}, {"FAKE_HANG", "1"},
-       {"FAKE_IGNORE_TERM", "1"}}));
+  const std::string id = Submit(FakeSpec("fail", 1, 2,
+                                         {{"FAKE_LINES", "3"},
+                                          {"FAKE_FAIL_RANK", "1"},
+                                          {"FAKE_EXIT_CODE", "3"},
+                                          {"FAKE_HANG", "1"},
+                                          {"FAKE_IGNORE_TERM", "1"}}));
   const v1::Job job = WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(30));
   EXPECT_TRUE(absl::StrContains(job.message(), "rank 1 on node-a exited with code 3"))
       << job.message();
@@ -302,9 +304,9 @@ TEST_F(WorkerTest, RestartContinuesFromTheLastCheckpoint) {
   StartCoordinator();
   StartWorker("node-a", 2);
   ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
-  const std::string id = Submit(WriteSpec(
-      "restart", dir_.path() + "/out-restart", {{"max_steps", 12}, {"save_steps", 4}},
-      {{"resources", {{"nodes", 1}, {"slots_per_node", 2}}}, {"max_restarts", 1}}));
+  const std::string id = Submit(
+      WriteSpec("restart", dir_.path() + "/out-restart", {{"max_steps", 12}, {"save_steps", 4}},
+                {{"resources", {{"nodes", 1}, {"slots_per_node", 2}}}, {"max_restarts", 1}}));
   // After the first checkpoint, kill rank 1 with SIGKILL: the job restarts from step 4 (or later).
   ASSERT_TRUE(WaitFor([&] { return Get(id).last_checkpoint().step() >= 4; }, absl::Seconds(180)))
       << Logs();
@@ -325,7 +327,8 @@ TEST_F(WorkerTest, RestartContinuesFromTheLastCheckpoint) {
       attempt = e.state_change().attempt();
       if (e.state_change().to() == v1::JOB_STATE_RESTARTING) {
         restarting_seen = true;
-        EXPECT_TRUE(absl::StrContains(e.state_change().reason(), "rank 1 on node-a was killed by signal 9"))
+        EXPECT_TRUE(
+            absl::StrContains(e.state_change().reason(), "rank 1 on node-a was killed by signal 9"))
             << e.state_change().reason();
       }
     }
@@ -343,10 +346,11 @@ TEST_F(WorkerTest, CoordinatorKill9LosesNoLogLineOrEvent) {
   StartCoordinator();
   StartWorker("node-a", 2);
   ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
-  const std::string id = Submit(
-      WriteSpec("survive", dir_.path() + "/out-survive", {{"max_steps", 16}, {"save_steps", 8}},
-                {{"resources", {{"nodes", 1}, {"slots_per_node", 2}}}}));
-  ASSERT_TRUE(WaitFor([&] { return Get(id).progress().step() >= 2; }, absl::Seconds(120))) << Logs();
+  const std::string id = Submit(WriteSpec("survive", dir_.path() + "/out-survive",
+                                          {{"max_steps", 16}, {"save_steps", 8}},
+                                          {{"resources", {{"nodes", 1}, {"slots_per_node", 2}}}}));
+  ASSERT_TRUE(WaitFor([&] { return Get(id).progress().step() >= 2; }, absl::Seconds(120)))
+      << Logs();
   coordinator_->Kill(SIGKILL);
   ASSERT_TRUE(coordinator_->Wait(absl::Seconds(10)).ok());
   // The ranks keep training while no coordinator exists.
@@ -428,8 +432,8 @@ TEST_F(NetnsTest, TwoNodeJobRendezvousesAcrossHostsAndSurvivesAWorkerKill) {
   StartCoordinator(subnet_ + "1:0");
   StartWorker("node-a", 1, "", namespaces_[0], addrs_[0]);
   StartWorker("node-b", 1, "", namespaces_[1], addrs_[1]);
-  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); },
-                      absl::Seconds(30)))
+  ASSERT_TRUE(
+      WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); }, absl::Seconds(30)))
       << Logs();
   // The real trainer, one rank on each host: Gloo across the bridge.
   const std::string id = Submit(WriteSpec("two-node", dir_.path() + "/out-two", {{"max_steps", 4}},
@@ -445,8 +449,8 @@ TEST_F(NetnsTest, TwoNodeJobRendezvousesAcrossHostsAndSurvivesAWorkerKill) {
   workers_.clear();
   StartWorker("node-a", 1, FAKE_RANK_BIN, namespaces_[0], addrs_[0]);
   StartWorker("node-b", 1, FAKE_RANK_BIN, namespaces_[1], addrs_[1]);
-  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); },
-                      absl::Seconds(30)))
+  ASSERT_TRUE(
+      WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); }, absl::Seconds(30)))
       << Logs();
   const std::string hang = Submit(FakeSpec("hang", 2, 1, {{"FAKE_HANG", "1"}}, /*max_restarts=*/1));
   WaitState(hang, v1::JOB_STATE_RUNNING, absl::Seconds(30));
@@ -474,12 +478,12 @@ TEST_F(NetnsTest, RealTrainerRestartsFromItsCheckpointAfterAWorkerKill) {
   StartCoordinator(subnet_ + "1:0");
   StartWorker("node-a", 1, "", namespaces_[0], addrs_[0]);
   StartWorker("node-b", 1, "", namespaces_[1], addrs_[1]);
-  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); },
-                      absl::Seconds(30)))
+  ASSERT_TRUE(
+      WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); }, absl::Seconds(30)))
       << Logs();
-  const std::string id = Submit(WriteSpec(
-      "kill-b", dir_.path() + "/out-kill-b", {{"max_steps", 24}, {"save_steps", 4}},
-      {{"resources", {{"nodes", 2}, {"slots_per_node", 1}}}, {"max_restarts", 1}}));
+  const std::string id = Submit(
+      WriteSpec("kill-b", dir_.path() + "/out-kill-b", {{"max_steps", 24}, {"save_steps", 4}},
+                {{"resources", {{"nodes", 2}, {"slots_per_node", 1}}}, {"max_restarts", 1}}));
   ASSERT_TRUE(WaitFor([&] { return Get(id).last_checkpoint().step() >= 4; }, absl::Seconds(180)))
       << Logs();
   const absl::Time killed = absl::Now();

@@ -45,7 +45,8 @@ TEST(GpuDiscoveryTest, RunsTheProgramAndTreatsAMissingOneAsACpuNode) {
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
 
-  const std::string broken = dir.Write("broken-smi", "#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n");
+  const std::string broken =
+      dir.Write("broken-smi", "#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n");
   ASSERT_EQ(chmod(broken.c_str(), 0755), 0);
   auto failed = DiscoverGpus(broken);
   ASSERT_FALSE(failed.ok());

@@ -46,8 +46,8 @@ int64_t Outbox::Push(v1::WorkerMessage message) {
         ++spilled_;
         return seq;
       }
-      spill_status_ = absl::UnavailableError(
-          absl::StrCat("outbox spill file ", spill_path_, ": write failed: ", std::strerror(errno)));
+      spill_status_ = absl::UnavailableError(absl::StrCat(
+          "outbox spill file ", spill_path_, ": write failed: ", std::strerror(errno)));
     }
   }
   memory_bytes_ += size;

@@ -42,8 +42,8 @@ class Outbox {
 
   int64_t acked_through();
   int64_t last_seq();
-  size_t held();          // messages not yet acknowledged
-  size_t spilled();       // of those, how many are on disk
+  size_t held();     // messages not yet acknowledged
+  size_t spilled();  // of those, how many are on disk
   // An error of the spill file (disk full...), if one happened; messages were then kept in memory.
   absl::Status spill_status();
 

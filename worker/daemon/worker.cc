@@ -92,7 +92,8 @@ void Worker::Run() {
     Session();
     if (closing_) break;
     if (absl::Now() - started > absl::Seconds(10)) backoff = options_.reconnect_min;
-    // Full jitter, so a fleet of workers does not reconnect in lockstep after a coordinator restart.
+    // Full jitter, so a fleet of workers does not reconnect in lockstep after a coordinator
+    // restart.
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
     const absl::Time until = absl::Now() + backoff * jitter(rng);
     while (!closing_ && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
@@ -227,8 +228,8 @@ void Worker::Session() {
     context_ = nullptr;
   }
   if (!closing_) {
-    TRAINCTL_LOG(WARNING) << "session with " << options_.coordinator << " ended: "
-                          << status.error_message() << "; reconnecting";
+    TRAINCTL_LOG(WARNING) << "session with " << options_.coordinator
+                          << " ended: " << status.error_message() << "; reconnecting";
   }
 }
 
@@ -436,12 +437,11 @@ void Worker::OnExit(const std::string& task_id, const GangResult& result) {
     }
   }
   if (result.cancelled) status.set_message(task.cancel_reason);
-  TRAINCTL_LOG(INFO) << "task " << task_id << " ended: "
-                     << v1::TaskState_Name(status.state())
-                     << (result.first_failure ? absl::StrCat(" (rank ", status.failed_rank(),
-                                                             " exit ", status.exit_code(),
-                                                             " signal ", status.signal(), ")")
-                                              : "");
+  TRAINCTL_LOG(INFO) << "task " << task_id << " ended: " << v1::TaskState_Name(status.state())
+                     << (result.first_failure
+                             ? absl::StrCat(" (rank ", status.failed_rank(), " exit ",
+                                            status.exit_code(), " signal ", status.signal(), ")")
+                             : "");
   PushStatus(task, std::move(status));
 }
 

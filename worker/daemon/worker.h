@@ -1,13 +1,15 @@
-// Worker: the daemon's core. Keeps one WorkerService.Session stream to the coordinator (reconnecting
-// with back-off), launches the ranks of the tasks it is given (rank_launcher.h), and reports their
-// status, log lines and trainer events through the Outbox, so nothing is lost while the coordinator
-// is away.
+// Worker: the daemon's core. Keeps one WorkerService.Session stream to the coordinator
+// (reconnecting with back-off), launches the ranks of the tasks it is given (rank_launcher.h), and
+// reports their status, log lines and trainer events through the Outbox, so nothing is lost while
+// the coordinator is away.
 //
 // Ranks never outlive the daemon (they die with it: PR_SET_PDEATHSIG), so a node whose worker is
 // gone holds no GPU. A coordinator restart does not touch them: on reconnect the worker reports
 // every task it holds and the coordinator adopts them.
 #ifndef TRAINCTL_WORKER_DAEMON_WORKER_H_
 #define TRAINCTL_WORKER_DAEMON_WORKER_H_
+
+#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <cstdint>
@@ -16,8 +18,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -31,8 +31,9 @@ namespace trainctl::worker {
 struct WorkerOptions {
   std::string coordinator = "127.0.0.1:50051";
   std::string node_name;
-  std::string advertise_addr;  // what other nodes' ranks dial (MASTER_ADDR when this node is rank 0)
-  std::string work_dir;        // tasks/<task>/{spec.json,rank-<r>.log}, the outbox spill file
+  std::string
+      advertise_addr;    // what other nodes' ranks dial (MASTER_ADDR when this node is rank 0)
+  std::string work_dir;  // tasks/<task>/{spec.json,rank-<r>.log}, the outbox spill file
   std::map<std::string, std::string> labels;
   std::vector<trainctl::v1::GpuInfo> gpus;  // empty: a CPU node with cpu_slots slots
   int cpu_slots = 1;
@@ -64,8 +65,8 @@ class Worker {
     std::shared_ptr<Gang> gang;
     trainctl::v1::TaskState state = trainctl::v1::TASK_STATE_STARTING;
     int master_port = 0;
-    std::vector<int> gpus;     // indices given to this task
-    int64_t final_seq = 0;     // seq of its terminal status; dropped once acknowledged
+    std::vector<int> gpus;  // indices given to this task
+    int64_t final_seq = 0;  // seq of its terminal status; dropped once acknowledged
     std::string cancel_reason;
   };
 
@@ -93,8 +94,8 @@ class Worker {
   int free_cpu_slots_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<trainctl::v1::LogLine> logs_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the live session
-  std::atomic<bool> stopping_{false};  // Stop() began: no new tasks
-  std::atomic<bool> closing_{false};   // Stop() is done with the ranks: end the session
+  std::atomic<bool> stopping_{false};                            // Stop() began: no new tasks
+  std::atomic<bool> closing_{false};  // Stop() is done with the ranks: end the session
 };
 
 }  // namespace trainctl::worker

@@ -52,7 +52,8 @@ std::string SelfDir() {
 
 std::string DefaultTrainer() {
   const std::filesystem::path dir = SelfDir();
-  for (const auto& candidate : {dir / "trainctl-trainer", dir / ".." / "trainer" / "trainctl-trainer"}) {
+  for (const auto& candidate :
+       {dir / "trainctl-trainer", dir / ".." / "trainer" / "trainctl-trainer"}) {
     if (std::filesystem::exists(candidate)) return std::filesystem::canonical(candidate).string();
   }
   return "";
@@ -65,7 +66,8 @@ std::string HostName() {
 }
 
 int Run() {
-  // Signals are taken by one thread with sigwait, so they are blocked before any other thread starts.
+  // Signals are taken by one thread with sigwait, so they are blocked before any other thread
+  // starts.
   sigset_t signals;
   if (absl::Status s = InitDaemon(absl::GetFlag(FLAGS_log_level), &signals); !s.ok()) {
     TRAINCTL_LOG(ERROR) << s.message();

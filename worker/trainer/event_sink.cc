@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -63,8 +63,9 @@ std::string ConsoleEchoEventSink::Format(const std::string& type, const nlohmann
     const nlohmann::json& v = fields["values"];
     return absl::StrFormat(
         "step %d/%d: loss %.4f, lr %.3e, grad_norm %.3f, epoch %.2f, %.0f tokens/s, %.2f s/step",
-        static_cast<int64_t>(number(fields, "step")), static_cast<int64_t>(number(v, "total_steps")),
-        number(v, "loss"), number(v, "learning_rate"), number(v, "grad_norm"), number(v, "epoch"),
+        static_cast<int64_t>(number(fields, "step")),
+        static_cast<int64_t>(number(v, "total_steps")), number(v, "loss"),
+        number(v, "learning_rate"), number(v, "grad_norm"), number(v, "epoch"),
         number(v, "tokens_per_second"), number(v, "step_time"));
   }
   if (type == "checkpoint") {

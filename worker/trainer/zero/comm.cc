@@ -138,8 +138,7 @@ absl::StatusOr<std::unique_ptr<Comm>> Comm::Create(const CommOptions& options) {
       if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
         gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
       } else if (node_addr != nullptr && *node_addr) {
-        gloo_options->devices.push_back(
-            c10d::ProcessGroupGloo::createDeviceForHostname(node_addr));
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(node_addr));
       } else if (options.master_addr == "127.0.0.1" || options.master_addr == "localhost") {
         gloo_options->devices.push_back(
             c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
