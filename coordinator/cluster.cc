@@ -343,6 +343,7 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
       // acknowledged) and is replayed after this, behind the task's last logs and events.
       t.state = TaskEnded(rt.state()) ? v1::TASK_STATE_RUNNING : rt.state();
       t.launched = true;
+      t.launched_at = clock_->Now();
       run.task_ids[rt.node_rank()] = t.id;
       if (rt.node_rank() == 0) {
         run.master_addr = node.address;
@@ -500,6 +501,23 @@ void Cluster::Tick() {
                                   absl::FormatDuration(now - node.last_seen)));
     }
   }
+  std::vector<std::string> unconfirmed;
+  for (const auto& [id, task] : tasks_) {
+    if (task.launched && task.state == v1::TASK_STATE_STARTING &&
+        now - task.launched_at > options_.launch_timeout) {
+      unconfirmed.push_back(id);
+    }
+  }
+  for (const std::string& id : unconfirmed) {
+    Task& task = tasks_.at(id);
+    const std::string job_id = task.job_id;
+    SendCancel(task, "launch not confirmed in time");
+    EndTask(task, v1::TASK_STATE_FAILED);
+    FailRun(runs_.at(job_id),
+            absl::StrCat("the worker on ", task.node, " did not confirm the launch of task ", id,
+                         " within ", absl::FormatDuration(options_.launch_timeout)));
+    MaybeFinish(job_id);
+  }
   std::vector<std::string> expired;
   for (auto& [id, run] : runs_) {
     if (run.recover_until != absl::InfinitePast() && now >= run.recover_until) {
@@ -626,6 +644,7 @@ void Cluster::Place(const std::string& job_id, const std::vector<std::string>& n
 void Cluster::LaunchTask(Run& run, Task& task) {
   Node& node = nodes_.at(task.node);
   task.launched = true;
+  task.launched_at = clock_->Now();
   if (node.channel == nullptr) {
     EndTask(task, v1::TASK_STATE_FAILED);
     FailRun(run, absl::StrCat("node ", node.name, " disconnected before its task was launched"));

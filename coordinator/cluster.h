@@ -59,6 +59,8 @@ struct ClusterOptions {
   // After a coordinator start, how long placed jobs wait for their workers to report their tasks.
   // Zero: lease_timeout + 10 s (a worker's reconnect back-off is at most 5 s by default).
   absl::Duration recovery_grace = absl::ZeroDuration();
+  // A launched task whose worker has not confirmed it (RUNNING or FAILED) by then fails.
+  absl::Duration launch_timeout = absl::Minutes(2);
   // How often the loop checks leases and recovery deadlines.
   absl::Duration tick = absl::Milliseconds(200);
 };
@@ -117,6 +119,7 @@ class Cluster {
     int slots = 0;
     trainctl::v1::TaskState state = trainctl::v1::TASK_STATE_STARTING;
     bool launched = false;
+    absl::Time launched_at;
   };
   struct Run {  // a placed job
     Job job;

@@ -252,6 +252,21 @@ TEST_F(ClusterTest, AnExpiredLeaseRestartsTheJobOnOtherNodes) {
   EXPECT_EQ(nodes[0].state(), "lost");
 }
 
+TEST_F(ClusterTest, ALaunchTheWorkerNeverConfirmsFailsTheJob) {
+  FakeWorker a = Register("node-a", 1);
+  const std::string id = Submit(1, 1);
+  OneLaunch(a);
+  v1::WorkerMessage hb;
+  hb.mutable_heartbeat();
+  for (int i = 0; i < 13; ++i) {  // alive, but silent about the task for 130 s
+    clock_.Advance(absl::Seconds(10));
+    Send(a, hb, false);
+  }
+  const v1::Job job = WaitState(id, v1::JOB_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(job.message(), "did not confirm the launch")) << job.message();
+  EXPECT_EQ(Cancels(a).size(), 1u);
+}
+
 TEST_F(ClusterTest, UserCancelStopsTheTasksThenCancelsTheJob) {
   FakeWorker a = Register("node-a", 2);
   const std::string id = Submit(1, 2);
