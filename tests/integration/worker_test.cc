@@ -424,17 +424,23 @@ class NetnsTest : public WorkerTest {
     testing::Run({"/usr/sbin/ip", "link", "del", bridge_});
   }
 
+  // One worker with one slot on each host, running `trainer` ("" = the real trainer).
+  void StartHosts(const std::string& trainer) {
+    StartWorker("node-a", 1, trainer, namespaces_[0], addrs_[0]);
+    StartWorker("node-b", 1, trainer, namespaces_[1], addrs_[1]);
+  }
+  bool HostsReady() {
+    return WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); }, absl::Seconds(30));
+  }
+
   std::string bridge_, subnet_;
   std::vector<std::string> namespaces_, addrs_;
 };
 
 TEST_F(NetnsTest, TwoNodeJobRendezvousesAcrossHostsAndSurvivesAWorkerKill) {
   StartCoordinator(subnet_ + "1:0");
-  StartWorker("node-a", 1, "", namespaces_[0], addrs_[0]);
-  StartWorker("node-b", 1, "", namespaces_[1], addrs_[1]);
-  ASSERT_TRUE(
-      WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); }, absl::Seconds(30)))
-      << Logs();
+  StartHosts("");
+  ASSERT_TRUE(HostsReady()) << Logs();
   // The real trainer, one rank on each host: Gloo across the bridge.
   const std::string id = Submit(WriteSpec("two-node", dir_.path() + "/out-two", {{"max_steps", 4}},
                                           {{"resources", {{"nodes", 2}, {"slots_per_node", 1}}}}));
@@ -447,11 +453,8 @@ TEST_F(NetnsTest, TwoNodeJobRendezvousesAcrossHostsAndSurvivesAWorkerKill) {
   // kill -9 one worker (its ranks die with it); the job with one restart allowed goes to
   // restarting within the lease (3 s) plus a little, then waits for two nodes again.
   workers_.clear();
-  StartWorker("node-a", 1, FAKE_RANK_BIN, namespaces_[0], addrs_[0]);
-  StartWorker("node-b", 1, FAKE_RANK_BIN, namespaces_[1], addrs_[1]);
-  ASSERT_TRUE(
-      WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); }, absl::Seconds(30)))
-      << Logs();
+  StartHosts(FAKE_RANK_BIN);
+  ASSERT_TRUE(HostsReady()) << Logs();
   const std::string hang = Submit(FakeSpec("hang", 2, 1, {{"FAKE_HANG", "1"}}, /*max_restarts=*/1));
   WaitState(hang, v1::JOB_STATE_RUNNING, absl::Seconds(30));
   ASSERT_EQ(RankProcesses(hang).size(), 2u);
@@ -476,11 +479,8 @@ TEST_F(NetnsTest, TwoNodeJobRendezvousesAcrossHostsAndSurvivesAWorkerKill) {
 
 TEST_F(NetnsTest, RealTrainerRestartsFromItsCheckpointAfterAWorkerKill) {
   StartCoordinator(subnet_ + "1:0");
-  StartWorker("node-a", 1, "", namespaces_[0], addrs_[0]);
-  StartWorker("node-b", 1, "", namespaces_[1], addrs_[1]);
-  ASSERT_TRUE(
-      WaitFor([&] { return NodeReady("node-a") && NodeReady("node-b"); }, absl::Seconds(30)))
-      << Logs();
+  StartHosts("");
+  ASSERT_TRUE(HostsReady()) << Logs();
   const std::string id = Submit(
       WriteSpec("kill-b", dir_.path() + "/out-kill-b", {{"max_steps", 24}, {"save_steps", 4}},
                 {{"resources", {{"nodes", 2}, {"slots_per_node", 1}}}, {"max_restarts", 1}}));
