@@ -509,7 +509,9 @@ void Cluster::Tick() {
     }
   }
   for (const std::string& id : unconfirmed) {
-    Task& task = tasks_.at(id);
+    Task* found = FindTask(id);  // an earlier one of the same job may have ended the run
+    if (found == nullptr || TaskEnded(found->state)) continue;
+    Task& task = *found;
     const std::string job_id = task.job_id;
     SendCancel(task, "launch not confirmed in time");
     EndTask(task, v1::TASK_STATE_FAILED);
@@ -720,7 +722,7 @@ void Cluster::StopTasks(Run& run, const std::string& reason) {
   }
 }
 
-void Cluster::MaybeFinish(const std::string& job_id) {
+void Cluster::MaybeFinish(std::string job_id) {
   auto run_it = runs_.find(job_id);
   if (run_it == runs_.end()) return;
   Run& run = run_it->second;

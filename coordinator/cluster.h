@@ -153,7 +153,7 @@ class Cluster {
   void StopTasks(Run& run, const std::string& reason);
   void EndTask(Task& task, trainctl::v1::TaskState state);
   // Ends the run when every task has ended.
-  void MaybeFinish(const std::string& job_id);
+  void MaybeFinish(std::string job_id);  // by value: it erases the run that may own the id
   void LoseNode(Node& node, const std::string& reason);
   Node* NodeForSession(int64_t session);
   Task* FindTask(const std::string& id);
