@@ -63,6 +63,13 @@ std::string DescribeFailure(const std::string& node, const v1::TaskStatus& statu
 
 }  // namespace
 
+int Cluster::Node::UsedSlots(const std::map<std::string, Task>& all) const {
+  int used = 0;
+  for (const std::string& id : tasks) used += all.at(id).slots;
+  for (const auto& [id, slots] : draining) used += slots;
+  return used;
+}
+
 Cluster::Cluster(JobManager* jobs, Clock* clock, ClusterOptions options)
     : jobs_(jobs), clock_(clock), options_(std::move(options)) {}
 
@@ -116,8 +123,16 @@ void Cluster::Stop() {
 }
 
 void Cluster::Post(std::function<void()> work) {
-  absl::MutexLock lock(&mu_);
-  queue_.push_back(std::move(work));
+  {
+    absl::MutexLock lock(&mu_);
+    if (!loop_exited_) {
+      queue_.push_back(std::move(work));
+      return;
+    }
+  }
+  // The loop is gone (stopping): run it here, one at a time, so no caller waits forever.
+  absl::MutexLock lock(&late_mu_);
+  work();
 }
 
 void Cluster::Loop() {
@@ -139,9 +154,16 @@ void Cluster::Loop() {
     }
     if (schedule_needed_) SchedulePass();
   }
-  // Fail whatever is still queued so no stream waits on a `done` that never runs.
-  absl::MutexLock lock(&mu_);
-  queue_.clear();
+  // Run what is still queued (streams wait on their `done`, ListNodes on its answer); later posts
+  // run on their callers' threads.
+  absl::MutexLock late(&late_mu_);
+  std::deque<std::function<void()>> rest;
+  {
+    absl::MutexLock lock(&mu_);
+    loop_exited_ = true;
+    rest.swap(queue_);
+  }
+  for (auto& w : rest) w();
 }
 
 void Cluster::Flush() {
@@ -194,10 +216,9 @@ std::vector<v1::Node> Cluster::ListNodes() {
       n.set_state(node.lost ? "lost" : node.session == 0 ? "disconnected" : "ready");
       n.mutable_labels()->insert(node.labels.begin(), node.labels.end());
       n.set_total_slots(node.total_slots);
-      int used = 0;
+      const int used = node.UsedSlots(tasks_);
       for (const std::string& id : node.tasks) {
         const Task& task = tasks_.at(id);
-        used += task.slots;
         v1::NodeTask* t = n.add_tasks();
         t->set_task_id(task.id);
         t->set_job_id(task.job_id);
@@ -308,12 +329,22 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
 
   // Reconcile: tasks the worker holds against tasks this coordinator expects on it.
   std::set<std::string> reported;
+  node.draining.clear();
   for (const v1::RunningTask& rt : reg.running_tasks()) {
     reported.insert(rt.task_id());
     Task* task = FindTask(rt.task_id());
     if (task != nullptr && TaskEnded(task->state) && !TaskEnded(rt.state())) {
       // Given up on (its node was lost) while it kept running: stop it.
       SendCancel(*task, "the coordinator counted this task as failed");
+      node.draining[rt.task_id()] = rt.slots();
+      continue;
+    }
+    if (task != nullptr && !TaskEnded(task->state) && !TaskEnded(rt.state())) {
+      // A stop sent while the worker was away may have been lost: send it again.
+      const Run& run = runs_.at(task->job_id);
+      if (run.failing || run.cancel_requested) {
+        SendCancel(*task, run.cancel_requested ? run.job.message() : run.failure);
+      }
       continue;
     }
     if (task == nullptr) {
@@ -327,7 +358,9 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
         if (!TaskEnded(rt.state())) {
           Task stale;
           stale.id = rt.task_id();
+          stale.node = node.name;
           SendCancel(stale, "the coordinator no longer runs this task");
+          node.draining[rt.task_id()] = rt.slots();
         }
         continue;
       }
@@ -378,10 +411,14 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
 
 void Cluster::HandleTaskStatus(Node& node, const v1::TaskStatus& status) {
   Task* task = FindTask(status.task_id());
+  if (TaskEnded(status.state()) && node.draining.erase(status.task_id()) > 0) {
+    schedule_needed_ = true;  // its slots are free now
+  }
   if (task == nullptr) {
     if (!TaskEnded(status.state())) {
       Task stale;
       stale.id = status.task_id();
+      stale.node = node.name;
       SendCancel(stale, "the coordinator no longer runs this task");
     }
     return;
@@ -402,8 +439,11 @@ void Cluster::HandleTaskStatus(Node& node, const v1::TaskStatus& status) {
         }
         if (!run.failing && !run.cancel_requested) {
           for (const std::string& id : run.task_ids) {
-            Task& other = tasks_.at(id);
-            if (!other.launched) LaunchTask(run, other);
+            Task* other = FindTask(id);
+            if (other != nullptr && !other->launched && !TaskEnded(other->state)) {
+              LaunchTask(run, *other);
+            }
+            if (run.failing) break;  // a launch failed: the rest were stopped
           }
         }
       }
@@ -515,6 +555,9 @@ void Cluster::Tick() {
     const std::string job_id = task.job_id;
     SendCancel(task, "launch not confirmed in time");
     EndTask(task, v1::TASK_STATE_FAILED);
+    if (auto node = nodes_.find(task.node); node != nodes_.end()) {
+      node->second.draining[id] = task.slots;  // until its worker says otherwise
+    }
     FailRun(runs_.at(job_id),
             absl::StrCat("the worker on ", task.node, " did not confirm the launch of task ", id,
                          " within ", absl::FormatDuration(options_.launch_timeout)));
@@ -583,9 +626,7 @@ void Cluster::SchedulePass() {
     s.name = name;
     s.labels = node.labels;
     s.total_slots = node.total_slots;
-    int used = 0;
-    for (const std::string& id : node.tasks) used += tasks_.at(id).slots;
-    s.free_slots = std::max(0, node.total_slots - used);
+    s.free_slots = std::max(0, node.total_slots - node.UsedSlots(tasks_));
     s.schedulable = !node.lost && node.session != 0;
     sched_nodes.push_back(std::move(s));
     names.push_back(name);
@@ -644,6 +685,7 @@ void Cluster::Place(const std::string& job_id, const std::vector<std::string>& n
 }
 
 void Cluster::LaunchTask(Run& run, Task& task) {
+  if (TaskEnded(task.state)) return;  // stopped before it was sent
   Node& node = nodes_.at(task.node);
   task.launched = true;
   task.launched_at = clock_->Now();

@@ -96,6 +96,7 @@ class Cluster {
   void Flush();
 
  private:
+  struct Task;
   struct Node {
     std::string name;
     std::string address;
@@ -109,6 +110,10 @@ class Cluster {
     std::string boot_id;
     int64_t applied_seq = 0;  // within boot_id
     std::set<std::string> tasks;
+    // Tasks this coordinator has ended or never knew that the worker still runs (being stopped):
+    // their slots are not free until the worker says they ended.
+    std::map<std::string, int> draining;
+    int UsedSlots(const std::map<std::string, Task>& all) const;
   };
   struct Task {
     std::string id;
@@ -166,6 +171,8 @@ class Cluster {
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool loop_exited_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex late_mu_;  // serialises work run after the loop exited
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread loop_;
 

@@ -363,5 +363,53 @@ TEST_F(ClusterTest, HigherPriorityRunsFirstWhenASlotFrees) {
   EXPECT_EQ(jobs_.Get(low)->state(), v1::JOB_STATE_PENDING);
 }
 
+TEST_F(ClusterTest, AStopLostWhileTheWorkerWasAwayIsSentAgainOnReconnect) {
+  FakeWorker a = Register("node-a", 2);
+  const std::string id = Submit(1, 2);
+  const v1::LaunchTask launch = OneLaunch(a);
+  Status(a, launch, v1::TASK_STATE_RUNNING, 1000);
+  cluster_->Disconnect(a.session);
+  cluster_->Flush();
+  ASSERT_TRUE(jobs_.Cancel(id, "stop it").ok());  // the cancel finds no stream to go to
+  EXPECT_TRUE(Cancels(a).empty());
+  v1::RunningTask rt;
+  rt.set_task_id(launch.task_id());
+  rt.set_job_id(id);
+  rt.set_slots(2);
+  rt.set_state(v1::TASK_STATE_RUNNING);
+  FakeWorker back = Register("node-a", 2, {rt});
+  back.seq = a.seq;  // the same worker process goes on numbering
+  auto cancels = Cancels(back);
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].task_id(), launch.task_id());
+  Status(back, launch, v1::TASK_STATE_CANCELLED);
+  WaitState(id, v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(ClusterTest, SlotsOfATaskStillStoppingOnItsWorkerAreNotFree) {
+  FakeWorker a = Register("node-a", 2);
+  const std::string first = Submit(1, 2);
+  const v1::LaunchTask launch = OneLaunch(a);
+  Status(a, launch, v1::TASK_STATE_RUNNING, 1000);
+  clock_.Advance(absl::Seconds(11));  // node-a is lost; the job fails
+  WaitState(first, v1::JOB_STATE_FAILED);
+  // The partition heals: the worker still runs the old task, which is told to stop.
+  v1::RunningTask rt;
+  rt.set_task_id(launch.task_id());
+  rt.set_job_id(first);
+  rt.set_slots(2);
+  rt.set_state(v1::TASK_STATE_RUNNING);
+  FakeWorker back = Register("node-a", 2, {rt});
+  back.seq = a.seq;  // the same worker process goes on numbering
+  EXPECT_EQ(Cancels(back).size(), 1u);
+  const std::string second = Submit(1, 2);
+  EXPECT_TRUE(back.channel->Take(v1::CoordinatorMessage::kLaunch).empty())
+      << "placed on slots the old task still holds";
+  EXPECT_EQ(cluster_->ListNodes()[0].free_slots(), 0);
+  Status(back, launch, v1::TASK_STATE_CANCELLED);
+  const v1::LaunchTask next = OneLaunch(back);
+  EXPECT_EQ(next.job_id(), second);
+}
+
 }  // namespace
 }  // namespace trainctl

@@ -1,5 +1,7 @@
 #include "worker/daemon/outbox.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -40,6 +42,7 @@ int64_t Outbox::Push(v1::WorkerMessage message) {
       const std::string bytes = message.SerializeAsString();
       const uint64_t n = bytes.size();
       std::fseek(spill_, 0, SEEK_END);
+      const long end = std::ftell(spill_);
       if (std::fwrite(&n, sizeof(n), 1, spill_) == 1 &&
           std::fwrite(bytes.data(), 1, bytes.size(), spill_) == bytes.size() &&
           std::fflush(spill_) == 0) {
@@ -48,6 +51,10 @@ int64_t Outbox::Push(v1::WorkerMessage message) {
       }
       spill_status_ = absl::UnavailableError(absl::StrCat(
           "outbox spill file ", spill_path_, ": write failed: ", std::strerror(errno)));
+      // Drop the torn record, then bring every spilled message back so memory stays in seq order
+      // (from now on everything is kept in memory).
+      (void)!ftruncate(fileno(spill_), end);  // best effort: the records before it are whole
+      RefillLocked(/*all=*/true);
     }
   }
   memory_bytes_ += size;
@@ -55,8 +62,8 @@ int64_t Outbox::Push(v1::WorkerMessage message) {
   return seq;
 }
 
-void Outbox::RefillLocked() {
-  while (spilled_ > 0 && memory_bytes_ < memory_limit_ / 2) {
+void Outbox::RefillLocked(bool all) {
+  while (spilled_ > 0 && (all || memory_bytes_ < memory_limit_ / 2)) {
     uint64_t n = 0;
     std::fseek(spill_, spill_read_offset_, SEEK_SET);
     std::string bytes;
@@ -111,7 +118,7 @@ void Outbox::Ack(int64_t through_seq) {
     memory_bytes_ -= memory_.front().ByteSizeLong();
     memory_.pop_front();
   }
-  RefillLocked();
+  RefillLocked(/*all=*/false);
 }
 
 void Outbox::Close() {

@@ -48,7 +48,8 @@ class Outbox {
   absl::Status spill_status();
 
  private:
-  void RefillLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves spilled messages back to memory, in order: until memory is half full, or all of them.
+  void RefillLocked(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string spill_path_;
   const size_t memory_limit_;

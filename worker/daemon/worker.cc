@@ -274,6 +274,7 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
       return fail(task, absl::StrCat("needs ", slots, " slots, ", free_cpu_slots_, " free"));
     }
     free_cpu_slots_ -= slots;
+    task.cpu_slots = slots;
   }
 
   const fs::path dir = fs::path(options_.work_dir) / "tasks" / id;
@@ -346,6 +347,14 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
   if (!gang.ok()) return fail(started, std::string(gang.status().message()));
   started.gang = std::shared_ptr<Gang>(std::move(*gang));
   if (started.state != v1::TASK_STATE_STARTING) return;  // already ended (OnExit ran)
+  if (stopping()) {
+    // Stop() began while the ranks were being started and did not see them: stop them too.
+    started.cancel_reason = "worker shutting down";
+    std::shared_ptr<Gang> late = started.gang;
+    mu_.Unlock();
+    late->Cancel();
+    mu_.Lock();
+  }
   started.state = v1::TASK_STATE_RUNNING;
   TRAINCTL_LOG(INFO) << "task " << id << ": started ranks " << launch.first_rank() << ".."
                      << launch.first_rank() + slots - 1 << " of " << launch.world_size()
@@ -371,7 +380,8 @@ void Worker::PushStatus(const Task& task, v1::TaskStatus status) {
     // Its resources are free again as soon as its ranks are gone.
     for (int gpu : t.gpus) free_gpus_.insert(gpu);
     t.gpus.clear();
-    if (options_.gpus.empty()) free_cpu_slots_ += std::max(1, t.launch.slots());
+    free_cpu_slots_ += t.cpu_slots;
+    t.cpu_slots = 0;
   }
 }
 

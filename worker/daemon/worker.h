@@ -66,6 +66,7 @@ class Worker {
     trainctl::v1::TaskState state = trainctl::v1::TASK_STATE_STARTING;
     int master_port = 0;
     std::vector<int> gpus;  // indices given to this task
+    int cpu_slots = 0;      // CPU slots given to this task
     int64_t final_seq = 0;  // seq of its terminal status; dropped once acknowledged
     std::string cancel_reason;
   };
