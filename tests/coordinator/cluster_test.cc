@@ -54,6 +54,19 @@ struct FakeWorker {
   int64_t seq = 0;
 };
 
+// A task a registering worker reports as still running.
+v1::RunningTask Running(const std::string& task_id, const std::string& job_id, int slots,
+                        int master_port = 0) {
+  v1::RunningTask rt;
+  rt.set_task_id(task_id);
+  rt.set_job_id(job_id);
+  rt.set_node_rank(0);
+  rt.set_slots(slots);
+  rt.set_state(v1::TASK_STATE_RUNNING);
+  rt.set_master_port(master_port);
+  return rt;
+}
+
 class ClusterTest : public ::testing::Test {
  protected:
   ClusterTest() { Restart(); }
@@ -295,14 +308,7 @@ TEST_F(ClusterTest, ARestartedCoordinatorAdoptsReportedTasksAndFailsUnreportedOn
 
   Restart();
   // node-a's worker comes back with its task; node-b never does.
-  v1::RunningTask rt;
-  rt.set_task_id(kept_launch.task_id());
-  rt.set_job_id(kept);
-  rt.set_node_rank(0);
-  rt.set_slots(1);
-  rt.set_state(v1::TASK_STATE_RUNNING);
-  rt.set_master_port(1000);
-  FakeWorker a2 = Register("node-a", 1, {rt});
+  FakeWorker a2 = Register("node-a", 1, {Running(kept_launch.task_id(), kept, 1, 1000)});
   EXPECT_TRUE(Cancels(a2).empty()) << "adopted, not cancelled";
   v1::WorkerMessage hb;
   hb.mutable_heartbeat();
@@ -317,11 +323,7 @@ TEST_F(ClusterTest, ARestartedCoordinatorAdoptsReportedTasksAndFailsUnreportedOn
 }
 
 TEST_F(ClusterTest, ATaskNobodyRunsAnyMoreIsCancelledOnItsWorker) {
-  v1::RunningTask rt;
-  rt.set_task_id("job-77.0.0");
-  rt.set_job_id("job-77");
-  rt.set_state(v1::TASK_STATE_RUNNING);
-  FakeWorker a = Register("node-a", 1, {rt});
+  FakeWorker a = Register("node-a", 1, {Running("job-77.0.0", "job-77", 1)});
   auto cancels = Cancels(a);
   ASSERT_EQ(cancels.size(), 1u);
   EXPECT_EQ(cancels[0].task_id(), "job-77.0.0");
@@ -372,12 +374,7 @@ TEST_F(ClusterTest, AStopLostWhileTheWorkerWasAwayIsSentAgainOnReconnect) {
   cluster_->Flush();
   ASSERT_TRUE(jobs_.Cancel(id, "stop it").ok());  // the cancel finds no stream to go to
   EXPECT_TRUE(Cancels(a).empty());
-  v1::RunningTask rt;
-  rt.set_task_id(launch.task_id());
-  rt.set_job_id(id);
-  rt.set_slots(2);
-  rt.set_state(v1::TASK_STATE_RUNNING);
-  FakeWorker back = Register("node-a", 2, {rt});
+  FakeWorker back = Register("node-a", 2, {Running(launch.task_id(), id, 2)});
   back.seq = a.seq;  // the same worker process goes on numbering
   auto cancels = Cancels(back);
   ASSERT_EQ(cancels.size(), 1u);
@@ -394,12 +391,7 @@ TEST_F(ClusterTest, SlotsOfATaskStillStoppingOnItsWorkerAreNotFree) {
   clock_.Advance(absl::Seconds(11));  // node-a is lost; the job fails
   WaitState(first, v1::JOB_STATE_FAILED);
   // The partition heals: the worker still runs the old task, which is told to stop.
-  v1::RunningTask rt;
-  rt.set_task_id(launch.task_id());
-  rt.set_job_id(first);
-  rt.set_slots(2);
-  rt.set_state(v1::TASK_STATE_RUNNING);
-  FakeWorker back = Register("node-a", 2, {rt});
+  FakeWorker back = Register("node-a", 2, {Running(launch.task_id(), first, 2)});
   back.seq = a.seq;  // the same worker process goes on numbering
   EXPECT_EQ(Cancels(back).size(), 1u);
   const std::string second = Submit(1, 2);
