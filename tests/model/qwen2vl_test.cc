@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/model/model_test_util.h"
+#include "worker/trainer/model/attention.h"
 
 namespace trainctl::model {
 namespace {
@@ -254,6 +255,52 @@ TEST_F(ForwardTest, LeftPaddingGivesTheSameLogits) {
   const torch::Tensor long_alone = model_.forward({Ids({long_row}), {}, {}, {}});
   EXPECT_TRUE(torch::allclose(batch[0].narrow(0, 2, 3), short_alone[0], 1e-4, 1e-5));
   EXPECT_TRUE(torch::allclose(batch[1], long_alone[0], 1e-4, 1e-5));
+}
+
+TEST(AttentionTest, NamesParseAndSdpaNeedsLibTorch2) {
+  EXPECT_EQ(*ParseAttentionImpl("auto"), AttentionImpl::kAuto);
+  EXPECT_EQ(*ParseAttentionImpl("eager"), AttentionImpl::kEager);
+  const auto sdpa = ParseAttentionImpl("sdpa");
+  if (FusedAttentionAvailable()) {
+    EXPECT_EQ(*sdpa, AttentionImpl::kSdpa);
+  } else {
+    EXPECT_EQ(sdpa.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(sdpa.status().message(), HasSubstr("LibTorch >= 2.0"));
+  }
+  const auto bad = ParseAttentionImpl("flash");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("got 'flash'"));
+  EXPECT_EQ(ResolveAttentionImpl(AttentionImpl::kAuto, torch::kCPU), AttentionImpl::kEager);
+  EXPECT_EQ(ResolveAttentionImpl(AttentionImpl::kAuto, torch::Device(torch::kCUDA, 0)),
+            FusedAttentionAvailable() ? AttentionImpl::kSdpa : AttentionImpl::kEager);
+}
+
+// Grouped-query attention: 4 query heads over 2 key/value heads; causal without a mask equals
+// causal with the explicit mask; every implementation this build has agrees.
+TEST(AttentionTest, CausalWithoutMaskEqualsExplicitMaskInEveryImplementation) {
+  torch::manual_seed(3);
+  const torch::Tensor q = torch::randn({2, 4, 5, 8});
+  const torch::Tensor k = torch::randn({2, 2, 5, 8});
+  const torch::Tensor v = torch::randn({2, 2, 5, 8});
+  const torch::Tensor causal = CausalPaddingMask({}, 2, 5, torch::kCPU);
+  const torch::Tensor reference = DotProductAttention(AttentionImpl::kEager, q, k, v, causal, true);
+  EXPECT_EQ(reference.sizes(), torch::IntArrayRef({2, 4, 5, 8}));
+  // Query head h reads key/value head h / 2: head 1 of the output depends on kv head 0 only.
+  torch::Tensor v2 = v.clone();
+  v2.select(1, 1).add_(1.0);
+  EXPECT_TRUE(torch::allclose(
+      DotProductAttention(AttentionImpl::kEager, q, k, v2, causal, true).narrow(1, 0, 2),
+      reference.narrow(1, 0, 2)));
+  std::vector<AttentionImpl> impls = {AttentionImpl::kEager};
+  if (FusedAttentionAvailable()) impls.push_back(AttentionImpl::kSdpa);
+  for (const AttentionImpl impl : impls) {
+    EXPECT_TRUE(
+        torch::allclose(DotProductAttention(impl, q, k, v, {}, true), reference, 1e-5, 1e-6))
+        << AttentionImplName(impl);
+    EXPECT_TRUE(
+        torch::allclose(DotProductAttention(impl, q, k, v, causal, true), reference, 1e-5, 1e-6))
+        << AttentionImplName(impl);
+  }
 }
 
 // Records the units as they run and the autograd node of each output.

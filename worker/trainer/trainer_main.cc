@@ -28,6 +28,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: trainctl-trainer train --spec SPEC.json [--events FILE] [--threads N] [--no_resume]\n"
     "       trainctl-trainer forward --model DIR --request REQ.json --out OUT.safetensors\n"
+    "                                [--device cpu|cuda] [--dtype float32|bfloat16]\n"
+    "                                [--attention auto|eager|sdpa]\n"
     "       trainctl-trainer export CHECKPOINT_DIR OUT_DIR [--dtype float32|bfloat16|float16]\n";
 
 // `--name value` / `--name=value` / bare `--switch` (value "true").
@@ -108,7 +110,16 @@ int Forward(const std::map<std::string, std::string>& flags) {
       return 2;
     }
   }
-  absl::Status s = model::RunForward(flags.at("model"), flags.at("request"), flags.at("out"));
+  auto flag = [&flags](const char* name) {
+    return flags.count(name) ? flags.at(name) : std::string();
+  };
+  auto options = model::ParseForwardOptions(flag("device"), flag("dtype"), flag("attention"));
+  if (!options.ok()) {
+    std::cerr << "trainctl-trainer forward: " << options.status().message() << "\n";
+    return 2;
+  }
+  absl::Status s =
+      model::RunForward(flags.at("model"), flags.at("request"), flags.at("out"), *options);
   if (!s.ok()) {
     std::cerr << "trainctl-trainer forward: " << s.message() << "\n";
     return 1;

@@ -73,11 +73,43 @@ absl::StatusOr<ModelInputs> ParseRequest(const std::string& request_json) {
 
 }  // namespace
 
+absl::StatusOr<ForwardOptions> ParseForwardOptions(const std::string& device,
+                                                   const std::string& dtype,
+                                                   const std::string& attention) {
+  ForwardOptions options;
+  if (!device.empty()) {
+    try {
+      options.device = torch::Device(device);
+    } catch (const c10::Error&) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device: expected cpu or cuda[:N], got '", device, "'"));
+    }
+    if (options.device.is_cuda() && !torch::cuda::is_available()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--device ", device, ": this machine or build has no CUDA device"));
+    }
+  }
+  if (dtype == "bfloat16" || dtype == "bf16") {
+    options.dtype = torch::kBFloat16;
+  } else if (!dtype.empty() && dtype != "float32" && dtype != "fp32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype: expected float32 or bfloat16, got '", dtype, "'"));
+  }
+  if (!attention.empty()) {
+    auto impl = ParseAttentionImpl(attention);
+    if (!impl.ok()) return impl.status();
+    options.attention = *impl;
+  }
+  return options;
+}
+
 absl::Status RunForward(const std::string& model_dir, const std::string& request_json,
-                        const std::string& out_path) {
+                        const std::string& out_path, const ForwardOptions& options) {
   ASSIGN_OR_RETURN(ModelInputs inputs, ParseRequest(request_json));
   ASSIGN_OR_RETURN(std::shared_ptr<Qwen2VLForConditionalGeneration> model,
-                   LoadHfModel(model_dir, torch::kFloat32));
+                   LoadHfModel(model_dir, options.dtype));
+  model->to(options.device);
+  model->SetAttentionImpl(options.attention);
   model->eval();
   torch::NoGradGuard no_grad;
   ASSIGN_OR_RETURN(torch::Tensor logits, ForwardOrStatus(*model, inputs));

@@ -364,7 +364,12 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardHidden(const ModelInputs& 
   const torch::Tensor positions =
       GetRopeIndex(config_, ids_dev, inputs.image_grid_thw, inputs.attention_mask);
   const RotaryTables rope = MultimodalRotary(config_, positions, h.scalar_type());
-  const torch::Tensor allowed = CausalPaddingMask(inputs.attention_mask, batch, seq, device);
+  // Without padding, attention is plainly causal: no mask tensor, so fused kernels take their
+  // fastest path.
+  const bool padded =
+      inputs.attention_mask.defined() && inputs.attention_mask.eq(0).any().item<bool>();
+  const torch::Tensor allowed =
+      padded ? CausalPaddingMask(inputs.attention_mask, batch, seq, device) : torch::Tensor();
   for (size_t i = 0; i < language_model->layer_list.size(); ++i) {
     auto layer = language_model->layer_list[i];
     h = RunUnit(
@@ -386,6 +391,12 @@ torch::Tensor Qwen2VLForConditionalGeneration::Head(const torch::Tensor& hidden)
         return head ? head->forward(normed) : torch::linear(normed, embed->weight);
       },
       hidden, /*checkpoint=*/false);
+}
+
+void Qwen2VLForConditionalGeneration::SetAttentionImpl(AttentionImpl impl) {
+  attention_ = impl;
+  for (const auto& layer : language_model->layer_list) layer->self_attn->attention = impl;
+  for (const auto& block : visual->block_list) block->attn->attention = impl;
 }
 
 torch::Tensor Qwen2VLForConditionalGeneration::forward(const ModelInputs& inputs) {

@@ -141,6 +141,11 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   // images and others' do not.
   void SetRunVisionAlways(bool on) { run_vision_always_ = on; }
 
+  // Which attention every decoder layer and vision block runs (attention.h). kAuto, the default,
+  // is the fused kernel on CUDA in LibTorch 2.x builds and eager otherwise.
+  void SetAttentionImpl(AttentionImpl impl);
+  AttentionImpl attention_impl() const { return attention_; }
+
   // Off by default. Takes effect for forwards run with grad mode on.
   void SetGradientCheckpointing(const GradientCheckpointing& options) { checkpointing_ = options; }
   const GradientCheckpointing& gradient_checkpointing() const { return checkpointing_; }
@@ -170,6 +175,7 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   UnitRunner* runner_ = nullptr;
   bool run_vision_always_ = false;
   GradientCheckpointing checkpointing_;
+  AttentionImpl attention_ = AttentionImpl::kAuto;
 };
 
 // forward() with c10::Error turned into INVALID_ARGUMENT carrying its message.

@@ -1,7 +1,5 @@
 #include "worker/trainer/model/text_decoder.h"
 
-#include <cmath>
-#include <limits>
 #include <string>
 
 namespace trainctl::model {
@@ -14,14 +12,6 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
   return torch::cat(
       {-x.index({"...", Slice(half, torch::indexing::None)}), x.index({"...", Slice(0, half)})},
       -1);
-}
-
-double LowestValue(torch::ScalarType dtype) {
-  double lowest = 0;
-  AT_DISPATCH_FLOATING_TYPES_AND2(torch::kHalf, torch::kBFloat16, dtype, "LowestValue", [&] {
-    lowest = static_cast<double>(std::numeric_limits<scalar_t>::lowest());
-  });
-  return lowest;
 }
 
 }  // namespace
@@ -104,23 +94,9 @@ torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& x, const RotaryTabl
   q = q * cos + RotateHalf(q) * sin;
   k = k * cos + RotateHalf(k) * sin;
 
-  const int64_t groups = num_heads_ / num_kv_heads_;
-  if (groups > 1) {
-    k = k.unsqueeze(2)
-            .expand({batch, num_kv_heads_, groups, seq, head_dim_})
-            .reshape({batch, num_heads_, seq, head_dim_});
-    v = v.unsqueeze(2)
-            .expand({batch, num_kv_heads_, groups, seq, head_dim_})
-            .reshape({batch, num_heads_, seq, head_dim_});
-  }
-  torch::Tensor scores =
-      torch::matmul(q, k.transpose(2, 3)) / std::sqrt(static_cast<double>(head_dim_));
-  // The dtype's lowest value rather than -inf: a fully masked row (a padding query) then gets a
-  // uniform distribution instead of NaN, as in HF.
-  scores = scores.masked_fill(allowed.logical_not(), LowestValue(scores.scalar_type()));
-  const torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
-  const torch::Tensor out =
-      torch::matmul(probs, v).transpose(1, 2).reshape({batch, seq, num_heads_ * head_dim_});
+  const torch::Tensor out = DotProductAttention(attention, q, k, v, allowed, /*causal=*/true)
+                                .transpose(1, 2)
+                                .reshape({batch, seq, num_heads_ * head_dim_});
   return o_proj->forward(out);
 }
 

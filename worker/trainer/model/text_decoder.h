@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/trainer/model/attention.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 
 namespace trainctl::model {
@@ -45,11 +46,13 @@ class Qwen2RMSNorm : public torch::nn::Module {
 class Qwen2VLAttention : public torch::nn::Module {
  public:
   explicit Qwen2VLAttention(const Qwen2VLConfig& config);
-  // `x` [B, T, hidden]; `allowed` bool [B, 1, T, T] (true where query may attend to key).
+  // `x` [B, T, hidden]; `allowed` bool [B, 1, T, T] (true where query may attend to key), or
+  // undefined for plain causal attention (no padding).
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope,
                         const torch::Tensor& allowed);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  AttentionImpl attention = AttentionImpl::kAuto;
 
  private:
   int64_t num_heads_;

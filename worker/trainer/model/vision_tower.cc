@@ -1,7 +1,6 @@
 #include "worker/trainer/model/vision_tower.h"
 
 #include <algorithm>
-#include <cmath>
 
 namespace trainctl::model {
 namespace {
@@ -122,7 +121,6 @@ torch::Tensor VisionAttention::forward(const torch::Tensor& x, const VisionLayou
   const torch::Tensor q = ApplyVisionRotary(packed[0], layout.rotary_freqs);
   const torch::Tensor k = ApplyVisionRotary(packed[1], layout.rotary_freqs);
   const torch::Tensor v = packed[2];
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
 
   // Each frame attends only to itself: run the segments separately instead of masking one
   // [N, N] matrix.
@@ -130,12 +128,12 @@ torch::Tensor VisionAttention::forward(const torch::Tensor& x, const VisionLayou
   outs.reserve(layout.segments.size() - 1);
   for (size_t s = 0; s + 1 < layout.segments.size(); ++s) {
     const Slice rows(layout.segments[s], layout.segments[s + 1]);
-    const torch::Tensor qs = q.index({rows}).transpose(0, 1);  // [heads, L, head_dim]
-    const torch::Tensor ks = k.index({rows}).transpose(0, 1);
-    const torch::Tensor vs = v.index({rows}).transpose(0, 1);
-    const torch::Tensor scores = torch::matmul(qs, ks.transpose(1, 2)) * scale;
-    const torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
-    outs.push_back(torch::matmul(probs, vs).transpose(0, 1));  // [L, heads, head_dim]
+    auto heads_first = [&rows](const torch::Tensor& t) {  // [1, heads, L, head_dim]
+      return t.index({rows}).transpose(0, 1).unsqueeze(0);
+    };
+    const torch::Tensor out = DotProductAttention(attention, heads_first(q), heads_first(k),
+                                                  heads_first(v), {}, /*causal=*/false);
+    outs.push_back(out.squeeze(0).transpose(0, 1));  // [L, heads, head_dim]
   }
   return proj->forward(torch::cat(outs, 0).reshape({n, num_heads_ * head_dim_}));
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/trainer/model/attention.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 
 namespace trainctl::model {
@@ -50,6 +51,7 @@ class VisionAttention : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const VisionLayout& layout);
 
   torch::nn::Linear qkv{nullptr}, proj{nullptr};
+  AttentionImpl attention = AttentionImpl::kAuto;
 
  private:
   int64_t num_heads_;

@@ -179,6 +179,23 @@ class SftLoop {
     model::GradientCheckpointing checkpointing;
     checkpointing.decoder_layers = checkpointing.vision_blocks = t_.gradient_checkpointing();
     engine_->model().SetGradientCheckpointing(checkpointing);
+    // TRAINCTL_ATTENTION=eager|sdpa overrides the default (fused on CUDA in LibTorch 2.x builds).
+    model::AttentionImpl attention = model::AttentionImpl::kAuto;
+    if (const char* name = std::getenv("TRAINCTL_ATTENTION"); name != nullptr && *name) {
+      auto parsed = model::ParseAttentionImpl(name);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("TRAINCTL_ATTENTION: ", parsed.status().message()));
+      }
+      attention = *parsed;
+    }
+    engine_->model().SetAttentionImpl(attention);
+    if (lead()) {
+      events_->Emit("setup", {{"device", device.str()},
+                              {"backend", comm_->backend()},
+                              {"attention", model::AttentionImplName(
+                                                model::ResolveAttentionImpl(attention, device))}});
+    }
     device_ = device;
 
     ASSIGN_OR_RETURN(std::shared_ptr<const data::ShardReader> reader,

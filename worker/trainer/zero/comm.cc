@@ -2,8 +2,14 @@
 
 #include <torch/version.h>
 
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+// Debian's LibTorch ships Gloo's headers; the CUDA wheels of PyTorch do not (their c10d Gloo
+// header cannot be compiled outside PyTorch's tree), so a CUDA build may have NCCL alone.
+#if __has_include(<gloo/config.h>)
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#define TRAINCTL_HAVE_GLOO 1
+#endif
 
 #if defined(USE_C10D_NCCL) && __has_include(<torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -15,6 +21,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -76,6 +83,17 @@ absl::StatusOr<CommOptions> CommOptionsFromEnv() {
         "environment variable MASTER_PORT: a port in [1, 65535] is required when WORLD_SIZE > 1");
   }
   options.master_port = *port;
+  // A one-rank job normally has no process group. TRAINCTL_COMM_SINGLE_RANK_GROUP=1 creates one
+  // anyway, so a one-GPU machine can check the NCCL path end to end.
+  if (const char* single = std::getenv("TRAINCTL_COMM_SINGLE_RANK_GROUP");
+      single != nullptr && std::string(single) == "1") {
+    options.group_when_alone = true;
+  }
+  if (options.world_size == 1 && options.group_when_alone && (*port == 0 || *port > 65535)) {
+    return absl::InvalidArgumentError(
+        "environment variable MASTER_PORT: a port in [1, 65535] is required with "
+        "TRAINCTL_COMM_SINGLE_RANK_GROUP=1");
+  }
   return options;
 }
 
@@ -97,7 +115,7 @@ absl::StatusOr<std::unique_ptr<Comm>> Comm::Create(const CommOptions& options) {
   std::unique_ptr<Comm> comm(new Comm());
   comm->options_ = options;
   comm->impl_ = std::make_unique<Impl>();
-  if (options.world_size == 1) return comm;
+  if (options.world_size == 1 && !options.group_when_alone) return comm;
 
   Impl& impl = *comm->impl_;
   const std::string where = absl::StrCat(options.master_addr, ":", options.master_port);
@@ -130,6 +148,7 @@ absl::StatusOr<std::unique_ptr<Comm>> Comm::Create(const CommOptions& options) {
           "this trainer was built against a LibTorch without NCCL; CUDA ranks need it");
 #endif
     } else {
+#ifdef TRAINCTL_HAVE_GLOO
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
       // GLOO_SOCKET_IFNAME picks the interface, as in PyTorch; otherwise the address the worker
       // daemon advertises for this node (TRAINCTL_NODE_ADDR), loopback when the rendezvous host is
@@ -149,6 +168,11 @@ absl::StatusOr<std::unique_ptr<Comm>> Comm::Create(const CommOptions& options) {
       impl.group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl.store, options.rank,
                                                                options.world_size, gloo_options);
       comm->backend_ = "gloo";
+#else
+      return absl::FailedPreconditionError(
+          "this trainer was built against a LibTorch without Gloo (PyTorch's CUDA wheels ship no "
+          "Gloo headers); CPU ranks need a build against a LibTorch that has it");
+#endif
     }
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("rank ", options.rank, " of ", options.world_size,
@@ -305,7 +329,7 @@ Handle Comm::AllGather(const torch::Tensor& shard, const torch::Tensor& out,
               "AllGather: out must be a contiguous [world * ", n, "] ", shard.scalar_type(),
               " tensor, got ", out.sizes(), " ", out.scalar_type());
   const std::string label = "all_gather " + what;
-  if (world_size() == 1) {
+  if (!impl_->group) {
     out.view({-1}).copy_(shard.view({-1}));
     return Start({}, nullptr, label, 0);
   }
@@ -338,7 +362,7 @@ Handle Comm::ReduceScatter(const torch::Tensor& in, const torch::Tensor& out,
               "ReduceScatter: in must be a contiguous [world * ", s, "] ", out.scalar_type(),
               " tensor, got ", in.sizes(), " ", in.scalar_type());
   const std::string label = "reduce_scatter " + what;
-  if (world_size() == 1) {
+  if (!impl_->group) {
     out.view({-1}).copy_(in.view({-1}));
     return Start({}, nullptr, label, 0);
   }
@@ -364,7 +388,7 @@ Handle Comm::ReduceScatter(const torch::Tensor& in, const torch::Tensor& out,
 
 Handle Comm::AllReduce(const torch::Tensor& t, const std::string& what) {
   const std::string label = "all_reduce " + what;
-  if (world_size() == 1) return Start({}, nullptr, label, 0);
+  if (!impl_->group) return Start({}, nullptr, label, 0);
   TORCH_CHECK(t.is_contiguous(), "AllReduce: tensor must be contiguous");
   if (!impl_->native_reduce_scatter && GlooLacks(t.scalar_type())) {
     std::vector<at::Tensor> tensors = {t.to(torch::kFloat32)};
@@ -373,26 +397,40 @@ Handle Comm::AllReduce(const torch::Tensor& t, const std::string& what) {
         impl_->group->allreduce(tensors), [t, sum] { t.copy_(sum); }, label,
         2 * RingBytes(sum, world_size()));
   }
+  if (impl_->native_reduce_scatter && !t.is_cuda()) {
+    // NCCL reduces device memory only: host tensors (token counts, losses) go through the device.
+    std::vector<at::Tensor> tensors = {t.to(options_.device)};
+    const torch::Tensor staged = tensors[0];
+    return Start(
+        impl_->group->allreduce(tensors), [t, staged] { t.copy_(staged); }, label,
+        2 * RingBytes(staged, world_size()));
+  }
   std::vector<at::Tensor> tensors = {t};
   return Start(impl_->group->allreduce(tensors), nullptr, label, 2 * RingBytes(t, world_size()));
 }
 
 Handle Comm::Broadcast(const torch::Tensor& t, int root, const std::string& what) {
   const std::string label = "broadcast " + what;
-  if (world_size() == 1) return Start({}, nullptr, label, 0);
+  if (!impl_->group) return Start({}, nullptr, label, 0);
   TORCH_CHECK(t.is_contiguous(), "Broadcast: tensor must be contiguous");
   // A broadcast copies bits: 16-bit floats travel as bytes on Gloo.
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+  if (impl_->native_reduce_scatter && !t.is_cuda()) {  // NCCL: host tensors via the device
+    std::vector<at::Tensor> tensors = {t.to(options_.device)};
+    const torch::Tensor staged = tensors[0];
+    return Start(
+        impl_->group->broadcast(tensors, opts), [t, staged] { t.copy_(staged); }, label, bytes);
+  }
   std::vector<at::Tensor> tensors = {!impl_->native_reduce_scatter && GlooLacks(t.scalar_type())
                                          ? t.view({-1}).view(torch::kUInt8)
                                          : t};
-  c10d::BroadcastOptions opts;
-  opts.rootRank = root;
-  return Start(impl_->group->broadcast(tensors, opts), nullptr, label,
-               static_cast<uint64_t>(t.numel()) * t.element_size());
+  return Start(impl_->group->broadcast(tensors, opts), nullptr, label, bytes);
 }
 
 void Comm::Barrier(const std::string& what) {
-  if (world_size() == 1) return;
+  if (!impl_->group) return;
   // An all-reduce of one element: Gloo's barrier has no timeout of its own on 1.13.
   torch::Tensor one = torch::ones({1}, torch::TensorOptions().device(options_.device));
   AllReduce(one, "barrier " + what).Wait();

@@ -47,10 +47,14 @@ struct CommOptions {
   // Bounds the rendezvous and every collective.
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   torch::Device device{torch::kCPU};  // CUDA: NCCL; CPU: Gloo
+  // With world_size 1, still form a process group and run every collective through it (checks a
+  // backend on one device); off, a lone rank's collectives are local copies.
+  bool group_when_alone = false;
 };
 
 // RANK, WORLD_SIZE (default 0 and 1), MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (required
-// when WORLD_SIZE > 1). INVALID_ARGUMENT naming the variable when one is malformed or out of range.
+// when WORLD_SIZE > 1), and TRAINCTL_COMM_SINGLE_RANK_GROUP=1 for group_when_alone.
+// INVALID_ARGUMENT naming the variable when one is malformed or out of range.
 absl::StatusOr<CommOptions> CommOptionsFromEnv();
 
 class Comm;
@@ -78,7 +82,8 @@ class Handle {
 
 class Comm {
  public:
-  // Joins the group: with world_size 1 no process group exists and collectives are local copies.
+  // Joins the group: with world_size 1 (unless group_when_alone) no process group exists and
+  // collectives are local copies.
   // UNAVAILABLE naming the rendezvous address when the peers do not all arrive within the timeout.
   static absl::StatusOr<std::unique_ptr<Comm>> Create(const CommOptions& options);
   ~Comm();

@@ -1,0 +1,387 @@
+// gpu_train_bench: bf16 training throughput and model-FLOPs utilisation of a ~1.1B-parameter
+// Qwen2-VL config on one GPU, and its peak memory against the ZeRO memory model.
+//
+// Two ways to train the same model on the same batches, measured in the same run:
+//   engine: what trainctl-trainer runs: the ZeRO engine at --stage (3 by default) with bf16
+//           working weights gathered per unit, fp32 master weights, gradients and AdamW state;
+//   plain:  the peer, what a LibTorch user writes: fp32 parameters, bf16 autocast, torch AdamW.
+// and two ceilings: a bf16 GEMM measured in the same run (8192^3 and the model's own shapes) and
+// the H100/H200 datasheet's dense bf16 peak (--peak_tflops, 989.4).
+//
+// Model FLOPs per step (PaLM appendix B, no causal halving, as bench/sft_bench.cc):
+//   6 * N * tokens + 12 * L * H * T^2 * B, N = decoder matmul parameters + the (tied) head.
+//
+// Memory (ZeRO paper, mixed-precision AdamW): model states of 16 bytes per parameter at stage 3 on
+// one rank (fp32 master 4 + AdamW moments 8 + fp32 gradient 4), plus the gathered bf16 working
+// weights, plus activations. The engine's own accounting and the CUDA allocator's peak are printed
+// beside that model.
+//
+// Runs on CPU too (--device cpu) with a small --preset, which is how CPU CI compiles and smoke-runs
+// it; the figures that matter come from a CUDA build on a GPU (scripts/gpu-check.sh).
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "worker/trainer/model/qwen2vl.h"
+#include "worker/trainer/model/qwen2vl_config.h"
+#include "worker/trainer/stages/internal/autocast.h"
+#include "worker/trainer/zero/comm.h"
+#include "worker/trainer/zero/engine.h"
+
+#ifdef TRAINCTL_CUDA_BUILD
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+ABSL_FLAG(std::string, device, "cuda", "cuda or cpu");
+ABSL_FLAG(std::string, preset, "1b", "1b (~1.1B parameters) or small (~30M, for CPUs)");
+ABSL_FLAG(int, batch, 8, "sequences per step");
+ABSL_FLAG(int, seq, 2048, "tokens per sequence");
+ABSL_FLAG(int, warmup, 2, "unmeasured steps per mode");
+ABSL_FLAG(int, steps, 5, "measured steps per mode");
+ABSL_FLAG(int, stage, 3, "ZeRO stage of the engine mode");
+ABSL_FLAG(std::string, modes, "engine,plain", "which of engine,plain to run");
+ABSL_FLAG(std::string, attention, "auto", "auto, eager or sdpa");
+ABSL_FLAG(bool, checkpointing, false, "recompute decoder layers in backward");
+ABSL_FLAG(double, peak_tflops, 989.4, "datasheet dense bf16 TFLOP/s of the GPU (H100/H200 SXM)");
+ABSL_FLAG(std::string, json, "", "also write the figures to this JSON file");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace model = trainctl::model;
+namespace zero = trainctl::zero;
+
+// ~1.1B: hidden 2048, 18 layers, 16 heads of 128 (4 kv heads), MLP 5504, Qwen's vocabulary 151936,
+// tied embeddings. The vision tower is required by the class and kept minimal (text batches).
+constexpr char k1B[] = R"({
+  "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
+  "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5504, "num_hidden_layers": 18,
+  "num_attention_heads": 16, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "vision_config": {"depth": 1, "embed_dim": 32, "mlp_ratio": 2, "num_heads": 2, "in_chans": 3,
+    "hidden_size": 2048, "hidden_act": "quick_gelu", "patch_size": 14, "spatial_merge_size": 2,
+    "temporal_patch_size": 2},
+  "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "vocab_size": 151936
+})";
+constexpr char kSmall[] = R"({
+  "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
+  "hidden_act": "silu", "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 6,
+  "num_attention_heads": 8, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "vision_config": {"depth": 1, "embed_dim": 32, "mlp_ratio": 2, "num_heads": 2, "in_chans": 3,
+    "hidden_size": 512, "hidden_act": "quick_gelu", "patch_size": 14, "spatial_merge_size": 2,
+    "temporal_patch_size": 2},
+  "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]}, "vocab_size": 32000
+})";
+
+void Sync(const torch::Device& device) {
+#ifdef TRAINCTL_CUDA_BUILD
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+#else
+  (void)device;
+#endif
+}
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+int64_t PeakDeviceBytes(const torch::Device& device) {
+#ifdef TRAINCTL_CUDA_BUILD
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[0].peak;  // StatType::AGGREGATE
+  }
+#endif
+  (void)device;
+  return 0;
+}
+
+void ResetPeak(const torch::Device& device) {
+#ifdef TRAINCTL_CUDA_BUILD
+  if (device.is_cuda()) {
+    Sync(device);
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  }
+#endif
+  (void)device;
+}
+
+struct Gemm {
+  std::string name;
+  int64_t m, k, n;
+};
+
+// FLOP/s of bf16 [m, k] x [k, n] (float32 on CPU), best of 3 timed batches of ~0.2 s.
+double GemmFlops(const Gemm& g, const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  const auto dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+  const auto opts = torch::TensorOptions().dtype(dtype).device(device);
+  const torch::Tensor a = torch::randn({g.m, g.k}, opts), b = torch::randn({g.k, g.n}, opts);
+  torch::Tensor c = torch::matmul(a, b);
+  Sync(device);
+  auto start = Clock::now();
+  c = torch::matmul(a, b);
+  Sync(device);
+  const int calls = std::max(1, static_cast<int>(0.2 / std::max(Seconds(start), 1e-7)));
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    start = Clock::now();
+    for (int i = 0; i < calls; ++i) c = torch::matmul(a, b);
+    Sync(device);
+    best = std::max(best, 2.0 * g.m * g.k * g.n * calls / Seconds(start));
+  }
+  return best;
+}
+
+struct ModeResult {
+  std::string mode;
+  double median_s = 0, min_s = 0, max_s = 0;
+  double last_loss = 0;
+  int64_t peak_bytes = 0;
+  zero::MemoryStats memory;
+  bool has_memory = false;
+};
+
+torch::Tensor LossOf(model::Qwen2VLForConditionalGeneration& net, const torch::Tensor& ids,
+                     const torch::Device& device) {
+  model::ModelInputs in;
+  in.input_ids = ids;
+  torch::Tensor hidden;
+  const int64_t t = ids.size(1);
+  {
+    trainctl::trainer::internal::AutocastGuard autocast(true, device.type(), torch::kBFloat16);
+    hidden = net.ForwardHidden(in);
+  }
+  torch::Tensor logits;
+  {
+    trainctl::trainer::internal::AutocastGuard autocast(true, device.type(), torch::kBFloat16);
+    logits = net.Head(hidden.slice(1, 0, t - 1).reshape({-1, hidden.size(-1)}));
+  }
+  return torch::nn::functional::cross_entropy(logits.to(torch::kFloat32),
+                                              ids.slice(1, 1, t).reshape({-1}));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  torch::Device device(absl::GetFlag(FLAGS_device));
+  if (device.is_cuda() && !device.has_index()) device = torch::Device(torch::kCUDA, 0);
+  if (device.is_cuda() && torch::cuda::is_available()) {
+    torch::zeros({1}, torch::TensorOptions().device(device));  // initialises the allocator
+  }
+  if (device.is_cuda() && !torch::cuda::is_available()) {
+    std::cerr << "gpu_train_bench: --device cuda but this build or machine has no CUDA\n";
+    return 1;
+  }
+  const int64_t B = absl::GetFlag(FLAGS_batch), T = absl::GetFlag(FLAGS_seq);
+  const int warmup = absl::GetFlag(FLAGS_warmup), steps = std::max(1, absl::GetFlag(FLAGS_steps));
+  auto attention = model::ParseAttentionImpl(absl::GetFlag(FLAGS_attention));
+  auto config = model::ParseQwen2VLConfig(absl::GetFlag(FLAGS_preset) == "1b" ? k1B : kSmall,
+                                          "gpu_train_bench");
+  if (!config.ok() || !attention.ok()) {
+    std::cerr << "gpu_train_bench: " << (config.ok() ? attention.status() : config.status())
+              << "\n";
+    return 1;
+  }
+  if (device.is_cuda()) {
+    at::globalContext().setAllowTF32CuBLAS(true);
+    at::globalContext().setAllowTF32CuDNN(true);
+  }
+  const int64_t H = config->hidden_size, L = config->num_hidden_layers, V = config->vocab_size;
+  const int64_t I = config->intermediate_size;
+  const int64_t kv = config->num_key_value_heads * config->head_dim();
+  const int64_t tokens = B * T;
+
+  std::vector<ModeResult> results;
+  int64_t total_params = 0;
+  const std::string modes = absl::GetFlag(FLAGS_modes);
+  for (const std::string mode : {"engine", "plain"}) {
+    if (modes.find(mode) == std::string::npos) continue;
+    ResetPeak(device);
+    torch::manual_seed(0);
+    std::unique_ptr<zero::Comm> comm;
+    std::unique_ptr<zero::Engine> engine;
+    std::shared_ptr<model::Qwen2VLForConditionalGeneration> plain;
+    std::unique_ptr<torch::optim::AdamW> adam;
+    model::Qwen2VLForConditionalGeneration* net = nullptr;
+    if (mode == "engine") {
+      zero::CommOptions comm_options;
+      comm_options.device = device;
+      comm = std::move(zero::Comm::Create(comm_options).value());
+      zero::EngineOptions options;
+      options.stage = absl::GetFlag(FLAGS_stage);
+      options.compute_dtype = torch::kBFloat16;
+      options.device = device;
+      options.lr = 1e-4;
+      options.overlap_comm = true;
+      options.param_persistence_threshold = 10 * H;
+      options.prefetch_bucket_size = static_cast<int64_t>(0.9 * H * H);
+      auto created = zero::Engine::Create(*config, options, comm.get(), /*seed=*/0);
+      if (!created.ok()) {
+        std::cerr << "gpu_train_bench: " << created.status() << "\n";
+        return 1;
+      }
+      engine = std::move(*created);
+      net = &engine->model();
+    } else {
+      plain = std::make_shared<model::Qwen2VLForConditionalGeneration>(*config);
+      plain->to(device);
+      adam = std::make_unique<torch::optim::AdamW>(plain->parameters(),
+                                                   torch::optim::AdamWOptions(1e-4));
+      net = plain.get();
+    }
+    net->train();
+    net->SetAttentionImpl(*attention);
+    model::GradientCheckpointing ckpt;
+    ckpt.decoder_layers = absl::GetFlag(FLAGS_checkpointing);
+    net->SetGradientCheckpointing(ckpt);
+    if (total_params == 0) {
+      if (engine) {
+        total_params = engine->Memory().parameters;
+      } else {
+        for (const auto& p : net->parameters()) total_params += p.numel();
+      }
+    }
+    auto step = [&](const torch::Tensor& ids) {
+      torch::Tensor loss = LossOf(*net, ids, device);
+      if (engine) {
+        engine->Backward(loss);
+        engine->Step(1e-4);
+      } else {
+        adam->zero_grad();
+        loss.backward();
+        adam->step();
+      }
+      return loss.item<double>();
+    };
+    torch::manual_seed(1);
+    std::vector<torch::Tensor> batches;
+    for (int i = 0; i < warmup + steps; ++i) {
+      batches.push_back(
+          torch::randint(0, V, {B, T}, torch::TensorOptions().dtype(torch::kLong)).to(device));
+    }
+    ModeResult r;
+    r.mode = mode;
+    for (int i = 0; i < warmup; ++i) step(batches[i]);
+    std::vector<double> times;
+    for (int i = 0; i < steps; ++i) {
+      Sync(device);
+      const auto start = Clock::now();
+      r.last_loss = step(batches[warmup + i]);
+      Sync(device);
+      times.push_back(Seconds(start));
+    }
+    std::sort(times.begin(), times.end());
+    r.median_s = times[times.size() / 2];
+    r.min_s = times.front();
+    r.max_s = times.back();
+    r.peak_bytes = PeakDeviceBytes(device);
+    if (engine) {
+      r.memory = engine->Memory();
+      r.has_memory = true;
+    }
+    results.push_back(r);
+  }
+  if (results.empty()) {
+    std::cerr << "gpu_train_bench: --modes names neither engine nor plain\n";
+    return 1;
+  }
+
+  // N: the decoder layers, the final norm and the embedding matrix, counted once as the tied head
+  // (a matmul; the lookup is not). The unused vision stub is left out.
+  int64_t vision = 0;
+  for (const auto& p : model::Qwen2VisionTransformer(config->vision).parameters()) {
+    vision += p.numel();
+  }
+  const int64_t N = total_params - vision;  // decoder layers + norm + embedding(= tied head)
+  const double flop_per_step = 6.0 * N * tokens + 12.0 * L * H * static_cast<double>(T) * T * B;
+
+  const std::vector<Gemm> shapes = {
+      {"8192x8192x8192", 8192, 8192, 8192},    {"[BT,H]x[H,I] MLP up", tokens, H, I},
+      {"[BT,I]x[I,H] MLP down", tokens, I, H}, {"[BT,H]x[H,H] q/o", tokens, H, H},
+      {"[BT,H]x[H,kv] k/v", tokens, H, kv},    {"[BT,H]x[H,V] head", tokens, H, V},
+  };
+  double gemm_peak = 0;
+  std::cout << absl::StrFormat(
+      "model: hidden %d, %d layers, %d heads (%d kv), MLP %d, vocab %d, tied; %.3fB parameters "
+      "(N = %.3fB without the vision stub)\n",
+      H, L, config->num_attention_heads, config->num_key_value_heads, I, V, total_params / 1e9,
+      N / 1e9);
+  std::cout << absl::StrFormat("batch %d x %d = %d tokens/step, %.1f TFLOP/step, device %s\n\n", B,
+                               T, tokens, flop_per_step / 1e12, device.str());
+  std::cout << absl::StrFormat("%-28s %12s\n", "GEMM (bf16 on CUDA)", "TFLOP/s");
+  nlohmann::json gemms = nlohmann::json::object();
+  for (const auto& g : shapes) {
+    const double f = GemmFlops(g, device);
+    gemm_peak = std::max(gemm_peak, f);
+    gemms[g.name] = f / 1e12;
+    std::cout << absl::StrFormat("%-28s %12.1f\n", g.name, f / 1e12);
+  }
+  const double datasheet = absl::GetFlag(FLAGS_peak_tflops) * 1e12;
+  nlohmann::json out = {{"parameters", total_params},
+                        {"flop_per_step", flop_per_step},
+                        {"tokens_per_step", tokens},
+                        {"gemm_tflops", gemms},
+                        {"gemm_peak_tflops", gemm_peak / 1e12},
+                        {"datasheet_tflops", datasheet / 1e12}};
+  std::cout << absl::StrFormat("\n%-8s %9s %11s %9s %13s %13s %11s\n", "mode", "s/step", "tokens/s",
+                               "TFLOP/s", "MFU datasheet", "MFU vs GEMM", "peak GiB");
+  for (const auto& r : results) {
+    const double achieved = flop_per_step / r.median_s;
+    std::cout << absl::StrFormat("%-8s %9.3f %11.0f %9.1f %12.1f%% %12.1f%% %11.2f\n", r.mode,
+                                 r.median_s, tokens / r.median_s, achieved / 1e12,
+                                 100 * achieved / datasheet, 100 * achieved / gemm_peak,
+                                 r.peak_bytes / double(1 << 30));
+    nlohmann::json m = {{"s_per_step", r.median_s},
+                        {"s_min", r.min_s},
+                        {"s_max", r.max_s},
+                        {"tokens_per_s", tokens / r.median_s},
+                        {"tflops", achieved / 1e12},
+                        {"mfu_datasheet", achieved / datasheet},
+                        {"mfu_vs_gemm", achieved / gemm_peak},
+                        {"peak_bytes", r.peak_bytes},
+                        {"last_loss", r.last_loss}};
+    if (r.has_memory) {
+      const double psi = static_cast<double>(r.memory.parameters);
+      const int64_t states =
+          r.memory.master_bytes + r.memory.optimizer_bytes + r.memory.gradient_bytes;
+      m["model_states_bytes"] = states;
+      m["zero_model_states_bytes"] = 16 * psi;
+      m["peak_working_bytes"] = r.memory.peak_working_bytes;
+      m["activations_and_temporaries_bytes"] = r.peak_bytes - states - r.memory.peak_working_bytes;
+      std::cout << absl::StrFormat(
+          "  engine memory: model states %.2f GiB (ZeRO model 16 bytes x %.3fB = %.2f GiB; master "
+          "%.2f + AdamW %.2f + gradients %.2f), working bf16 weights peak %.2f GiB, activations "
+          "and temporaries %.2f GiB (peak allocated - the two)\n",
+          states / double(1 << 30), psi / 1e9, 16 * psi / double(1 << 30),
+          r.memory.master_bytes / double(1 << 30), r.memory.optimizer_bytes / double(1 << 30),
+          r.memory.gradient_bytes / double(1 << 30), r.memory.peak_working_bytes / double(1 << 30),
+          (r.peak_bytes - states - r.memory.peak_working_bytes) / double(1 << 30));
+    }
+    out[r.mode] = m;
+  }
+  if (results.size() == 2) {
+    std::cout << absl::StrFormat("\nengine / plain step time: %.3f\n",
+                                 results[0].median_s / results[1].median_s);
+    out["engine_over_plain"] = results[0].median_s / results[1].median_s;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream(path) << out.dump(2) << "\n";
+  }
+  return 0;
+}

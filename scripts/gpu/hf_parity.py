@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Forward logits of a tiny random Qwen2-VL: `trainctl-trainer forward` against HF transformers'
+Qwen2VLForConditionalGeneration on the same GPU, same weights, same inputs.
+
+Runs where torch (CUDA) and transformers are installed (the GPU machine; scripts/gpu-check.sh calls
+it). The model is HF's own random initialisation of configs/models/tiny, saved with save_pretrained
+and loaded by both. Inputs: a text batch of two sequences, the first left-padded, and an image
+batch (one (1, 4, 6)-grid image of random patches between text). Compared at non-padding
+positions only, for fp32 and bf16 and for eager and sdpa attention on both sides.
+
+Tolerances (the check fails beyond them):
+  fp32: max |ours - HF| <= 1e-4 * max |HF|   (TF32 off on both sides)
+  bf16: ours' error against HF's fp32 logits <= 2 x HF bf16's own error against them + 1e-3 (both
+        relative to max |HF fp32|): we may round differently, not worse.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trainer", required=True)
+    ap.add_argument("--config", default="configs/models/tiny/config.json")
+    ap.add_argument("--work", default="/tmp/hf_parity")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    os.makedirs(args.work, exist_ok=True)
+    model_dir = os.path.join(args.work, "model")
+    cfg = Qwen2VLConfig.from_pretrained(os.path.dirname(os.path.abspath(args.config)))
+    torch.manual_seed(0)
+    Qwen2VLForConditionalGeneration(cfg).save_pretrained(model_dir, safe_serialization=True)
+
+    image_pad = cfg.image_token_id
+    vstart, vend = cfg.vision_start_token_id, cfg.vision_end_token_id
+    g = torch.Generator().manual_seed(1)
+    vocab = cfg.text_config.vocab_size if hasattr(cfg, "text_config") else cfg.vocab_size
+    text = torch.randint(0, min(vocab, 150000), (2, 24), generator=g)
+    text_mask = torch.ones_like(text)
+    text_mask[0, :3] = 0
+    text[0, :3] = 151643  # <|endoftext|> as padding
+    merge = cfg.vision_config.spatial_merge_size
+    grid = torch.tensor([[1, 4, 6]])
+    n_patches = int(grid.prod())
+    image_ids = torch.cat([torch.randint(0, 150000, (5,), generator=g), torch.tensor([vstart]),
+                           torch.full((n_patches // merge**2,), image_pad), torch.tensor([vend]),
+                           torch.randint(0, 150000, (7,), generator=g)]).unsqueeze(0)
+    pixels = torch.randn(n_patches, 3 * 2 * 14 * 14, generator=g)
+    pixel_file = os.path.join(args.work, "pixels.safetensors")
+    save_file({"pixel_values": pixels.contiguous(), "image_grid_thw": grid.to(torch.int64)},
+              pixel_file)
+    cases = {
+        "text_left_padded": dict(input_ids=text, attention_mask=text_mask),
+        "image": dict(input_ids=image_ids, attention_mask=torch.ones_like(image_ids),
+                      pixel_values=pixels, image_grid_thw=grid),
+    }
+
+    def hf_logits(case, dtype, attn):
+        try:
+            m = Qwen2VLForConditionalGeneration.from_pretrained(model_dir, dtype=dtype,
+                                                                attn_implementation=attn)
+        except TypeError:
+            m = Qwen2VLForConditionalGeneration.from_pretrained(model_dir, torch_dtype=dtype,
+                                                                attn_implementation=attn)
+        m = m.cuda().eval()
+        inputs = {k: v.cuda() for k, v in cases[case].items()}
+        with torch.no_grad():
+            if "pixel_values" in inputs:
+                # transformers 5 wants the processor's token types for M-RoPE: 1 marks image
+                # tokens (2 would mark video ones).
+                types = (inputs["input_ids"] == image_pad).long()
+                try:
+                    return m(**inputs, mm_token_type_ids=types).logits.float().cpu()
+                except TypeError:
+                    pass  # a transformers that computes them itself
+            return m(**inputs).logits.float().cpu()
+
+    def our_logits(case, dtype, attn):
+        c = cases[case]
+        request = {"input_ids": c["input_ids"].tolist(),
+                   "attention_mask": c["attention_mask"].tolist()}
+        if "pixel_values" in c:
+            request["pixel_values_file"] = pixel_file
+        out = os.path.join(args.work, f"ours_{case}_{dtype}_{attn}.safetensors")
+        cmd = [args.trainer, "forward", "--model", model_dir, "--request", json.dumps(request),
+               "--out", out, "--device", "cuda",
+               "--dtype", "bfloat16" if dtype == torch.bfloat16 else "float32",
+               "--attention", attn]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:2])} failed ({r.returncode}): {r.stderr[-2000:]}")
+        return load_file(out)["logits"].float()
+
+    results, ok = [], True
+    for case in cases:
+        keep = cases[case]["attention_mask"].bool()
+        ref = hf_logits(case, torch.float32, "eager")[keep]
+        scale = ref.abs().max().item()
+        for dtype in (torch.float32, torch.bfloat16):
+            for attn in ("eager", "sdpa"):
+                t0 = time.time()
+                hf = hf_logits(case, dtype, attn)[keep]
+                ours = our_logits(case, dtype, attn)[keep]
+                row = {"case": case, "dtype": str(dtype).replace("torch.", ""), "attention": attn,
+                       "max_abs_vs_hf": (ours - hf).abs().max().item(),
+                       "rel_vs_hf": (ours - hf).abs().max().item() / scale,
+                       "ours_rel_err_vs_hf_fp32": (ours - ref).abs().max().item() / scale,
+                       "hf_rel_err_vs_hf_fp32": (hf - ref).abs().max().item() / scale,
+                       "argmax_agreement": (ours.argmax(-1) == hf.argmax(-1)).float().mean().item(),
+                       "seconds": round(time.time() - t0, 2)}
+                if dtype == torch.float32:
+                    row["tolerance"] = "rel_vs_hf <= 1e-4"
+                    row["pass"] = row["rel_vs_hf"] <= 1e-4
+                else:
+                    limit = 2 * row["hf_rel_err_vs_hf_fp32"] + 1e-3
+                    row["tolerance"] = f"ours_rel_err_vs_hf_fp32 <= {limit:.3g}"
+                    row["pass"] = row["ours_rel_err_vs_hf_fp32"] <= limit
+                ok &= row["pass"]
+                results.append(row)
+                print(json.dumps(row), flush=True)
+    with open(args.out, "w") as f:
+        json.dump({"pass": ok, "rows": results,
+                   "torch": torch.__version__,
+                   "transformers": __import__("transformers").__version__}, f, indent=2)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

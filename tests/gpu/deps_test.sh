@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# scripts/gpu-deps.sh against the CUDA build's CMake files, on a CPU machine: gathers the folder,
+# configures the CUDA layout (TRAINCTL_CUDA=ON) from it alone, checks that every package was found
+# there and not in /usr, and builds the non-torch libraries (protoc through the wrapper, the
+# headers, pkg-config files). Fails when either side changes without the other.
+#   tests/gpu/deps_test.sh WORK_DIR
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+WORK=$1
+rm -rf "$WORK" && mkdir -p "$WORK"
+fail() { echo "deps_test: $*" >&2; exit 1; }
+
+"$SRC/scripts/gpu-deps.sh" --no-archive "$WORK/deps"
+cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINCTL_CUDA=ON \
+  -DTRAINCTL_CUDA_CONFIGURE_CHECK=ON -DTRAINCTL_DEPS_DIR="$WORK/deps" >"$WORK/configure.log" 2>&1 ||
+  { cat "$WORK/configure.log"; fail "configuring the CUDA layout from the gathered folder failed"; }
+
+# Every package the CUDA layout asks for came from the folder.
+cache=$WORK/build/CMakeCache.txt
+for key in absl_DIR yaml-cpp_DIR nlohmann_json_DIR GTest_DIR Protobuf_PROTOC_EXECUTABLE \
+  Protobuf_LIBRARY; do
+  value=$(grep -E "^$key:" "$cache" | cut -d= -f2-) || fail "$key is not in the CMake cache"
+  [[ $value == "$WORK/deps"* ]] || fail "$key = '$value', not from $WORK/deps"
+done
+for pc in PCRE2 ICU_UC STB; do
+  value=$(grep -E "^${pc}_INCLUDEDIR:" "$cache" | cut -d= -f2-) ||
+    fail "pkg-config's $pc was not found"
+  [[ $value == "$WORK/deps"* ]] || fail "pkg-config's $pc includedir = '$value', not from $WORK/deps"
+done
+# No gRPC in the CUDA layout.
+if grep -q "^gRPC_DIR:.*[^D]$" "$cache" && ! grep -q "^gRPC_DIR:.*NOTFOUND" "$cache"; then
+  grep "^gRPC_DIR:" "$cache"
+  fail "the CUDA layout looked for gRPC"
+fi
+
+# The non-torch libraries build from the folder's headers and protoc.
+cmake --build "$WORK/build" -j 2 --target trainctl_proto trainctl_common trainctl_tokenizer \
+  trainctl_data >"$WORK/build.log" 2>&1 || { tail -50 "$WORK/build.log"; fail "build failed"; }
+grep -q -- "-isystem $WORK/deps/include" "$WORK/build/compile_commands.json" ||
+  fail "the folder's include directory is not on the compile lines"
+echo "deps_test: $(du -sh "$WORK/deps" | cut -f1) gathered; CUDA layout configured and built from it"
+rm -rf "$WORK"

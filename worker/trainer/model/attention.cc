@@ -1,0 +1,149 @@
+#include "worker/trainer/model/attention.h"
+
+#include <torch/version.h>
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+#if TORCH_VERSION_MAJOR >= 2
+#define TRAINCTL_HAVE_SDPA 1
+#endif
+// enable_gqa (key/value heads shared by query groups inside the kernel) arrived in 2.5.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#define TRAINCTL_HAVE_SDPA_GQA 1
+#endif
+
+namespace trainctl::model {
+namespace {
+
+double LowestValue(torch::ScalarType dtype) {
+  double lowest = 0;
+  AT_DISPATCH_FLOATING_TYPES_AND2(torch::kHalf, torch::kBFloat16, dtype, "LowestValue", [&] {
+    lowest = static_cast<double>(std::numeric_limits<scalar_t>::lowest());
+  });
+  return lowest;
+}
+
+// [B, Hkv, S, D] -> [B, Hkv * groups, S, D], each key/value head repeated for its query group.
+torch::Tensor RepeatKv(const torch::Tensor& x, int64_t groups) {
+  if (groups == 1) return x;
+  const int64_t b = x.size(0), h = x.size(1), s = x.size(2), d = x.size(3);
+  return x.unsqueeze(2).expand({b, h, groups, s, d}).reshape({b, h * groups, s, d});
+}
+
+torch::Tensor CausalAllowed(int64_t t, int64_t s, const torch::Device& device) {
+  const auto opts = torch::TensorOptions().device(device);
+  return (torch::arange(s, opts).unsqueeze(0) <= torch::arange(t, opts).unsqueeze(1))
+      .view({1, 1, t, s});
+}
+
+torch::Tensor EagerAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& allowed, bool causal) {
+  const int64_t groups = q.size(1) / k.size(1);
+  const torch::Tensor keys = RepeatKv(k, groups);
+  const torch::Tensor values = RepeatKv(v, groups);
+  torch::Tensor scores =
+      torch::matmul(q, keys.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  torch::Tensor mask = allowed;
+  if (!mask.defined() && causal) mask = CausalAllowed(q.size(2), k.size(2), q.device());
+  if (mask.defined()) {
+    // The dtype's lowest value rather than -inf: a fully masked row (a padding query) then gets
+    // a uniform distribution instead of NaN, as in HF.
+    scores = scores.masked_fill(mask.logical_not(), LowestValue(scores.scalar_type()));
+  }
+  const torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+  return torch::matmul(probs, values);
+}
+
+#ifdef TRAINCTL_HAVE_SDPA
+torch::Tensor FusedAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& allowed, bool causal) {
+  const int64_t groups = q.size(1) / k.size(1);
+#ifdef TRAINCTL_HAVE_SDPA_GQA
+  const bool gqa = groups > 1;
+  const torch::Tensor& keys = k;
+  const torch::Tensor& values = v;
+#else
+  const bool gqa = false;
+  const torch::Tensor keys = RepeatKv(k, groups);
+  const torch::Tensor values = RepeatKv(v, groups);
+#endif
+  if (!allowed.defined()) {
+    // No mask: the FlashAttention kernel takes this (causal or not) directly.
+    return at::scaled_dot_product_attention(q, keys, values, {}, 0.0, causal, {}, gqa);
+  }
+  // A query with no allowed key would give NaN in the fused kernels; letting such a row read its
+  // own position keeps it finite without touching any other row.
+  const int64_t t = q.size(2), s = k.size(2);
+  torch::Tensor mask = allowed;
+  if (t == s) {
+    mask =
+        mask.logical_or(torch::eye(t, torch::TensorOptions().dtype(torch::kBool).device(q.device()))
+                            .view({1, 1, t, s}));
+  }
+  return at::scaled_dot_product_attention(q, keys, values, mask, 0.0, false, {}, gqa);
+}
+#endif
+
+}  // namespace
+
+bool FusedAttentionAvailable() {
+#ifdef TRAINCTL_HAVE_SDPA
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<AttentionImpl> ParseAttentionImpl(const std::string& name) {
+  if (name == "auto") return AttentionImpl::kAuto;
+  if (name == "eager") return AttentionImpl::kEager;
+  if (name == "sdpa") {
+    if (!FusedAttentionAvailable()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("attention 'sdpa' needs LibTorch >= 2.0; this build has ",
+                       TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, " (use 'eager' or 'auto')"));
+    }
+    return AttentionImpl::kSdpa;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("attention: expected auto, eager or sdpa, got '", name, "'"));
+}
+
+std::string AttentionImplName(AttentionImpl impl) {
+  switch (impl) {
+    case AttentionImpl::kAuto:
+      return "auto";
+    case AttentionImpl::kEager:
+      return "eager";
+    case AttentionImpl::kSdpa:
+      return "sdpa";
+  }
+  return "unknown";
+}
+
+AttentionImpl ResolveAttentionImpl(AttentionImpl impl, const torch::Device& device) {
+  if (impl != AttentionImpl::kAuto) return impl;
+  return FusedAttentionAvailable() && device.is_cuda() ? AttentionImpl::kSdpa
+                                                       : AttentionImpl::kEager;
+}
+
+torch::Tensor DotProductAttention(AttentionImpl impl, const torch::Tensor& q,
+                                  const torch::Tensor& k, const torch::Tensor& v,
+                                  const torch::Tensor& allowed, bool causal) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(1) % k.size(1) == 0,
+              "attention: q [B, H, T, D] and k, v [B, Hkv, S, D] with H % Hkv == 0, got ",
+              q.sizes(), ", ", k.sizes(), ", ", v.sizes());
+#ifdef TRAINCTL_HAVE_SDPA
+  if (ResolveAttentionImpl(impl, q.device()) == AttentionImpl::kSdpa) {
+    return FusedAttention(q, k, v, allowed, causal);
+  }
+#else
+  TORCH_CHECK(impl != AttentionImpl::kSdpa, "attention 'sdpa' is not in this build");
+#endif
+  return EagerAttention(q, k, v, allowed, causal);
+}
+
+}  // namespace trainctl::model
