@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/json_proto.h"
 #include "common/logging.h"
+#include "common/worker_limits.h"
 #include "coordinator/job_state.h"
 #include "google/protobuf/util/time_util.h"
 #include "nlohmann/json.hpp"
@@ -264,12 +265,17 @@ void Cluster::HandleMessage(int64_t session, const v1::WorkerMessage& message) {
   if (node == nullptr) {
     auto it = sessions_.find(session);
     if (it != sessions_.end()) {
-      it->second->Close("the first message of a session must be register");
+      it->second->Close(
+          absl::FailedPreconditionError("the first message of a session must be register"));
       sessions_.erase(it);
     }
     return;
   }
   node->last_seen = clock_->Now();
+  if (absl::Status s = CheckWorkerMessage(message); !s.ok()) {
+    RejectMessage(*node, message, s);
+    return;
+  }
   if (message.has_heartbeat()) return;
   if (message.seq() > 0 && message.seq() <= node->applied_seq) {
     // Sent again after a reconnect; already applied.
@@ -283,6 +289,8 @@ void Cluster::HandleMessage(int64_t session, const v1::WorkerMessage& message) {
       }
     } else if (message.has_event()) {
       HandleTrainerEvent(message.event());
+    } else if (message.has_warning()) {
+      HandleWarning(*node, message.warning());
     }
     node = NodeForSession(session);  // handlers may not invalidate it, but stay safe
     if (node == nullptr) return;
@@ -295,18 +303,90 @@ void Cluster::HandleMessage(int64_t session, const v1::WorkerMessage& message) {
   }
 }
 
+void Cluster::RejectMessage(Node& node, const v1::WorkerMessage& message, const absl::Status& why) {
+  TRAINCTL_LOG(WARNING) << "worker " << node.name << ": message " << message.seq()
+                        << " rejected: " << why.message();
+  if (message.has_task_status()) {
+    FailTaskOf(node, message.task_status().task_id(),
+               absl::StrCat("worker on ", node.name, " sent a status for task ",
+                            message.task_status().task_id(),
+                            " that the coordinator rejected: ", why.message()));
+  }
+  if (message.seq() <= 0 || node.channel == nullptr) return;
+  v1::CoordinatorMessage reject;
+  reject.mutable_reject()->set_seq(message.seq());
+  reject.mutable_reject()->set_reason(std::string(why.message()));
+  node.channel->Send(std::move(reject));
+  if (message.seq() > node.applied_seq) node.applied_seq = message.seq();
+  v1::CoordinatorMessage ack;
+  ack.mutable_ack()->set_through_seq(message.seq());
+  node.channel->Send(std::move(ack));
+}
+
+void Cluster::FailTaskOf(Node& node, const std::string& task_id, const std::string& why) {
+  Task* task = FindTask(task_id);
+  if (task == nullptr || task->node != node.name || TaskEnded(task->state)) return;
+  const std::string job_id = task->job_id;
+  EndTask(*task, v1::TASK_STATE_FAILED);
+  auto run_it = runs_.find(job_id);
+  if (run_it == runs_.end()) return;
+  FailRun(run_it->second, why);
+  MaybeFinish(job_id);
+}
+
+void Cluster::HandleWarning(Node& node, const v1::WorkerWarning& warning) {
+  TRAINCTL_LOG(WARNING) << "worker " << node.name
+                        << (warning.job_id().empty() ? ""
+                                                     : absl::StrCat(" (", warning.job_id(), ")"))
+                        << ": " << warning.message();
+  if (!warning.task_id().empty()) FailTaskOf(node, warning.task_id(), warning.message());
+  if (warning.job_id().empty()) return;
+  if (auto s = jobs_->RecordWarning(warning.job_id(), absl::StrCat("worker ", node.name),
+                                    warning.message());
+      !s.ok()) {
+    TRAINCTL_LOG(WARNING) << "warning of worker " << node.name
+                          << " not recorded: " << s.status().message();
+  }
+}
+
+absl::Status Cluster::MayRegister(int64_t session, const v1::RegisterWorker& reg) {
+  if (absl::Status s = CheckRegisterWorker(reg); !s.ok()) return s;
+  if (Node* current = NodeForSession(session)) {
+    return absl::FailedPreconditionError(absl::StrCat("register: this session is already node ",
+                                                      current->name, "; one register per session"));
+  }
+  auto it = nodes_.find(reg.node_name());
+  if (it == nodes_.end()) return absl::OkStatus();
+  Node& node = it->second;
+  if (node.session == 0 || node.channel == nullptr) return absl::OkStatus();
+  const absl::Duration silent = clock_->Now() - node.last_seen;
+  if (node.boot_id == reg.boot_id()) {
+    // The same worker process, reconnecting before its old stream was seen to break.
+    node.channel->Close(absl::UnavailableError("replaced by a newer session of the same worker"));
+    return absl::OkStatus();
+  }
+  if (!node.lost && silent <= options_.lease_timeout) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "register: node ", node.name, " has a live session (another worker process, heard from ",
+        absl::FormatDuration(silent), " ago; lease ", absl::FormatDuration(options_.lease_timeout),
+        "); a second worker cannot take its name while it lives"));
+  }
+  node.channel->Close(absl::FailedPreconditionError(absl::StrCat(
+      "node ", node.name, " was taken over by another worker process (", reg.advertise_addr(),
+      ") after this session sent nothing for ", absl::FormatDuration(silent))));
+  return absl::OkStatus();
+}
+
 void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   auto channel_it = sessions_.find(session);
   if (channel_it == sessions_.end()) return;  // already disconnected
-  if (reg.node_name().empty() || reg.advertise_addr().empty()) {
-    channel_it->second->Close("register: node_name and advertise_addr are required");
+  if (absl::Status s = MayRegister(session, reg); !s.ok()) {
+    TRAINCTL_LOG(WARNING) << "register refused: " << s.message();
+    channel_it->second->Close(s);
+    sessions_.erase(channel_it);
     return;
   }
   Node& node = nodes_[reg.node_name()];
-  const bool known = !node.name.empty();
-  if (known && node.session != 0 && node.session != session && node.channel != nullptr) {
-    node.channel->Close("replaced by a newer session of the same node");
-  }
   const bool new_boot = node.boot_id != reg.boot_id();
   node.name = reg.node_name();
   node.address = reg.advertise_addr();
@@ -322,6 +402,9 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   }
   const bool was_lost = node.lost;
   node.lost = false;
+  v1::CoordinatorMessage registered;
+  registered.mutable_registered();
+  node.channel->Send(std::move(registered));
   TRAINCTL_LOG(INFO) << "worker " << node.name << " registered (" << node.address << ", "
                      << node.total_slots << (node.gpus > 0 ? " GPUs" : " CPU slots") << ", "
                      << reg.running_tasks_size() << " tasks" << (was_lost ? ", was lost" : "")
@@ -600,7 +683,7 @@ void Cluster::Tick() {
 void Cluster::LoseNode(Node& node, const std::string& reason) {
   TRAINCTL_LOG(WARNING) << reason;
   node.lost = true;
-  if (node.channel != nullptr) node.channel->Close(reason);
+  if (node.channel != nullptr) node.channel->Close(absl::UnavailableError(reason));
   node.channel = nullptr;
   node.session = 0;
   std::vector<std::string> ids(node.tasks.begin(), node.tasks.end());

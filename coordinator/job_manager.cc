@@ -167,6 +167,19 @@ absl::StatusOr<Job> JobManager::RecordCheckpoint(absl::string_view id,
   });
 }
 
+absl::StatusOr<Job> JobManager::RecordWarning(absl::string_view id, const std::string& source,
+                                              const std::string& message) {
+  const auto now = ToProto(clock_->Now());
+  return Update(id, [&](Job*, std::vector<JobEvent>* events) -> absl::Status {
+    JobEvent event;
+    *event.mutable_time() = now;
+    event.mutable_warning()->set_source(source);
+    event.mutable_warning()->set_message(message);
+    events->push_back(std::move(event));
+    return absl::OkStatus();
+  });
+}
+
 absl::StatusOr<Job> JobManager::SetMessage(absl::string_view id, const std::string& message) {
   ASSIGN_OR_RETURN(Job current, store_->GetJob(id));
   if (current.message() == message) return current;  // nothing to write (e.g. after a restart)

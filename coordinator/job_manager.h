@@ -52,6 +52,11 @@ class JobManager {
   absl::StatusOr<Job> RecordCheckpoint(absl::string_view id,
                                        const trainctl::v1::Checkpoint& checkpoint);
 
+  // Records a warning event (something went wrong that does not change the job's state), e.g. a
+  // worker set aside a message of the job. NOT_FOUND for an unknown job.
+  absl::StatusOr<Job> RecordWarning(absl::string_view id, const std::string& source,
+                                    const std::string& message);
+
   // Replaces the job's message (why it is in its state) without changing the state, e.g. why a
   // pending job cannot be placed. No event; watchers see it on their next read. The same message
   // again writes nothing.

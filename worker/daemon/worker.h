@@ -77,6 +77,13 @@ class Worker {
   void HandleLaunch(const trainctl::v1::LaunchTask& launch);
   void HandleCancel(const trainctl::v1::CancelTask& cancel);
   void HandleAck(int64_t through_seq);
+  // Takes message `seq` out of the outbox for good (the coordinator cannot take it), keeps its
+  // bytes in <work_dir>/set-aside/, and reports a WorkerWarning for each job it concerned.
+  void SetAside(int64_t seq, const std::string& reason);
+  // After a session ended: counts the sessions in a row that ended while the oldest unacknowledged
+  // message had been sent and the coordinator had accepted the register; at kPoisonSessions that
+  // message is set aside (the coordinator cannot parse it, or dies on it).
+  void CountStrike(int64_t sent_through, bool registered, const std::string& why);
   void OnLog(const std::string& job_id, int rank, const std::string& stream, std::string line);
   void OnExit(const std::string& task_id, const GangResult& result);
   void PushStatus(const Task& task, trainctl::v1::TaskStatus status)
@@ -94,9 +101,14 @@ class Worker {
   std::set<int> free_gpus_ ABSL_GUARDED_BY(mu_);
   int free_cpu_slots_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<trainctl::v1::LogLine> logs_ ABSL_GUARDED_BY(mu_);
+  size_t logs_bytes_ ABSL_GUARDED_BY(mu_) = 0;                   // text bytes in logs_
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the live session
   std::atomic<bool> stopping_{false};                            // Stop() began: no new tasks
   std::atomic<bool> closing_{false};  // Stop() is done with the ranks: end the session
+  // Run()'s thread only (CountStrike): the oldest unacknowledged seq when the last session ended,
+  // and how many sessions in a row ended with it so.
+  int64_t strike_seq_ = 0;
+  int strikes_ = 0;
 };
 
 }  // namespace trainctl::worker

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "common/daemon.h"
 #include "common/logging.h"
+#include "common/worker_limits.h"
 #include "worker/daemon/gpu_discovery.h"
 #include "worker/daemon/worker.h"
 
@@ -42,6 +43,8 @@ ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 
 namespace trainctl::worker {
 namespace {
+
+namespace v1 = trainctl::v1;
 
 std::string SelfDir() {
   char buf[PATH_MAX];
@@ -104,6 +107,21 @@ int Run() {
     return 1;
   }
   options.gpus = std::move(*gpus);
+  {
+    // What the coordinator will check, checked here first: a node it would refuse does not start.
+    v1::RegisterWorker probe;
+    probe.set_node_name(options.node_name);
+    probe.set_advertise_addr(options.advertise_addr);
+    probe.mutable_labels()->insert(options.labels.begin(), options.labels.end());
+    for (const v1::GpuInfo& gpu : options.gpus) *probe.mutable_resources()->add_gpus() = gpu;
+    probe.mutable_resources()->set_cpu_slots(options.gpus.empty() ? options.cpu_slots : 0);
+    probe.set_boot_id("start-up");
+    if (absl::Status s = CheckRegisterWorker(probe); !s.ok()) {
+      TRAINCTL_LOG(ERROR) << "the coordinator would refuse this node: " << s.message()
+                          << " (see --node_name, --advertise_addr, --labels, --slots)";
+      return 2;
+    }
+  }
   options.trainer_bin = absl::GetFlag(FLAGS_trainer);
   if (options.trainer_bin.empty()) options.trainer_bin = DefaultTrainer();
   if (options.trainer_bin.empty() || access(options.trainer_bin.c_str(), X_OK) != 0) {
