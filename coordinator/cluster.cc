@@ -105,6 +105,7 @@ absl::Status Cluster::Start() {
     run.cancel_requested = job.cancel_requested();
     run.recover_until = now + grace;
     run.task_ids.resize(std::max(1, job.spec().resources().nodes()));
+    run.nodes.assign(job.nodes().begin(), job.nodes().end());
     TRAINCTL_LOG(INFO) << "recovering " << job.id() << " (" << JobStateName(job.state())
                        << ", attempt " << job.attempt() << "): waiting up to " << grace
                        << " for its workers";
@@ -473,6 +474,24 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
       if (run.cancel_requested && !TaskEnded(t.state)) SendCancel(t, "job cancelled");
     }
   }
+  // Recovering runs placed on this node whose task its worker does not report: the worker
+  // restarted (or never got the launch) while the coordinator was away, so the task is gone. No
+  // need to wait out the recovery grace.
+  std::vector<std::pair<std::string, std::string>> gone;  // job id, task id
+  for (const auto& [job_id, run] : runs_) {
+    if (run.recover_until == absl::InfinitePast()) continue;
+    for (size_t r = 0; r < run.nodes.size() && r < run.task_ids.size(); ++r) {
+      const std::string id = TaskId(job_id, run.job.attempt(), static_cast<int>(r));
+      if (run.nodes[r] == node.name && run.task_ids[r].empty() && !reported.count(id)) {
+        gone.emplace_back(job_id, id);
+        break;
+      }
+    }
+  }
+  for (const auto& [job_id, id] : gone) {
+    EndRecovery(job_id,
+                absl::StrCat("worker on ", node.name, " restarted and no longer runs task ", id));
+  }
   // Tasks this node should hold that its worker no longer has (it restarted): they are gone.
   std::vector<std::string> missing;
   for (const std::string& id : node.tasks) {
@@ -652,32 +671,36 @@ void Cluster::Tick() {
       expired.push_back(id);
     }
   }
-  for (const std::string& id : expired) {
-    Run& run = runs_.at(id);
-    run.recover_until = absl::InfinitePast();
-    std::vector<std::string> missing;
-    for (size_t r = 0; r < run.task_ids.size(); ++r) {
-      if (run.task_ids[r].empty()) missing.push_back(absl::StrCat(r));
-    }
-    // Stand-ins for the tasks nobody reported, so the run can end.
-    for (const std::string& r : missing) {
-      const int node_rank = std::stoi(r);
-      Task& t = tasks_[TaskId(id, run.job.attempt(), node_rank)];
-      t.id = TaskId(id, run.job.attempt(), node_rank);
-      t.job_id = id;
-      t.attempt = run.job.attempt();
-      t.node_rank = node_rank;
-      t.state = v1::TASK_STATE_FAILED;
-      run.task_ids[node_rank] = t.id;
-    }
-    if (!missing.empty()) {
-      FailRun(run,
-              absl::StrCat("node ranks ", absl::StrJoin(missing, ","), " of attempt ",
-                           run.job.attempt(),
-                           " were not reported by any worker after the coordinator restarted"));
-    }
-    MaybeFinish(id);
+  for (const std::string& id : expired) EndRecovery(id, "");
+}
+
+void Cluster::EndRecovery(const std::string& job_id, const std::string& reason) {
+  Run& run = runs_.at(job_id);
+  run.recover_until = absl::InfinitePast();
+  std::vector<std::string> missing;
+  for (size_t r = 0; r < run.task_ids.size(); ++r) {
+    if (run.task_ids[r].empty()) missing.push_back(absl::StrCat(r));
   }
+  // Stand-ins for the tasks nobody reported, so the run can end.
+  for (const std::string& r : missing) {
+    const int node_rank = std::stoi(r);
+    Task& t = tasks_[TaskId(job_id, run.job.attempt(), node_rank)];
+    t.id = TaskId(job_id, run.job.attempt(), node_rank);
+    t.job_id = job_id;
+    t.attempt = run.job.attempt();
+    t.node_rank = node_rank;
+    t.state = v1::TASK_STATE_FAILED;
+    run.task_ids[node_rank] = t.id;
+  }
+  if (!missing.empty()) {
+    FailRun(run, !reason.empty()
+                     ? reason
+                     : absl::StrCat("node ranks ", absl::StrJoin(missing, ","), " of attempt ",
+                                    run.job.attempt(),
+                                    " were not reported by any worker after the coordinator "
+                                    "restarted"));
+  }
+  MaybeFinish(job_id);
 }
 
 void Cluster::LoseNode(Node& node, const std::string& reason) {
@@ -739,8 +762,7 @@ void Cluster::SchedulePass() {
 void Cluster::Place(const std::string& job_id, const std::vector<std::string>& nodes) {
   waiting_.erase(job_id);
   told_never_fits_.erase(job_id);
-  auto job = jobs_->Transition(job_id, v1::JOB_STATE_SCHEDULED,
-                               absl::StrCat("placed on ", absl::StrJoin(nodes, ",")));
+  auto job = jobs_->Place(job_id, nodes, absl::StrCat("placed on ", absl::StrJoin(nodes, ",")));
   if (!job.ok()) {
     TRAINCTL_LOG(INFO) << job_id << " not placed: " << job.status().message();
     return;
@@ -748,6 +770,7 @@ void Cluster::Place(const std::string& job_id, const std::vector<std::string>& n
   Run& run = runs_[job_id];
   run = Run();
   run.job = *job;
+  run.nodes = nodes;
   run.master_addr = nodes_.at(nodes[0]).address;
   const int slots = std::max(1, job->spec().resources().slots_per_node());
   for (size_t r = 0; r < nodes.size(); ++r) {

@@ -136,6 +136,7 @@ class Cluster {
   struct Run {  // a placed job
     Job job;
     std::vector<std::string> task_ids;  // by node rank
+    std::vector<std::string> nodes;     // by node rank; empty for a job placed by an older version
     std::string master_addr;
     int master_port = 0;
     bool failing = false;
@@ -176,6 +177,9 @@ class Cluster {
   // Ends the run when every task has ended.
   void MaybeFinish(std::string job_id);  // by value: it erases the run that may own the id
   void LoseNode(Node& node, const std::string& reason);
+  // A recovering run stops waiting for its workers: node ranks nobody reported count as failed
+  // (with `reason`, or a default naming them), then the run ends as its tasks allow.
+  void EndRecovery(const std::string& job_id, const std::string& reason);
   Node* NodeForSession(int64_t session);
   Task* FindTask(const std::string& id);
   void Enqueue(const Job& job);

@@ -47,6 +47,10 @@ class JobManager {
   absl::StatusOr<Job> Transition(absl::string_view id, trainctl::v1::JobState to,
                                  const std::string& reason);
 
+  // Transition to scheduled on `nodes` (by node rank), kept in Job.nodes for the attempt.
+  absl::StatusOr<Job> Place(absl::string_view id, const std::vector<std::string>& nodes,
+                            const std::string& reason);
+
   // Records a metric sample (updating progress) or a completed checkpoint as job events.
   absl::StatusOr<Job> RecordMetric(absl::string_view id, const trainctl::v1::MetricSample& sample);
   absl::StatusOr<Job> RecordCheckpoint(absl::string_view id,

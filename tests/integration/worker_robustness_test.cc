@@ -633,5 +633,27 @@ TEST_F(RobustnessTest, SecondSessionCannotTakeOverALiveNodesName) {
   EXPECT_EQ(nodes->nodes(0).address(), "127.0.0.2");
 }
 
+// Also expected: a worker that restarted while the coordinator was down re-registers with no
+// tasks; the tasks it ran are failed at once, not after the whole recovery grace.
+TEST_F(RobustnessTest, WorkerThatRestartedWhileTheCoordinatorWasDownFailsItsTasksAtOnce) {
+  StartCoordinator({"--recovery_grace", "60s"});
+  const std::string hang = Script("hang.sh", "exec sleep 1000\n");
+  StartWorker("node-a", 1, hang);
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
+  const std::string id = Submit("hang");
+  WaitState(id, v1::JOB_STATE_RUNNING, absl::Seconds(20));
+  coordinator_->Kill(SIGKILL);
+  ASSERT_TRUE(coordinator_->Wait(absl::Seconds(10)).ok());
+  workers_["node-a"]->Kill(SIGKILL);  // its rank dies with it
+  ASSERT_TRUE(workers_["node-a"]->Wait(absl::Seconds(10)).ok());
+  StartCoordinator({"--recovery_grace", "60s"});  // same address and database
+  const absl::Time back = absl::Now();
+  StartWorker("node-a", 1, hang);  // a new worker process: it holds no task
+  const v1::Job job = WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(15));
+  EXPECT_LT(absl::Now() - back, absl::Seconds(15)) << "the recovery grace is 60 s";
+  EXPECT_TRUE(absl::StrContains(job.message(), "worker on node-a restarted and no longer runs"))
+      << job.message();
+}
+
 }  // namespace
 }  // namespace trainctl
