@@ -87,6 +87,10 @@ class RobustnessTest : public ::testing::Test {
                                      trainer,
                                      "--nvidia_smi",
                                      "/nonexistent/nvidia-smi"};
+    if (!output_roots_.empty()) {
+      argv.push_back("--output_roots");
+      argv.push_back(output_roots_);
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     workers_[name] = std::make_unique<Subprocess>(argv, dir_.path() + "/worker-" + name + ".log");
   }
@@ -173,6 +177,7 @@ class RobustnessTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
+  std::string output_roots_ = dir_.path();  // --output_roots of the workers; "" = their default
   std::unique_ptr<Subprocess> coordinator_;
   std::map<std::string, std::unique_ptr<Subprocess>> workers_;
   std::string address_;
@@ -653,6 +658,40 @@ TEST_F(RobustnessTest, WorkerThatRestartedWhileTheCoordinatorWasDownFailsItsTask
   EXPECT_LT(absl::Now() - back, absl::Seconds(15)) << "the recovery grace is 60 s";
   EXPECT_TRUE(absl::StrContains(job.message(), "worker on node-a restarted and no longer runs"))
       << job.message();
+}
+
+// Also expected: a job writes only under its worker's output roots (by default its --work_dir),
+// so it cannot write to /etc/cron.d; the launch fails, naming the path, before any rank starts.
+TEST_F(RobustnessTest, JobOutputOutsideTheWorkersRootsIsRefused) {
+  StartCoordinator();
+  output_roots_ = "";  // the default: the work dir
+  StartWorker("node-a", 1, Script("mark.sh", "touch \"$MARK\"\n"));
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
+  const std::string root = WorkDir("node-a");
+  fs::create_directory_symlink("/etc", root + "/etc-link");
+  const std::vector<std::pair<std::string, nlohmann::json>> refused = {
+      {"/etc/cron.d", {{"output_dir", "/etc/cron.d"}}},
+      {root + "/../escape", {{"output_dir", root + "/../escape"}}},
+      {root + "/etc-link/cron.d", {{"output_dir", root + "/etc-link/cron.d"}}},
+  };
+  for (size_t i = 0; i < refused.size(); ++i) {
+    const std::string mark = absl::StrCat(dir_.path(), "/ran-", i);
+    nlohmann::json extra = refused[i].second;
+    extra["env"] = {{"MARK", mark}};
+    const std::string id = Submit(absl::StrCat("refused-", i), extra);
+    const v1::Job job = WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(20));
+    EXPECT_TRUE(absl::StrContains(
+        job.message(), absl::StrCat("launch on node-a failed: spec.output_dir: ", refused[i].first,
+                                    " is outside this worker's output roots (", root, ")")))
+        << job.message();
+    EXPECT_FALSE(fs::exists(mark)) << "a rank ran for " << refused[i].first;
+  }
+  // Under the root, the job runs.
+  const std::string mark = dir_.path() + "/ran-inside";
+  const std::string id =
+      Submit("inside", {{"output_dir", root + "/out/inside"}, {"env", {{"MARK", mark}}}});
+  WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(20));
+  EXPECT_TRUE(fs::exists(mark));
 }
 
 }  // namespace

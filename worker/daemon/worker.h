@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "trainctl/v1/worker.grpc.pb.h"
@@ -38,6 +40,10 @@ struct WorkerOptions {
   std::vector<trainctl::v1::GpuInfo> gpus;  // empty: a CPU node with cpu_slots slots
   int cpu_slots = 1;
   std::string trainer_bin;  // what each rank runs: `<trainer_bin> train --spec SPEC`
+  // Absolute directories a job may write under (its output_dir and its stages'); a launch whose
+  // paths resolve (symlinks and "..", relative to this process's working directory) elsewhere
+  // fails. Empty: work_dir.
+  std::vector<std::string> output_roots;
   absl::Duration heartbeat_interval = absl::Seconds(2);
   absl::Duration kill_grace = absl::Seconds(10);
   absl::Duration reconnect_min = absl::Milliseconds(100);
@@ -75,6 +81,8 @@ class Worker {
   trainctl::v1::WorkerMessage MakeRegister();
   void Handle(const trainctl::v1::CoordinatorMessage& message);
   void HandleLaunch(const trainctl::v1::LaunchTask& launch);
+  // INVALID_ARGUMENT naming the field when a path the job writes lies outside output_roots.
+  absl::Status CheckOutputPaths(const trainctl::v1::JobSpec& spec) const;
   void HandleCancel(const trainctl::v1::CancelTask& cancel);
   void HandleAck(int64_t through_seq);
   // Takes message `seq` out of the outbox for good (the coordinator cannot take it), keeps its
@@ -93,6 +101,7 @@ class Worker {
   bool stopping() const { return stopping_.load(); }
 
   const WorkerOptions options_;
+  const std::vector<std::filesystem::path> output_roots_;  // canonical
   const std::string boot_id_;
   Outbox outbox_;
 

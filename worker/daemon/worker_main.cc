@@ -16,6 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/daemon.h"
 #include "common/logging.h"
@@ -30,6 +31,9 @@ ABSL_FLAG(std::string, advertise_addr, "",
           "coordinator is on loopback, else the host name's address)");
 ABSL_FLAG(std::string, work_dir, "./var/worker", "rank logs, task specs, the outbox spill file");
 ABSL_FLAG(std::string, labels, "", "node labels for job node_selectors: k=v,k=v");
+ABSL_FLAG(std::string, output_roots, "",
+          "directories jobs may write under (their output_dir), comma-separated; a launch whose "
+          "paths resolve elsewhere fails (default: --work_dir)");
 ABSL_FLAG(int, slots, 1, "CPU slots (ranks) offered when the node has no GPU");
 ABSL_FLAG(std::string, nvidia_smi, "nvidia-smi", "GPU discovery program (absent: a CPU node)");
 ABSL_FLAG(std::string, trainer, "",
@@ -96,6 +100,10 @@ int Run() {
     }
     options.labels[p.first] = p.second;
   }
+  for (absl::string_view root :
+       absl::StrSplit(absl::GetFlag(FLAGS_output_roots), ',', absl::SkipEmpty())) {
+    options.output_roots.emplace_back(root);
+  }
   options.cpu_slots = absl::GetFlag(FLAGS_slots);
   if (options.cpu_slots < 1) {
     TRAINCTL_LOG(ERROR) << "--slots: must be at least 1";
@@ -138,8 +146,10 @@ int Run() {
                      << "): "
                      << (options.gpus.empty() ? absl::StrCat(options.cpu_slots, " CPU slots")
                                               : absl::StrCat(options.gpus.size(), " GPUs"))
-                     << ", coordinator " << options.coordinator << ", work dir "
-                     << options.work_dir;
+                     << ", coordinator " << options.coordinator << ", work dir " << options.work_dir
+                     << ", jobs write under "
+                     << (options.output_roots.empty() ? options.work_dir
+                                                      : absl::StrJoin(options.output_roots, ","));
   // Rank descendants orphaned by a rank are reparented here, so their groups can be reaped even
   // where pid 1 does not reap (rank_launcher.h).
   prctl(PR_SET_CHILD_SUBREAPER, 1);
