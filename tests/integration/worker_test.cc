@@ -105,29 +105,17 @@ class WorkerTest : public testing::ShapesTrainingTest {
                           const std::string& coordinator = "") {
     std::vector<std::string> argv;
     if (!netns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", netns};
-    for (const std::string& a : {std::string(TRAINCTL_WORKER_BIN),
-                                 "--coordinator"s,
-                                 coordinator.empty() ? address_ : coordinator,
-                                 "--node_name"s,
-                                 name,
-                                 "--work_dir"s,
-                                 dir_.path() + "/work-" + name,
-                                 "--slots"s,
-                                 absl::StrCat(slots),
-                                 "--heartbeat_interval"s,
-                                 "300ms"s,
-                                 "--reconnect_max"s,
-                                 "1s"s,
-                                 "--kill_grace"s,
-                                 "2s"s,
-                                 "--output_roots"s,
-                                 dir_.path(),
-                                 "--trainer"s,
-                                 trainer.empty() ? std::string(TRAINCTL_TRAINER_BIN) : trainer,
-                                 "--nvidia_smi"s,
-                                 "/nonexistent/nvidia-smi"s}) {
+    for (const std::string& a :
+         {std::string(TRAINCTL_WORKER_BIN), "--coordinator"s,
+          coordinator.empty() ? address_ : coordinator, "--node_name"s, name, "--work_dir"s,
+          dir_.path() + "/work-" + name, "--slots"s, absl::StrCat(slots), "--heartbeat_interval"s,
+          "300ms"s, "--reconnect_max"s, "1s"s, "--kill_grace"s, "2s"s, "--trainer"s,
+          trainer.empty() ? std::string(TRAINCTL_TRAINER_BIN) : trainer, "--nvidia_smi"s,
+          "/nonexistent/nvidia-smi"s}) {
       argv.push_back(a);
     }
+    argv.push_back("--output_roots");  // the jobs' output dirs are in the test's directory
+    argv.push_back(dir_.path());
     if (!advertise.empty()) {
       argv.push_back("--advertise_addr");
       argv.push_back(advertise);
