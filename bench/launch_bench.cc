@@ -108,8 +108,8 @@ int main(int argc, char** argv) {
   std::getline(std::ifstream(ready), address);
   const pid_t worker =
       Spawn({TRAINCTL_WORKER_BIN, "--coordinator", address, "--node_name", "bench", "--slots", "2",
-             "--work_dir", dir + "/work", "--trainer", TRAINCTL_TRAINER_BIN, "--nvidia_smi",
-             "/nonexistent", "--log_level", "warning"},
+             "--work_dir", dir + "/work", "--output_roots", dir, "--trainer", TRAINCTL_TRAINER_BIN,
+             "--nvidia_smi", "/nonexistent", "--log_level", "warning"},
             dir + "/worker.log");
   trainctl::cli::JobClient client(address);
   for (int i = 0; i < 500; ++i) {

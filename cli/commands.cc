@@ -281,6 +281,8 @@ std::string DescribeEvent(const JobEvent& e) {
     }
     case JobEvent::kCheckpoint:
       return absl::StrCat("checkpoint step ", e.checkpoint().step(), "  ", e.checkpoint().path());
+    case JobEvent::kWarning:
+      return absl::StrCat("warning    ", e.warning().source(), ": ", e.warning().message());
     default:
       return "event";
   }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/json_proto.h"
 #include "common/logging.h"
+#include "common/worker_limits.h"
 #include "coordinator/job_state.h"
 #include "google/protobuf/util/time_util.h"
 #include "nlohmann/json.hpp"
@@ -104,6 +105,7 @@ absl::Status Cluster::Start() {
     run.cancel_requested = job.cancel_requested();
     run.recover_until = now + grace;
     run.task_ids.resize(std::max(1, job.spec().resources().nodes()));
+    run.nodes.assign(job.nodes().begin(), job.nodes().end());
     TRAINCTL_LOG(INFO) << "recovering " << job.id() << " (" << JobStateName(job.state())
                        << ", attempt " << job.attempt() << "): waiting up to " << grace
                        << " for its workers";
@@ -264,12 +266,17 @@ void Cluster::HandleMessage(int64_t session, const v1::WorkerMessage& message) {
   if (node == nullptr) {
     auto it = sessions_.find(session);
     if (it != sessions_.end()) {
-      it->second->Close("the first message of a session must be register");
+      it->second->Close(
+          absl::FailedPreconditionError("the first message of a session must be register"));
       sessions_.erase(it);
     }
     return;
   }
   node->last_seen = clock_->Now();
+  if (absl::Status s = CheckWorkerMessage(message); !s.ok()) {
+    RejectMessage(*node, message, s);
+    return;
+  }
   if (message.has_heartbeat()) return;
   if (message.seq() > 0 && message.seq() <= node->applied_seq) {
     // Sent again after a reconnect; already applied.
@@ -283,6 +290,8 @@ void Cluster::HandleMessage(int64_t session, const v1::WorkerMessage& message) {
       }
     } else if (message.has_event()) {
       HandleTrainerEvent(message.event());
+    } else if (message.has_warning()) {
+      HandleWarning(*node, message.warning());
     }
     node = NodeForSession(session);  // handlers may not invalidate it, but stay safe
     if (node == nullptr) return;
@@ -295,18 +304,90 @@ void Cluster::HandleMessage(int64_t session, const v1::WorkerMessage& message) {
   }
 }
 
+void Cluster::RejectMessage(Node& node, const v1::WorkerMessage& message, const absl::Status& why) {
+  TRAINCTL_LOG(WARNING) << "worker " << node.name << ": message " << message.seq()
+                        << " rejected: " << why.message();
+  if (message.has_task_status()) {
+    FailTaskOf(node, message.task_status().task_id(),
+               absl::StrCat("worker on ", node.name, " sent a status for task ",
+                            message.task_status().task_id(),
+                            " that the coordinator rejected: ", why.message()));
+  }
+  if (message.seq() <= 0 || node.channel == nullptr) return;
+  v1::CoordinatorMessage reject;
+  reject.mutable_reject()->set_seq(message.seq());
+  reject.mutable_reject()->set_reason(std::string(why.message()));
+  node.channel->Send(std::move(reject));
+  if (message.seq() > node.applied_seq) node.applied_seq = message.seq();
+  v1::CoordinatorMessage ack;
+  ack.mutable_ack()->set_through_seq(message.seq());
+  node.channel->Send(std::move(ack));
+}
+
+void Cluster::FailTaskOf(Node& node, const std::string& task_id, const std::string& why) {
+  Task* task = FindTask(task_id);
+  if (task == nullptr || task->node != node.name || TaskEnded(task->state)) return;
+  const std::string job_id = task->job_id;
+  EndTask(*task, v1::TASK_STATE_FAILED);
+  auto run_it = runs_.find(job_id);
+  if (run_it == runs_.end()) return;
+  FailRun(run_it->second, why);
+  MaybeFinish(job_id);
+}
+
+void Cluster::HandleWarning(Node& node, const v1::WorkerWarning& warning) {
+  TRAINCTL_LOG(WARNING) << "worker " << node.name
+                        << (warning.job_id().empty() ? ""
+                                                     : absl::StrCat(" (", warning.job_id(), ")"))
+                        << ": " << warning.message();
+  if (!warning.task_id().empty()) FailTaskOf(node, warning.task_id(), warning.message());
+  if (warning.job_id().empty()) return;
+  if (auto s = jobs_->RecordWarning(warning.job_id(), absl::StrCat("worker ", node.name),
+                                    warning.message());
+      !s.ok()) {
+    TRAINCTL_LOG(WARNING) << "warning of worker " << node.name
+                          << " not recorded: " << s.status().message();
+  }
+}
+
+absl::Status Cluster::MayRegister(int64_t session, const v1::RegisterWorker& reg) {
+  if (absl::Status s = CheckRegisterWorker(reg); !s.ok()) return s;
+  if (Node* current = NodeForSession(session)) {
+    return absl::FailedPreconditionError(absl::StrCat("register: this session is already node ",
+                                                      current->name, "; one register per session"));
+  }
+  auto it = nodes_.find(reg.node_name());
+  if (it == nodes_.end()) return absl::OkStatus();
+  Node& node = it->second;
+  if (node.session == 0 || node.channel == nullptr) return absl::OkStatus();
+  const absl::Duration silent = clock_->Now() - node.last_seen;
+  if (node.boot_id == reg.boot_id()) {
+    // The same worker process, reconnecting before its old stream was seen to break.
+    node.channel->Close(absl::UnavailableError("replaced by a newer session of the same worker"));
+    return absl::OkStatus();
+  }
+  if (!node.lost && silent <= options_.lease_timeout) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "register: node ", node.name, " has a live session (another worker process, heard from ",
+        absl::FormatDuration(silent), " ago; lease ", absl::FormatDuration(options_.lease_timeout),
+        "); a second worker cannot take its name while it lives"));
+  }
+  node.channel->Close(absl::FailedPreconditionError(absl::StrCat(
+      "node ", node.name, " was taken over by another worker process (", reg.advertise_addr(),
+      ") after this session sent nothing for ", absl::FormatDuration(silent))));
+  return absl::OkStatus();
+}
+
 void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   auto channel_it = sessions_.find(session);
   if (channel_it == sessions_.end()) return;  // already disconnected
-  if (reg.node_name().empty() || reg.advertise_addr().empty()) {
-    channel_it->second->Close("register: node_name and advertise_addr are required");
+  if (absl::Status s = MayRegister(session, reg); !s.ok()) {
+    TRAINCTL_LOG(WARNING) << "register refused: " << s.message();
+    channel_it->second->Close(s);
+    sessions_.erase(channel_it);
     return;
   }
   Node& node = nodes_[reg.node_name()];
-  const bool known = !node.name.empty();
-  if (known && node.session != 0 && node.session != session && node.channel != nullptr) {
-    node.channel->Close("replaced by a newer session of the same node");
-  }
   const bool new_boot = node.boot_id != reg.boot_id();
   node.name = reg.node_name();
   node.address = reg.advertise_addr();
@@ -322,6 +403,9 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   }
   const bool was_lost = node.lost;
   node.lost = false;
+  v1::CoordinatorMessage registered;
+  registered.mutable_registered();
+  node.channel->Send(std::move(registered));
   TRAINCTL_LOG(INFO) << "worker " << node.name << " registered (" << node.address << ", "
                      << node.total_slots << (node.gpus > 0 ? " GPUs" : " CPU slots") << ", "
                      << reg.running_tasks_size() << " tasks" << (was_lost ? ", was lost" : "")
@@ -389,6 +473,24 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
       if (complete) run.recover_until = absl::InfinitePast();
       if (run.cancel_requested && !TaskEnded(t.state)) SendCancel(t, "job cancelled");
     }
+  }
+  // Recovering runs placed on this node whose task its worker does not report: the worker
+  // restarted (or never got the launch) while the coordinator was away, so the task is gone. No
+  // need to wait out the recovery grace.
+  std::vector<std::pair<std::string, std::string>> gone;  // job id, task id
+  for (const auto& [job_id, run] : runs_) {
+    if (run.recover_until == absl::InfinitePast()) continue;
+    for (size_t r = 0; r < run.nodes.size() && r < run.task_ids.size(); ++r) {
+      const std::string id = TaskId(job_id, run.job.attempt(), static_cast<int>(r));
+      if (run.nodes[r] == node.name && run.task_ids[r].empty() && !reported.count(id)) {
+        gone.emplace_back(job_id, id);
+        break;
+      }
+    }
+  }
+  for (const auto& [job_id, id] : gone) {
+    EndRecovery(job_id,
+                absl::StrCat("worker on ", node.name, " restarted and no longer runs task ", id));
   }
   // Tasks this node should hold that its worker no longer has (it restarted): they are gone.
   std::vector<std::string> missing;
@@ -569,38 +671,42 @@ void Cluster::Tick() {
       expired.push_back(id);
     }
   }
-  for (const std::string& id : expired) {
-    Run& run = runs_.at(id);
-    run.recover_until = absl::InfinitePast();
-    std::vector<std::string> missing;
-    for (size_t r = 0; r < run.task_ids.size(); ++r) {
-      if (run.task_ids[r].empty()) missing.push_back(absl::StrCat(r));
-    }
-    // Stand-ins for the tasks nobody reported, so the run can end.
-    for (const std::string& r : missing) {
-      const int node_rank = std::stoi(r);
-      Task& t = tasks_[TaskId(id, run.job.attempt(), node_rank)];
-      t.id = TaskId(id, run.job.attempt(), node_rank);
-      t.job_id = id;
-      t.attempt = run.job.attempt();
-      t.node_rank = node_rank;
-      t.state = v1::TASK_STATE_FAILED;
-      run.task_ids[node_rank] = t.id;
-    }
-    if (!missing.empty()) {
-      FailRun(run,
-              absl::StrCat("node ranks ", absl::StrJoin(missing, ","), " of attempt ",
-                           run.job.attempt(),
-                           " were not reported by any worker after the coordinator restarted"));
-    }
-    MaybeFinish(id);
+  for (const std::string& id : expired) EndRecovery(id, "");
+}
+
+void Cluster::EndRecovery(const std::string& job_id, const std::string& reason) {
+  Run& run = runs_.at(job_id);
+  run.recover_until = absl::InfinitePast();
+  std::vector<std::string> missing;
+  for (size_t r = 0; r < run.task_ids.size(); ++r) {
+    if (run.task_ids[r].empty()) missing.push_back(absl::StrCat(r));
   }
+  // Stand-ins for the tasks nobody reported, so the run can end.
+  for (const std::string& r : missing) {
+    const int node_rank = std::stoi(r);
+    Task& t = tasks_[TaskId(job_id, run.job.attempt(), node_rank)];
+    t.id = TaskId(job_id, run.job.attempt(), node_rank);
+    t.job_id = job_id;
+    t.attempt = run.job.attempt();
+    t.node_rank = node_rank;
+    t.state = v1::TASK_STATE_FAILED;
+    run.task_ids[node_rank] = t.id;
+  }
+  if (!missing.empty()) {
+    FailRun(run, !reason.empty()
+                     ? reason
+                     : absl::StrCat("node ranks ", absl::StrJoin(missing, ","), " of attempt ",
+                                    run.job.attempt(),
+                                    " were not reported by any worker after the coordinator "
+                                    "restarted"));
+  }
+  MaybeFinish(job_id);
 }
 
 void Cluster::LoseNode(Node& node, const std::string& reason) {
   TRAINCTL_LOG(WARNING) << reason;
   node.lost = true;
-  if (node.channel != nullptr) node.channel->Close(reason);
+  if (node.channel != nullptr) node.channel->Close(absl::UnavailableError(reason));
   node.channel = nullptr;
   node.session = 0;
   std::vector<std::string> ids(node.tasks.begin(), node.tasks.end());
@@ -656,8 +762,7 @@ void Cluster::SchedulePass() {
 void Cluster::Place(const std::string& job_id, const std::vector<std::string>& nodes) {
   waiting_.erase(job_id);
   told_never_fits_.erase(job_id);
-  auto job = jobs_->Transition(job_id, v1::JOB_STATE_SCHEDULED,
-                               absl::StrCat("placed on ", absl::StrJoin(nodes, ",")));
+  auto job = jobs_->Place(job_id, nodes, absl::StrCat("placed on ", absl::StrJoin(nodes, ",")));
   if (!job.ok()) {
     TRAINCTL_LOG(INFO) << job_id << " not placed: " << job.status().message();
     return;
@@ -665,6 +770,7 @@ void Cluster::Place(const std::string& job_id, const std::vector<std::string>& n
   Run& run = runs_[job_id];
   run = Run();
   run.job = *job;
+  run.nodes = nodes;
   run.master_addr = nodes_.at(nodes[0]).address;
   const int slots = std::max(1, job->spec().resources().slots_per_node());
   for (size_t r = 0; r < nodes.size(); ++r) {

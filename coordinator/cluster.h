@@ -16,6 +16,13 @@
 //   restarted coordinator reloads placed jobs from the store and waits `recovery_grace` for their
 //   workers to report them before counting the missing tasks as failed.
 //
+// Distrust: every worker message is checked (common/worker_limits.h) before it touches any state.
+// A bad register ends its stream with INVALID_ARGUMENT; a register under the name of a node whose
+// session is live (open and heard from within the lease) ends with ALREADY_EXISTS unless it comes
+// from the same worker process (boot_id), which is reconnecting; after the lease a newcomer takes
+// the name over and the old stream is ended saying so. Any other bad message is rejected by seq
+// (the worker sets it aside) and acknowledged, so it never blocks what follows.
+//
 // Threading: every state change runs on one loop thread (an actor); the public methods enqueue work
 // and return. ListNodes waits for a snapshot from the loop.
 #ifndef TRAINCTL_COORDINATOR_CLUSTER_H_
@@ -49,8 +56,8 @@ class WorkerChannel {
  public:
   virtual ~WorkerChannel() = default;
   virtual void Send(trainctl::v1::CoordinatorMessage message) = 0;
-  // Ends the stream with UNAVAILABLE and `why` (the worker reconnects).
-  virtual void Close(const std::string& why) = 0;
+  // Ends the stream with `why` (not OK) as its status, after what was sent before.
+  virtual void Close(const absl::Status& why) = 0;
 };
 
 struct ClusterOptions {
@@ -129,6 +136,7 @@ class Cluster {
   struct Run {  // a placed job
     Job job;
     std::vector<std::string> task_ids;  // by node rank
+    std::vector<std::string> nodes;     // by node rank; empty for a job placed by an older version
     std::string master_addr;
     int master_port = 0;
     bool failing = false;
@@ -145,6 +153,15 @@ class Cluster {
   void HandleRegister(int64_t session, const trainctl::v1::RegisterWorker& reg);
   void HandleTaskStatus(Node& node, const trainctl::v1::TaskStatus& status);
   void HandleTrainerEvent(const trainctl::v1::TrainerEvent& event);
+  void HandleWarning(Node& node, const trainctl::v1::WorkerWarning& warning);
+  // A sequenced message that failed its checks: Reject, then Ack, so the worker moves on. A bad
+  // status of one of the node's live tasks fails that task (its real end is unknowable).
+  void RejectMessage(Node& node, const trainctl::v1::WorkerMessage& message,
+                     const absl::Status& why);
+  // Refuses a register (the stream ends with `why`) unless it may take `reg.node_name()`.
+  absl::Status MayRegister(int64_t session, const trainctl::v1::RegisterWorker& reg);
+  // A task of `node` ended without a status the coordinator could use: fail it and its run.
+  void FailTaskOf(Node& node, const std::string& task_id, const std::string& why);
   void HandleJobChanged(const std::string& job_id);
   void Tick();
   void SchedulePass();
@@ -160,6 +177,9 @@ class Cluster {
   // Ends the run when every task has ended.
   void MaybeFinish(std::string job_id);  // by value: it erases the run that may own the id
   void LoseNode(Node& node, const std::string& reason);
+  // A recovering run stops waiting for its workers: node ranks nobody reported count as failed
+  // (with `reason`, or a default naming them), then the run ends as its tasks allow.
+  void EndRecovery(const std::string& job_id, const std::string& reason);
   Node* NodeForSession(int64_t session);
   Task* FindTask(const std::string& id);
   void Enqueue(const Job& job);

@@ -129,6 +129,18 @@ absl::StatusOr<Job> JobManager::Transition(absl::string_view id, trainctl::v1::J
   });
 }
 
+absl::StatusOr<Job> JobManager::Place(absl::string_view id, const std::vector<std::string>& nodes,
+                                      const std::string& reason) {
+  const auto now = ToProto(clock_->Now());
+  return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
+    ASSIGN_OR_RETURN(JobEvent event,
+                     ApplyTransition(job, trainctl::v1::JOB_STATE_SCHEDULED, reason, now));
+    job->mutable_nodes()->Assign(nodes.begin(), nodes.end());
+    events->push_back(std::move(event));
+    return absl::OkStatus();
+  });
+}
+
 absl::StatusOr<Job> JobManager::RecordMetric(absl::string_view id,
                                              const trainctl::v1::MetricSample& sample) {
   const auto now = ToProto(clock_->Now());
@@ -162,6 +174,19 @@ absl::StatusOr<Job> JobManager::RecordCheckpoint(absl::string_view id,
     JobEvent event;
     *event.mutable_time() = now;
     *event.mutable_checkpoint() = job->last_checkpoint();
+    events->push_back(std::move(event));
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<Job> JobManager::RecordWarning(absl::string_view id, const std::string& source,
+                                              const std::string& message) {
+  const auto now = ToProto(clock_->Now());
+  return Update(id, [&](Job*, std::vector<JobEvent>* events) -> absl::Status {
+    JobEvent event;
+    *event.mutable_time() = now;
+    event.mutable_warning()->set_source(source);
+    event.mutable_warning()->set_message(message);
     events->push_back(std::move(event));
     return absl::OkStatus();
   });

@@ -47,10 +47,19 @@ class JobManager {
   absl::StatusOr<Job> Transition(absl::string_view id, trainctl::v1::JobState to,
                                  const std::string& reason);
 
+  // Transition to scheduled on `nodes` (by node rank), kept in Job.nodes for the attempt.
+  absl::StatusOr<Job> Place(absl::string_view id, const std::vector<std::string>& nodes,
+                            const std::string& reason);
+
   // Records a metric sample (updating progress) or a completed checkpoint as job events.
   absl::StatusOr<Job> RecordMetric(absl::string_view id, const trainctl::v1::MetricSample& sample);
   absl::StatusOr<Job> RecordCheckpoint(absl::string_view id,
                                        const trainctl::v1::Checkpoint& checkpoint);
+
+  // Records a warning event (something went wrong that does not change the job's state), e.g. a
+  // worker set aside a message of the job. NOT_FOUND for an unknown job.
+  absl::StatusOr<Job> RecordWarning(absl::string_view id, const std::string& source,
+                                    const std::string& message);
 
   // Replaces the job's message (why it is in its state) without changing the state, e.g. why a
   // pending job cannot be placed. No event; watchers see it on their next read. The same message

@@ -1,8 +1,12 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <ext/pb_ds/assoc_container.hpp>
+#include <ext/pb_ds/tree_policy.hpp>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -13,77 +17,49 @@ namespace {
 
 using Selector = std::map<std::string, std::string>;
 
-// A set of nodes bucketed by free slots: one bitset of node indices per free-slot value, and the
-// count of nodes with at least f free slots for every f. "Can k nodes with s free slots be found?"
-// is then one lookup, and best fit reads the lowest indices of the lowest non-empty buckets.
-class SlotBuckets {
+// A set of nodes ordered by (free slots, index), with order statistics: "how many have at least s
+// free slots" and "the k with the fewest free slots among those" cost O(log n) and O(k + log n),
+// whatever the slot counts are (a node may claim 2^31-1 slots).
+class SlotIndex {
  public:
-  SlotBuckets(int max_slots, int num_nodes)
-      : words_((static_cast<size_t>(num_nodes) + 63) / 64),
-        count_(max_slots + 1, 0),
-        at_least_(max_slots + 1, 0),
-        bits_(words_ * count_.size(), 0) {}
-
-  void Insert(int node, int free) {
-    Bit(node, free) |= Mask(node);
-    ++count_[free];
-    for (int f = 0; f <= free; ++f) ++at_least_[f];
-  }
-
-  void Erase(int node, int free) {
-    Bit(node, free) &= ~Mask(node);
-    --count_[free];
-    for (int f = 0; f <= free; ++f) --at_least_[f];
-  }
-
-  // Moves `node` from the `from` bucket to the `to` bucket (to < from).
+  void Insert(int node, int free) { set_.insert({free, node}); }
+  void Erase(int node, int free) { set_.erase({free, node}); }
+  // Moves `node` from `from` free slots to `to`.
   void Lower(int node, int from, int to) {
-    Bit(node, from) &= ~Mask(node);
-    Bit(node, to) |= Mask(node);
-    --count_[from];
-    ++count_[to];
-    for (int f = to + 1; f <= from; ++f) --at_least_[f];
+    Erase(node, from);
+    Insert(node, to);
   }
 
-  // Nodes with at least `slots` free slots; `slots` >= 0.
+  // Nodes with at least `slots` free slots.
   int CountAtLeast(int slots) const {
-    return slots < static_cast<int>(at_least_.size()) ? at_least_[slots] : 0;
+    return static_cast<int>(set_.size() - set_.order_of_key({slots, INT_MIN}));
   }
 
   // Appends the `k` nodes with the fewest free slots among those with at least `slots`, ties by
   // index, in that order. Requires CountAtLeast(slots) >= k.
   void BestFit(int k, int slots, std::vector<int>* out) const {
-    int left = k;
-    for (size_t f = slots; f < count_.size() && left > 0; ++f) {
-      if (count_[f] == 0) continue;
-      const uint64_t* bucket = &bits_[f * words_];
-      for (size_t w = 0; w < words_ && left > 0; ++w) {
-        for (uint64_t word = bucket[w]; word != 0 && left > 0; word &= word - 1) {
-          out->push_back(static_cast<int>(w * 64 + __builtin_ctzll(word)));
-          --left;
-        }
-      }
+    for (auto it = set_.lower_bound({slots, INT_MIN}); it != set_.end() && k > 0; ++it, --k) {
+      out->push_back(it->second);
     }
   }
 
  private:
-  static uint64_t Mask(int node) { return uint64_t{1} << (node % 64); }
-  uint64_t& Bit(int node, int free) { return bits_[free * words_ + node / 64]; }
-
-  size_t words_;                // 64-bit words per bucket
-  std::vector<int> count_;      // [f]: nodes with exactly f free slots
-  std::vector<int> at_least_;   // [f]: nodes with at least f free slots
-  std::vector<uint64_t> bits_;  // bucket f is words [f * words_, (f + 1) * words_)
+  // (free slots, node index).
+  __gnu_pbds::tree<std::pair<int, int>, __gnu_pbds::null_type, std::less<std::pair<int, int>>,
+                   __gnu_pbds::rb_tree_tag, __gnu_pbds::tree_order_statistics_node_update>
+      set_;
 };
 
 // The schedulable nodes carrying one selector (all of them for the empty selector).
 struct NodeGroup {
-  NodeGroup(int max_slots, int num_nodes)
-      : available(max_slots, num_nodes), total_at_least(max_slots + 1, 0) {}
+  // Members with total_slots >= s.
+  int TotalAtLeast(int s) const {
+    return static_cast<int>(totals.end() - std::lower_bound(totals.begin(), totals.end(), s));
+  }
 
-  SlotBuckets available;            // members not reserved for the blocked head
-  std::vector<int> members;         // ascending
-  std::vector<int> total_at_least;  // [s]: members with total_slots >= s
+  SlotIndex available;       // members not reserved for the blocked head
+  std::vector<int> members;  // ascending
+  std::vector<int> totals;   // the members' total_slots, ascending
 };
 
 // The state of one pass: the nodes' free slots as placements consume them, the reservation, and
@@ -109,12 +85,12 @@ class Pass {
     const int k = job.nodes;
     const int slots = job.slots_per_node;
     // Cheap necessary conditions first, so shapes that fit nowhere never look up a selector.
-    if (k < 1 || slots < 1 || slots > max_slots_ || groups_[0].total_at_least[slots] < k) {
+    if (k < 1 || slots < 1 || slots > max_slots_ || groups_[0].TotalAtLeast(slots) < k) {
       out->never_fits.push_back(job.id);
       return;
     }
     NodeGroup& group = job.node_selector.empty() ? groups_[0] : GroupFor(job.node_selector);
-    if (group.total_at_least[slots] < k) {
+    if (group.TotalAtLeast(slots) < k) {
       out->never_fits.push_back(job.id);
       return;
     }
@@ -145,16 +121,17 @@ class Pass {
   // Builds the group of `selector` from the nodes as they are now (free slots, reservation).
   int AddGroup(const Selector& selector) {
     const int id = static_cast<int>(groups_.size());
-    NodeGroup& group = groups_.emplace_back(max_slots_, static_cast<int>(nodes_.size()));
+    NodeGroup& group = groups_.emplace_back();
     for (size_t i = 0; i < nodes_.size(); ++i) {
       const SchedNode& node = nodes_[i];
       if (!node.schedulable || !Matches(node, selector)) continue;
       const int n = static_cast<int>(i);
       group.members.push_back(n);
       groups_of_node_[i].push_back(id);
-      for (int s = 0; s <= node.total_slots; ++s) ++group.total_at_least[s];
+      group.totals.push_back(node.total_slots);
       if (!reserved_[i]) group.available.Insert(n, free_[i]);
     }
+    std::sort(group.totals.begin(), group.totals.end());
     return id;
   }
 

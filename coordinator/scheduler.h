@@ -17,12 +17,11 @@
 //   - a job no combination of schedulable nodes could ever host, even empty, is reported in
 //     `never_fits` and blocks nobody.
 //
-// Cost, for J jobs, N nodes, S distinct selectors and max_slots the largest total_slots of a
-// schedulable node (slots are small integers: GPUs or CPU slots per node): O(J log J) to order the
-// queue; O(1) per job that cannot start, plus a selector lookup (O(log S)) for a job that has one;
-// O(N) once per distinct selector to find its nodes; per placement, O(max_slots · N / 64) to pick
-// its nodes and O(max_slots) per chosen node and selector group the node belongs to. Memory:
-// O(max_slots · N / 64) words per distinct selector.
+// Cost, for J jobs, N nodes and S distinct selectors, independent of the nodes' slot counts (a
+// node may claim 2^31-1 slots): O(J log J) to order the queue; O(log N) per job that cannot start,
+// plus a selector lookup (O(log S)) for a job that has one; O(N log N) once per distinct selector
+// to find its nodes; per placement of k nodes, O(k log N) for each selector group a chosen node
+// belongs to. Memory: O(N) per distinct selector.
 #ifndef TRAINCTL_COORDINATOR_SCHEDULER_H_
 #define TRAINCTL_COORDINATOR_SCHEDULER_H_
 

@@ -34,9 +34,10 @@ class SessionChannel final : public WorkerChannel {
     }
   }
 
-  void Close(const std::string& why) override {
+  void Close(const absl::Status& why) override {
     absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
+    FinishLocked(
+        grpc::Status(static_cast<grpc::StatusCode>(why.code()), std::string(why.message())));
   }
 
   // Reactor callbacks.

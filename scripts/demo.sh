@@ -45,7 +45,7 @@ CLI=$B/cli/trainctl
 
 say "worker 'demo-node' with 2 CPU slots"
 "$B/worker/daemon/trainctl-worker" --coordinator "$TRAINCTL_COORDINATOR" --node_name demo-node \
-  --slots 2 --work_dir "$VAR/worker" --labels pool=demo >"$VAR/worker.log" 2>&1 &
+  --slots 2 --work_dir "$VAR/worker" --output_roots "$VAR" --labels pool=demo >"$VAR/worker.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do "$CLI" nodes 2>/dev/null | grep -q 'demo-node.*ready' && break; sleep 0.1; done
 "$CLI" nodes

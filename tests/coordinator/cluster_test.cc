@@ -25,9 +25,9 @@ class FakeChannel final : public WorkerChannel {
     absl::MutexLock lock(&mu_);
     sent_.push_back(std::move(message));
   }
-  void Close(const std::string& why) override {
+  void Close(const absl::Status& why) override {
     absl::MutexLock lock(&mu_);
-    closed_ = why;
+    closed_ = why.ToString();
   }
   std::vector<v1::CoordinatorMessage> Take(v1::CoordinatorMessage::MsgCase kind) {
     absl::MutexLock lock(&mu_);
@@ -337,6 +337,7 @@ TEST_F(ClusterTest, MessagesSentAgainAfterAReconnectAreAppliedOnce) {
   v1::WorkerMessage logs;
   auto* line = logs.mutable_logs()->add_lines();
   line->set_job_id(id);
+  line->set_stream("stdout");
   line->set_text("hello");
   Send(a, logs);
   // The worker reconnects (same boot) and replays seq 1.
@@ -344,7 +345,8 @@ TEST_F(ClusterTest, MessagesSentAgainAfterAReconnectAreAppliedOnce) {
   again.seq = 0;
   Send(again, logs);
   EXPECT_EQ(store_.ListLogs(id, LogQuery())->size(), 1u);
-  // A new boot starts its seqs again: applied.
+  // A new boot (its old stream gone: the process restarted) starts its seqs again: applied.
+  cluster_->Disconnect(again.session);
   FakeWorker reborn = Register("node-a", 1, {}, "b2");
   Send(reborn, logs);
   EXPECT_EQ(store_.ListLogs(id, LogQuery())->size(), 2u);

@@ -114,6 +114,8 @@ class WorkerTest : public testing::ShapesTrainingTest {
           "/nonexistent/nvidia-smi"s}) {
       argv.push_back(a);
     }
+    argv.push_back("--output_roots");  // the jobs' output dirs are in the test's directory
+    argv.push_back(dir_.path());
     if (!advertise.empty()) {
       argv.push_back("--advertise_addr");
       argv.push_back(advertise);

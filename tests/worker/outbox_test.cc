@@ -85,6 +85,29 @@ TEST(OutboxTest, SpillsToDiskBeyondItsMemoryLimitAndLosesNothing) {
   EXPECT_TRUE(outbox.spill_status().ok());
 }
 
+TEST(OutboxTest, AMessageSetAsideIsNeverSentAgainAndTheRestFlows) {
+  testing::TempDir dir;
+  Outbox outbox(dir.path() + "/spill", 1 << 20);
+  outbox.Push(Line("a"));
+  outbox.Push(Line("poison"));
+  outbox.Push(Line("c"));
+  EXPECT_EQ(outbox.first_held(), 1);
+  outbox.Ack(1);
+  EXPECT_EQ(outbox.first_held(), 2);
+  auto aside = outbox.SetAside(2);
+  ASSERT_TRUE(aside.ok()) << aside.status();
+  EXPECT_EQ(aside->seq(), 2);
+  EXPECT_EQ(aside->logs().lines(0).text(), "poison");
+  EXPECT_EQ(outbox.first_held(), 3);
+  EXPECT_EQ(Texts(outbox.WaitNext(outbox.acked_through(), 10, absl::Now())),
+            (std::vector<std::string>{"c"}));
+  EXPECT_EQ(outbox.SetAside(2).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(outbox.SetAside(1).status().code(), absl::StatusCode::kNotFound);  // acknowledged
+  outbox.Ack(3);
+  EXPECT_EQ(outbox.held(), 0u);
+  EXPECT_EQ(outbox.first_held(), 0);
+}
+
 TEST(OutboxTest, CloseWakesWaiters) {
   testing::TempDir dir;
   Outbox outbox(dir.path() + "/spill", 1 << 20);

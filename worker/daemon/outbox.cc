@@ -121,6 +121,19 @@ void Outbox::Ack(int64_t through_seq) {
   RefillLocked(/*all=*/false);
 }
 
+absl::StatusOr<v1::WorkerMessage> Outbox::SetAside(int64_t seq) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = memory_.begin(); it != memory_.end(); ++it) {
+    if (it->seq() != seq) continue;
+    v1::WorkerMessage message = std::move(*it);
+    memory_.erase(it);
+    memory_bytes_ -= message.ByteSizeLong();
+    RefillLocked(/*all=*/false);
+    return message;
+  }
+  return absl::NotFoundError(absl::StrCat("outbox holds no message ", seq, " in memory"));
+}
+
 void Outbox::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;
@@ -133,6 +146,10 @@ int64_t Outbox::acked_through() {
 int64_t Outbox::last_seq() {
   absl::MutexLock lock(&mu_);
   return next_seq_ - 1;
+}
+int64_t Outbox::first_held() {
+  absl::MutexLock lock(&mu_);
+  return memory_.empty() ? 0 : memory_.front().seq();
 }
 size_t Outbox::held() {
   absl::MutexLock lock(&mu_);

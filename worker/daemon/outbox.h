@@ -3,7 +3,8 @@
 // Every message gets the next sequence number. Messages stay until Ack(seq) covers them, so a
 // reconnecting worker sends again everything the coordinator may not have applied. Memory is
 // bounded: past `memory_limit_bytes`, new messages are appended to a spill file on disk and read
-// back, in order, as acknowledgements make room. Thread-safe.
+// back, in order, as acknowledgements make room. A message the coordinator cannot take is removed
+// (SetAside) so it never blocks the ones behind it. Thread-safe.
 #ifndef TRAINCTL_WORKER_DAEMON_OUTBOX_H_
 #define TRAINCTL_WORKER_DAEMON_OUTBOX_H_
 
@@ -15,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "trainctl/v1/worker.pb.h"
@@ -37,13 +39,17 @@ class Outbox {
                                                     absl::Time deadline);
   // Drops every message with seq <= through_seq.
   void Ack(int64_t through_seq);
+  // Takes message `seq` out for good: it is not sent again. NOT_FOUND when it is not held in memory
+  // (acknowledged already, or still spilled: only messages in memory are ever sent).
+  absl::StatusOr<trainctl::v1::WorkerMessage> SetAside(int64_t seq);
   // Wakes waiters for good.
   void Close();
 
   int64_t acked_through();
   int64_t last_seq();
-  size_t held();     // messages not yet acknowledged
-  size_t spilled();  // of those, how many are on disk
+  int64_t first_held();  // the smallest seq not yet acknowledged nor set aside; 0 when none
+  size_t held();         // messages not yet acknowledged
+  size_t spilled();      // of those, how many are on disk
   // An error of the spill file (disk full...), if one happened; messages were then kept in memory.
   absl::Status spill_status();
 

@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/utf8.h"
 
 extern char** environ;
 
@@ -346,8 +347,9 @@ std::set<pid_t> GroupsWithLiveMembers(const std::set<pid_t>& groups) {
 // ---------------------------------------------------------------------------------------------
 // Supervision.
 
-// Splits a byte stream into lines; a line longer than kMaxRankLineBytes comes out in pieces of that
-// size, so that a stream without newlines is never buffered whole.
+// Splits a byte stream into lines; a line longer than kMaxRankLineBytes comes out in pieces of at
+// most that size, cut between UTF-8 characters, so that a stream without newlines is never
+// buffered whole and a well-formed line stays well-formed piece by piece.
 class LineSplitter {
  public:
   template <typename Emit>
@@ -358,8 +360,10 @@ class LineSplitter {
       const size_t newline = partial_.find('\n', start);
       const size_t length = (newline == std::string::npos ? partial_.size() : newline) - start;
       if (length > kMaxRankLineBytes) {
-        emit(partial_.substr(start, kMaxRankLineBytes));
-        start += kMaxRankLineBytes;
+        const size_t piece =
+            Utf8PrefixLength(absl::string_view(partial_).substr(start, length), kMaxRankLineBytes);
+        emit(partial_.substr(start, piece));
+        start += piece;
       } else if (newline != std::string::npos) {
         emit(partial_.substr(start, length));
         start = newline + 1;

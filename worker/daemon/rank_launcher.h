@@ -44,7 +44,9 @@ namespace trainctl::worker {
 
 // The fd on which a rank finds the write end of its event pipe; also in $TRAINCTL_EVENT_FD.
 inline constexpr int kRankEventFd = 3;
-// Lines longer than this (stdout, stderr, events) are delivered in pieces of this size.
+// Lines longer than this (stdout, stderr, events) are delivered in pieces of at most this size, cut
+// between UTF-8 characters where the line is well-formed. Lines are delivered as the rank wrote
+// them, ill-formed bytes included: making them UTF-8 is the receiver's business.
 inline constexpr size_t kMaxRankLineBytes = 64 * 1024;
 // How many of a rank's last stdout/stderr lines RankExit::last_lines keeps.
 inline constexpr size_t kRankTailLines = 20;

@@ -16,6 +16,8 @@
 #include "absl/time/clock.h"
 #include "common/json_proto.h"
 #include "common/logging.h"
+#include "common/utf8.h"
+#include "common/worker_limits.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace trainctl::worker {
@@ -26,6 +28,10 @@ namespace fs = std::filesystem;
 using google::protobuf::util::TimeUtil;
 
 constexpr int kLogBatchLines = 512;
+static_assert(kLogBatchLines <= kMaxLogBatchLines);
+static_assert(kMaxRankLineBytes <= kMaxLineBytes && kRankTailLines <= kMaxStatusTailLines);
+// Sessions in a row that may end with the same message unacknowledged before it is set aside.
+constexpr int kPoisonSessions = 3;
 
 google::protobuf::Timestamp NowProto() {
   return TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(absl::Now()));
@@ -52,6 +58,31 @@ absl::StatusOr<int> PickPort(const std::string& addr) {
   return static_cast<int>(ntohs(sa.sin_port));
 }
 
+// `path` made absolute (against this process's working directory, the ranks' too), its symlinks
+// and ".." resolved as far as it exists.
+fs::path Resolve(const std::string& path) {
+  std::error_code ec;
+  fs::path resolved = fs::weakly_canonical(fs::absolute(path), ec);
+  return ec ? fs::absolute(path).lexically_normal() : resolved;
+}
+
+std::vector<fs::path> CanonicalRoots(const WorkerOptions& options) {
+  std::vector<fs::path> roots;
+  for (const std::string& root : options.output_roots) roots.push_back(Resolve(root));
+  if (roots.empty()) roots.push_back(Resolve(options.work_dir));
+  return roots;
+}
+
+// `path` is `root` or lies below it (both canonical).
+bool IsUnder(const fs::path& path, const fs::path& root) {
+  auto p = path.begin();
+  for (auto r = root.begin(); r != root.end(); ++r, ++p) {
+    if (r->empty()) continue;  // a trailing separator
+    if (p == path.end() || *p != *r) return false;
+  }
+  return true;
+}
+
 v1::TaskState StateOf(const GangResult& result) {
   if (result.succeeded) return v1::TASK_STATE_SUCCEEDED;
   if (result.cancelled) return v1::TASK_STATE_CANCELLED;
@@ -62,6 +93,7 @@ v1::TaskState StateOf(const GangResult& result) {
 
 Worker::Worker(WorkerOptions options)
     : options_(std::move(options)),
+      output_roots_(CanonicalRoots(options_)),
       boot_id_(NewBootId()),
       outbox_((fs::path(options_.work_dir) / "outbox.spill").string(),
               options_.outbox_memory_bytes) {
@@ -145,6 +177,7 @@ void Worker::FlushLogsLocked() {
   v1::WorkerMessage message;
   for (v1::LogLine& line : logs_) *message.mutable_logs()->add_lines() = std::move(line);
   logs_.clear();
+  logs_bytes_ = 0;
   outbox_.Push(std::move(message));
 }
 
@@ -190,16 +223,21 @@ void Worker::Session() {
   }
   auto stream = stub->Session(&context);
   std::atomic<bool> broken{false};
+  std::atomic<bool> registered{false};
+  int64_t sent = 0;
   std::thread reader;
   if (stream->Write(MakeRegister())) {
     TRAINCTL_LOG(INFO) << "connected to " << options_.coordinator << " as " << options_.node_name;
     reader = std::thread([&] {
       v1::CoordinatorMessage message;
-      while (stream->Read(&message)) Handle(message);
+      while (stream->Read(&message)) {
+        if (message.has_registered()) registered = true;
+        Handle(message);
+      }
       broken = true;
     });
     // Everything not yet acknowledged goes again, in order; then new messages and heartbeats.
-    int64_t sent = outbox_.acked_through();
+    sent = outbox_.acked_through();
     absl::Time next_heartbeat = absl::Now() + options_.heartbeat_interval;
     while (!broken && !closing_) {
       const absl::Time deadline = std::min(next_heartbeat, absl::Now() + absl::Milliseconds(100));
@@ -220,7 +258,9 @@ void Worker::Session() {
     }
     stream->WritesDone();
   }
-  context.TryCancel();
+  // A failed write or read means the call is over and the reader ends by itself; Finish then has
+  // the coordinator's status (why it ended the session). Only our own stop must cancel the call.
+  if (closing_) context.TryCancel();
   if (reader.joinable()) reader.join();
   const grpc::Status status = stream->Finish();
   {
@@ -230,6 +270,65 @@ void Worker::Session() {
   if (!closing_) {
     TRAINCTL_LOG(WARNING) << "session with " << options_.coordinator
                           << " ended: " << status.error_message() << "; reconnecting";
+    CountStrike(sent, registered, status.error_message());
+  }
+}
+
+void Worker::CountStrike(int64_t sent_through, bool registered, const std::string& why) {
+  const int64_t first = outbox_.first_held();
+  if (!registered || first == 0 || first > sent_through) return;  // not its fault
+  if (first != strike_seq_) {
+    strike_seq_ = first;
+    strikes_ = 0;
+  }
+  if (++strikes_ < kPoisonSessions) return;
+  strikes_ = 0;
+  SetAside(first, absl::StrCat("the coordinator ended ", kPoisonSessions,
+                               " sessions in a row without acknowledging it (last: ",
+                               why.empty() ? "no reason given" : why, ")"));
+}
+
+void Worker::SetAside(int64_t seq, const std::string& reason) {
+  auto message = outbox_.SetAside(seq);
+  if (!message.ok()) return;  // acknowledged meanwhile
+  const fs::path dir = fs::path(options_.work_dir) / "set-aside";
+  const fs::path path = dir / absl::StrCat(boot_id_, "-", seq, ".pb");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::ofstream out(path, std::ios::binary);
+  out << message->SerializeAsString();
+  out.close();
+  const std::string kept = out ? absl::StrCat("kept in ", path.string())
+                               : absl::StrCat("could not be kept (", path.string(), ")");
+  // What it was about: its jobs (and task, for a status, which the coordinator then fails).
+  std::set<std::string> jobs;
+  std::string task_id, kind = "message";
+  if (message->has_logs()) {
+    kind = absl::StrCat("batch of ", message->logs().lines_size(), " log lines");
+    for (const v1::LogLine& line : message->logs().lines()) jobs.insert(line.job_id());
+  } else if (message->has_event()) {
+    kind = absl::StrCat("trainer event of rank ", message->event().rank());
+    jobs.insert(message->event().job_id());
+  } else if (message->has_task_status()) {
+    kind = absl::StrCat("status of task ", message->task_status().task_id());
+    jobs.insert(message->task_status().job_id());
+    task_id = message->task_status().task_id();
+  } else if (message->has_warning()) {
+    kind = "warning";
+  }
+  const std::string text =
+      ToValidUtf8(absl::StrCat("worker ", options_.node_name, " set aside a ", kind, " (seq ", seq,
+                               "): ", reason, "; ", kept));
+  TRAINCTL_LOG(WARNING) << text;
+  if (message->has_warning()) return;  // never a warning about a warning
+  if (jobs.empty()) jobs.insert("");
+  for (const std::string& job_id : jobs) {
+    v1::WorkerMessage warning;
+    warning.mutable_warning()->set_job_id(ToValidUtf8(job_id.substr(0, kMaxIdBytes)));
+    warning.mutable_warning()->set_task_id(ToValidUtf8(task_id.substr(0, kMaxIdBytes)));
+    warning.mutable_warning()->set_message(
+        text.substr(0, Utf8PrefixLength(text, kMaxMessageBytes)));
+    outbox_.Push(std::move(warning));
   }
 }
 
@@ -240,6 +339,9 @@ void Worker::Handle(const v1::CoordinatorMessage& message) {
     HandleCancel(message.cancel());
   } else if (message.has_ack()) {
     HandleAck(message.ack().through_seq());
+  } else if (message.has_reject()) {
+    SetAside(message.reject().seq(),
+             absl::StrCat("the coordinator rejected it: ", message.reject().reason()));
   }
 }
 
@@ -252,7 +354,7 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
     status.set_state(v1::TASK_STATE_FAILED);
     status.set_failed_rank(-1);
     status.set_exit_code(-1);
-    status.set_message(why);
+    status.set_message(ToValidUtf8(why.substr(0, Utf8PrefixLength(why, kMaxMessageBytes))));
     PushStatus(task, std::move(status));
   };
 
@@ -260,6 +362,9 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
   if (tasks_.count(id) || stopping()) return;  // a duplicate
   Task& task = tasks_[id];
   task.launch = launch;
+  if (absl::Status s = CheckOutputPaths(launch.spec()); !s.ok()) {
+    return fail(task, std::string(s.message()));
+  }
   const int slots = std::max(1, launch.slots());
   if (!options_.gpus.empty()) {
     if (static_cast<int>(free_gpus_.size()) < slots) {
@@ -335,7 +440,7 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
     event->set_job_id(job_id);
     event->set_attempt(attempt);
     event->set_rank(rank);
-    event->set_json(std::move(line));
+    event->set_json(ToValidUtf8(line));
     outbox_.Push(std::move(message));
   };
   callbacks.on_exit = [this, id](const GangResult& result) { OnExit(id, result); };
@@ -363,6 +468,34 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
   status.set_state(v1::TASK_STATE_RUNNING);
   status.set_master_port(started.master_port);
   PushStatus(started, std::move(status));
+}
+
+absl::Status Worker::CheckOutputPaths(const v1::JobSpec& spec) const {
+  auto check = [&](const std::string& field, const std::string& path) -> absl::Status {
+    if (path.empty()) return absl::OkStatus();
+    const fs::path resolved = Resolve(path);
+    for (const fs::path& root : output_roots_) {
+      if (IsUnder(resolved, root)) return absl::OkStatus();
+    }
+    std::vector<std::string> roots;
+    for (const fs::path& root : output_roots_) roots.push_back(root.string());
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", path, " is outside this worker's output roots (", absl::StrJoin(roots, ", "),
+        ")", resolved.string() == path ? "" : absl::StrCat(" once resolved to ", resolved.string()),
+        "; see its --output_roots"));
+  };
+  if (absl::Status s = check("spec.output_dir", spec.output_dir()); !s.ok()) return s;
+  for (int i = 0; i < spec.stages_size(); ++i) {
+    const v1::PipelineStage& stage = spec.stages(i);
+    // A stage without its own output_dir writes to <output_dir>/<stage name>.
+    const std::string path = !stage.output_dir().empty()
+                                 ? stage.output_dir()
+                                 : (fs::path(spec.output_dir()) / stage.name()).string();
+    if (absl::Status s = check(absl::StrCat("spec.stages[", i, "].output_dir"), path); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 void Worker::PushStatus(const Task& task, v1::TaskStatus status) {
@@ -422,8 +555,11 @@ void Worker::OnLog(const std::string& job_id, int rank, const std::string& strea
   log.set_rank(rank);
   log.set_stream(stream);
   *log.mutable_time() = NowProto();
-  log.set_text(std::move(line));
+  // Rank output is bytes; a protobuf string must be UTF-8 (the coordinator cannot parse it else).
+  log.set_text(ToValidUtf8(line));
   absl::MutexLock lock(&mu_);
+  if (logs_bytes_ + log.text().size() > kMaxLogBatchBytes) FlushLogsLocked();
+  logs_bytes_ += log.text().size();
   logs_.push_back(std::move(log));
   if (logs_.size() >= kLogBatchLines) FlushLogsLocked();
 }
@@ -443,7 +579,7 @@ void Worker::OnExit(const std::string& task_id, const GangResult& result) {
     status.set_exit_code(result.first_failure->exit_code);
     status.set_signal(result.first_failure->signal);
     for (const std::string& line : result.first_failure->last_lines) {
-      status.add_last_log_lines(line);
+      status.add_last_log_lines(ToValidUtf8(line));
     }
   }
   if (result.cancelled) status.set_message(task.cancel_reason);

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "trainctl/v1/worker.grpc.pb.h"
@@ -38,6 +40,10 @@ struct WorkerOptions {
   std::vector<trainctl::v1::GpuInfo> gpus;  // empty: a CPU node with cpu_slots slots
   int cpu_slots = 1;
   std::string trainer_bin;  // what each rank runs: `<trainer_bin> train --spec SPEC`
+  // Absolute directories a job may write under (its output_dir and its stages'); a launch whose
+  // paths resolve (symlinks and "..", relative to this process's working directory) elsewhere
+  // fails. Empty: work_dir.
+  std::vector<std::string> output_roots;
   absl::Duration heartbeat_interval = absl::Seconds(2);
   absl::Duration kill_grace = absl::Seconds(10);
   absl::Duration reconnect_min = absl::Milliseconds(100);
@@ -75,8 +81,17 @@ class Worker {
   trainctl::v1::WorkerMessage MakeRegister();
   void Handle(const trainctl::v1::CoordinatorMessage& message);
   void HandleLaunch(const trainctl::v1::LaunchTask& launch);
+  // INVALID_ARGUMENT naming the field when a path the job writes lies outside output_roots.
+  absl::Status CheckOutputPaths(const trainctl::v1::JobSpec& spec) const;
   void HandleCancel(const trainctl::v1::CancelTask& cancel);
   void HandleAck(int64_t through_seq);
+  // Takes message `seq` out of the outbox for good (the coordinator cannot take it), keeps its
+  // bytes in <work_dir>/set-aside/, and reports a WorkerWarning for each job it concerned.
+  void SetAside(int64_t seq, const std::string& reason);
+  // After a session ended: counts the sessions in a row that ended while the oldest unacknowledged
+  // message had been sent and the coordinator had accepted the register; at kPoisonSessions that
+  // message is set aside (the coordinator cannot parse it, or dies on it).
+  void CountStrike(int64_t sent_through, bool registered, const std::string& why);
   void OnLog(const std::string& job_id, int rank, const std::string& stream, std::string line);
   void OnExit(const std::string& task_id, const GangResult& result);
   void PushStatus(const Task& task, trainctl::v1::TaskStatus status)
@@ -86,6 +101,7 @@ class Worker {
   bool stopping() const { return stopping_.load(); }
 
   const WorkerOptions options_;
+  const std::vector<std::filesystem::path> output_roots_;  // canonical
   const std::string boot_id_;
   Outbox outbox_;
 
@@ -94,9 +110,14 @@ class Worker {
   std::set<int> free_gpus_ ABSL_GUARDED_BY(mu_);
   int free_cpu_slots_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<trainctl::v1::LogLine> logs_ ABSL_GUARDED_BY(mu_);
+  size_t logs_bytes_ ABSL_GUARDED_BY(mu_) = 0;                   // text bytes in logs_
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the live session
   std::atomic<bool> stopping_{false};                            // Stop() began: no new tasks
   std::atomic<bool> closing_{false};  // Stop() is done with the ranks: end the session
+  // Run()'s thread only (CountStrike): the oldest unacknowledged seq when the last session ended,
+  // and how many sessions in a row ended with it so.
+  int64_t strike_seq_ = 0;
+  int strikes_ = 0;
 };
 
 }  // namespace trainctl::worker

@@ -16,9 +16,11 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/daemon.h"
 #include "common/logging.h"
+#include "common/worker_limits.h"
 #include "worker/daemon/gpu_discovery.h"
 #include "worker/daemon/worker.h"
 
@@ -29,6 +31,9 @@ ABSL_FLAG(std::string, advertise_addr, "",
           "coordinator is on loopback, else the host name's address)");
 ABSL_FLAG(std::string, work_dir, "./var/worker", "rank logs, task specs, the outbox spill file");
 ABSL_FLAG(std::string, labels, "", "node labels for job node_selectors: k=v,k=v");
+ABSL_FLAG(std::string, output_roots, "",
+          "directories jobs may write under (their output_dir), comma-separated; a launch whose "
+          "paths resolve elsewhere fails (default: --work_dir)");
 ABSL_FLAG(int, slots, 1, "CPU slots (ranks) offered when the node has no GPU");
 ABSL_FLAG(std::string, nvidia_smi, "nvidia-smi", "GPU discovery program (absent: a CPU node)");
 ABSL_FLAG(std::string, trainer, "",
@@ -42,6 +47,8 @@ ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 
 namespace trainctl::worker {
 namespace {
+
+namespace v1 = trainctl::v1;
 
 std::string SelfDir() {
   char buf[PATH_MAX];
@@ -93,6 +100,10 @@ int Run() {
     }
     options.labels[p.first] = p.second;
   }
+  for (absl::string_view root :
+       absl::StrSplit(absl::GetFlag(FLAGS_output_roots), ',', absl::SkipEmpty())) {
+    options.output_roots.emplace_back(root);
+  }
   options.cpu_slots = absl::GetFlag(FLAGS_slots);
   if (options.cpu_slots < 1) {
     TRAINCTL_LOG(ERROR) << "--slots: must be at least 1";
@@ -104,6 +115,21 @@ int Run() {
     return 1;
   }
   options.gpus = std::move(*gpus);
+  {
+    // What the coordinator will check, checked here first: a node it would refuse does not start.
+    v1::RegisterWorker probe;
+    probe.set_node_name(options.node_name);
+    probe.set_advertise_addr(options.advertise_addr);
+    probe.mutable_labels()->insert(options.labels.begin(), options.labels.end());
+    for (const v1::GpuInfo& gpu : options.gpus) *probe.mutable_resources()->add_gpus() = gpu;
+    probe.mutable_resources()->set_cpu_slots(options.gpus.empty() ? options.cpu_slots : 0);
+    probe.set_boot_id("start-up");
+    if (absl::Status s = CheckRegisterWorker(probe); !s.ok()) {
+      TRAINCTL_LOG(ERROR) << "the coordinator would refuse this node: " << s.message()
+                          << " (see --node_name, --advertise_addr, --labels, --slots)";
+      return 2;
+    }
+  }
   options.trainer_bin = absl::GetFlag(FLAGS_trainer);
   if (options.trainer_bin.empty()) options.trainer_bin = DefaultTrainer();
   if (options.trainer_bin.empty() || access(options.trainer_bin.c_str(), X_OK) != 0) {
@@ -120,8 +146,10 @@ int Run() {
                      << "): "
                      << (options.gpus.empty() ? absl::StrCat(options.cpu_slots, " CPU slots")
                                               : absl::StrCat(options.gpus.size(), " GPUs"))
-                     << ", coordinator " << options.coordinator << ", work dir "
-                     << options.work_dir;
+                     << ", coordinator " << options.coordinator << ", work dir " << options.work_dir
+                     << ", jobs write under "
+                     << (options.output_roots.empty() ? options.work_dir
+                                                      : absl::StrJoin(options.output_roots, ","));
   // Rank descendants orphaned by a rank are reparented here, so their groups can be reaped even
   // where pid 1 does not reap (rank_launcher.h).
   prctl(PR_SET_CHILD_SUBREAPER, 1);
