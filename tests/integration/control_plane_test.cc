@@ -330,6 +330,43 @@ TEST_F(ControlPlaneTest, KillNineDuringConcurrentSubmitsLosesNoAcknowledgedJob) 
   EXPECT_EQ(all->jobs_size(), kSubmits);
 }
 
+TEST_F(ControlPlaneTest, ASecondCoordinatorOnTheSameAddressOrDatabaseIsRefused) {
+  StartCoordinator();
+  ASSERT_EQ(Trainctl({"submit", WriteSpec()}).exit_code, 0);
+  // Both would serve forever if they started: the deadline ends them, and the test fails.
+  const std::vector<std::string> same_db = {TRAINCTL_COORDINATOR_BIN, "--listen", "127.0.0.1:0",
+                                            "--db", db_};
+  RunResult second = testing::Run(same_db, {}, absl::Seconds(10));
+  EXPECT_EQ(second.exit_code, 1) << second.err;
+  EXPECT_NE(second.err.find(absl::StrCat("database ", db_,
+                                         " is in use by another trainctl-coordinator (pid ",
+                                         coordinator_->pid(), " on ")),
+            std::string::npos)
+      << second.err;
+  EXPECT_NE(second.err.find("serving " + address_), std::string::npos) << second.err;
+
+  RunResult same_port = testing::Run(
+      {TRAINCTL_COORDINATOR_BIN, "--listen", address_, "--db", dir_.path() + "/other.db"}, {},
+      absl::Seconds(10));
+  EXPECT_EQ(same_port.exit_code, 1) << same_port.err;
+  EXPECT_NE(same_port.err.find("cannot listen on " + address_), std::string::npos) << same_port.err;
+
+  // Only the first one answers, every time.
+  for (int i = 0; i < 5; ++i) {
+    RunResult ls = Trainctl({"ls", "-o", "json"});
+    ASSERT_EQ(ls.exit_code, 0) << ls.err;
+    EXPECT_EQ(nlohmann::json::parse(ls.out)["jobs"].size(), 1u);
+  }
+
+  // The lock dies with its holder, however it dies: the next coordinator starts at once.
+  coordinator_->Kill(SIGKILL);
+  ASSERT_TRUE(coordinator_->Wait(absl::Seconds(10)).ok());
+  StartCoordinator();
+  RunResult ls = Trainctl({"ls", "-o", "json"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_EQ(nlohmann::json::parse(ls.out)["jobs"].size(), 1u);
+}
+
 // A spec the coordinator accepts (the seed's job), for raw gRPC clients to break one field of.
 trainctl::v1::SubmitJobRequest ValidRequest(const std::string& request_id) {
   trainctl::v1::SubmitJobRequest request;
