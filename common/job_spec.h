@@ -35,7 +35,7 @@ enum class SpecFormat { kYaml, kJson };
 // Parses a spec document (YAML is a superset of the JSON we accept, but JSON errors read better
 // when parsed as JSON). `deepspeed` may be a path or an inline mapping; an inline mapping is stored
 // in deepspeed_config_json. A document that cannot be read as a whole (syntax, size, alias
-// expansion past kMaxSpecNodes) is INVALID_ARGUMENT naming `source`. Problems with single fields
+// expansion past kMaxYamlNodes) is INVALID_ARGUMENT naming `source`. Problems with single fields
 // (unknown names, wrong types) are INVALID_ARGUMENT listing every one, or, with `field_errors`,
 // appended there while the spec keeps every field that decoded, so that ValidateJobSpec can report
 // them together with its own findings.

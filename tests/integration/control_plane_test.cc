@@ -412,6 +412,11 @@ TEST_F(ControlPlaneTest, RawSubmitOfWhatNoSpecFileCanSayIsRefusedAndNothingIsSto
             absl::string_view::npos)
       << r.status();
 
+  // Not UTF-8: the request does not even parse as a JobSpec on the server (gRPC's own refusal).
+  trainctl::v1::SubmitJobRequest latin1 = ValidRequest("u");
+  (*latin1.mutable_spec()->mutable_labels())["owner"] = "caf\xe9";
+  EXPECT_FALSE(client.Submit(latin1).ok());
+
   RunResult ls = Trainctl({"ls", "-o", "json"});
   ASSERT_EQ(ls.exit_code, 0) << ls.err;
   EXPECT_EQ(nlohmann::json::parse(ls.out)["jobs"].size(), 0u) << ls.out;
