@@ -97,8 +97,9 @@ std::string Age(const google::protobuf::Timestamp& t) {
   return absl::StrCat(s / 86400, "d");
 }
 
+// A newer coordinator may send states this binary does not know: shown as "unknown(N)".
 std::string StateName(trainctl::v1::JobState state) {
-  return EnumShortName(trainctl::v1::JobState_descriptor()->FindValueByNumber(state));
+  return EnumNumberName(trainctl::v1::JobState_descriptor(), state);
 }
 
 std::string NewRequestId() {
@@ -107,8 +108,15 @@ std::string NewRequestId() {
   return absl::StrFormat("%016x%016x", gen(), gen());
 }
 
-// The job spec that submit and validate work on: FILE and/or the seed's flags.
-absl::StatusOr<FlagSpec> BuildSpec(const ParsedArgs& args) {
+// The job spec that submit and validate work on: FILE and/or the seed's flags, with every field
+// that could be read, and what could not (reported with the spec's other problems, at once).
+struct BuiltSpec {
+  JobSpec spec;
+  std::vector<std::string> warnings;
+  std::vector<std::string> errors;
+};
+
+absl::StatusOr<BuiltSpec> BuildSpec(const ParsedArgs& args) {
   std::vector<std::string> flag_args = args.passthrough;
   std::string file;
   for (const std::string& positional : args.positional) {
@@ -126,14 +134,15 @@ absl::StatusOr<FlagSpec> BuildSpec(const ParsedArgs& args) {
         "needs a spec FILE or the seed's flags (--kind sft --model_name_or_path ... ); see "
         "trainctl help");
   }
-  FlagSpec result;
+  BuiltSpec result;
   if (!file.empty()) {
-    auto spec = LoadJobSpecFile(file);
+    auto spec = LoadJobSpecFile(file, &result.errors);
     if (!spec.ok()) return spec.status();
     result.spec = std::move(*spec);
   }
   if (!flag_args.empty()) {
-    auto flags = JobSpecFromFlags(flag_args, std::filesystem::current_path().string());
+    auto flags =
+        JobSpecFromFlags(flag_args, std::filesystem::current_path().string(), &result.errors);
     if (!flags.ok()) return flags.status();
     result.spec.MergeFrom(flags->spec);  // flags override the file
     result.warnings = std::move(flags->warnings);
@@ -149,7 +158,7 @@ int Validate(Context& c) {
   auto built = BuildSpec(c.args);
   if (!built.ok()) return Fail(c.err, built.status());
   PrintWarnings(c.err, built->warnings);
-  auto validated = ValidateJobSpec(built->spec);
+  auto validated = ValidateJobSpec(built->spec, built->errors);
   if (!validated.ok()) return Fail(c.err, validated.status());
   PrintWarnings(c.err, validated->warnings);
   if (validated->resolved_deepspeed_config_json.empty()) {
@@ -165,6 +174,10 @@ int Submit(Context& c) {
   auto built = BuildSpec(c.args);
   if (!built.ok()) return Fail(c.err, built.status());
   PrintWarnings(c.err, built->warnings);
+  if (!built->errors.empty()) {
+    // Not worth a round trip: list what could not be read with what the coordinator would say.
+    return Fail(c.err, ValidateJobSpec(built->spec, built->errors).status());
+  }
   trainctl::v1::SubmitJobRequest request;
   *request.mutable_spec() = built->spec;
   request.set_request_id(NewRequestId());

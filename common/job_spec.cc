@@ -41,11 +41,19 @@ constexpr const char* kReservedEnv[] = {
     "RANK",        "LOCAL_RANK",  "WORLD_SIZE",           "LOCAL_WORLD_SIZE", "NODE_RANK",
     "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "TRAINCTL_EVENT_FD"};
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+// The file's bytes; INVALID_ARGUMENT naming the limit when it holds more than `max_bytes` (checked
+// before reading, so a huge file costs nothing).
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
   }
+  const std::streamoff size = in.tellg();
+  if (size > static_cast<std::streamoff>(max_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", size, " bytes, over the limit of ", max_bytes, " bytes"));
+  }
+  in.seekg(0);
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
@@ -181,6 +189,78 @@ bool IsEnvName(const std::string& name) {
   return true;
 }
 
+// Every string field of `msg` (nested messages included) but `exempt` within kMaxSpecStringBytes.
+void CheckStringSizes(const google::protobuf::Message& msg, const std::string& path,
+                      const google::protobuf::FieldDescriptor* exempt, Checker& c) {
+  using google::protobuf::FieldDescriptor;
+  const auto* r = msg.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(msg, &fields);
+  for (const FieldDescriptor* field : fields) {
+    if (field == exempt || field->is_map()) continue;  // maps: CheckMaps
+    const std::string field_path = absl::StrCat(path, ".", field->name());
+    const int count = field->is_repeated() ? r->FieldSize(msg, field) : 1;
+    for (int i = 0; i < count; ++i) {
+      const std::string item_path =
+          field->is_repeated() ? absl::StrCat(field_path, "[", i, "]") : field_path;
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        CheckStringSizes(
+            field->is_repeated() ? r->GetRepeatedMessage(msg, field, i) : r->GetMessage(msg, field),
+            item_path, exempt, c);
+      } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
+        const std::string value =
+            field->is_repeated() ? r->GetRepeatedString(msg, field, i) : r->GetString(msg, field);
+        if (value.size() > kMaxSpecStringBytes) {
+          c.Fail(item_path,
+                 absl::StrCat(value.size(), " bytes, over the limit of ", kMaxSpecStringBytes));
+        }
+      }
+    }
+  }
+}
+
+// Entry count, key and value sizes of one of the spec's string maps.
+void CheckMapSizes(const std::string& path,
+                   const google::protobuf::Map<std::string, std::string>& map, int max_entries,
+                   Checker& c) {
+  if (map.size() > static_cast<size_t>(max_entries)) {
+    c.Fail(path, absl::StrCat(map.size(), " entries, over the limit of ", max_entries));
+  }
+  for (const auto& [key, value] : map) {
+    const std::string shown = key.size() > 40 ? key.substr(0, 37) + "..." : key;
+    if (key.size() > kMaxMapKeyBytes) {
+      c.Fail(absl::StrCat(path, ".", shown),
+             absl::StrCat("key is ", key.size(), " bytes, over the limit of ", kMaxMapKeyBytes));
+    }
+    if (value.size() > kMaxSpecStringBytes) {
+      c.Fail(absl::StrCat(path, ".", shown),
+             absl::StrCat(value.size(), " bytes, over the limit of ", kMaxSpecStringBytes));
+    }
+  }
+}
+
+// The limits above: a spec that passes them has a bounded size in every list and message.
+void CheckSizes(const JobSpec& spec, Checker& c) {
+  if (spec.ByteSizeLong() > kMaxSpecBytes) {
+    c.Fail("spec", absl::StrCat(spec.ByteSizeLong(), " bytes serialized, over the limit of ",
+                                kMaxSpecBytes));
+  }
+  if (spec.deepspeed_config_json().size() > kMaxDeepSpeedConfigBytes) {
+    c.Fail("spec.deepspeed_config_json",
+           absl::StrCat(spec.deepspeed_config_json().size(), " bytes, over the limit of ",
+                        kMaxDeepSpeedConfigBytes));
+  }
+  CheckStringSizes(spec, "spec", JobSpec::descriptor()->FindFieldByName("deepspeed_config_json"),
+                   c);
+  CheckMapSizes("spec.env", spec.env(), kMaxEnvEntries, c);
+  CheckMapSizes("spec.labels", spec.labels(), kMaxLabelEntries, c);
+  CheckMapSizes("spec.node_selector", spec.node_selector(), kMaxLabelEntries, c);
+  if (spec.stages_size() > kMaxStages) {
+    c.Fail("spec.stages",
+           absl::StrCat(spec.stages_size(), " stages, over the limit of ", kMaxStages));
+  }
+}
+
 void CheckMaps(const JobSpec& spec, Checker& c) {
   for (const auto& [key, value] : spec.env()) {
     if (!IsEnvName(key)) {
@@ -265,14 +345,32 @@ void CheckStages(JobSpec& spec, int world, Checker& c) {
   }
 }
 
+// Every error at once: the decode errors, then the checks' errors on other paths (a field that did
+// not decode was left unset, so a check of it would only repeat the problem).
+absl::Status SpecErrors(const std::vector<std::string>& decode_errors,
+                        const std::vector<std::string>& errors) {
+  std::set<std::string> decoded;
+  for (const std::string& e : decode_errors) decoded.insert(e.substr(0, e.find(": ")));
+  std::vector<std::string> lines = decode_errors;
+  for (const std::string& e : errors) {
+    if (!decoded.count(e.substr(0, e.find(": ")))) lines.push_back(e);
+  }
+  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+}
+
 }  // namespace
 
 std::string JobKindName(JobKind kind) {
-  return EnumShortName(trainctl::v1::JobKind_descriptor()->FindValueByNumber(kind));
+  return EnumNumberName(trainctl::v1::JobKind_descriptor(), kind);
 }
 
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
-                                     absl::string_view source) {
+                                     absl::string_view source,
+                                     std::vector<std::string>* field_errors) {
+  if (text.size() > kMaxSpecDocumentBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": ", text.size(), " bytes, over the limit of ", kMaxSpecDocumentBytes, " bytes"));
+  }
   nlohmann::json doc;
   if (format == SpecFormat::kJson) {
     ASSIGN_OR_RETURN(doc, ParseJsonText(text, source));
@@ -292,16 +390,24 @@ absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
   JobSpec spec;
   std::vector<std::string> errors;
   DecodeJsonIntoMessage(doc, "spec", &spec, &errors);
-  if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
+  if (field_errors != nullptr) {
+    field_errors->insert(field_errors->end(), errors.begin(), errors.end());
+  } else if (!errors.empty()) {
+    return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
+  }
   return spec;
 }
 
-absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path,
+                                        std::vector<std::string>* field_errors) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path, kMaxSpecDocumentBytes));
   const SpecFormat format =
       absl::EndsWithIgnoreCase(path, ".json") ? SpecFormat::kJson : SpecFormat::kYaml;
-  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(text, format, path));
-  RETURN_IF_ERROR(EmbedDeepSpeedConfig(Dirname(path), &spec));
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(text, format, path, field_errors));
+  if (absl::Status s = EmbedDeepSpeedConfig(Dirname(path), &spec); !s.ok()) {
+    if (field_errors == nullptr || s.code() != absl::StatusCode::kInvalidArgument) return s;
+    field_errors->push_back(std::string(s.message()));
+  }
   return spec;
 }
 
@@ -310,7 +416,7 @@ absl::Status EmbedDeepSpeedConfig(absl::string_view base_dir, JobSpec* spec) {
   const std::string path = absl::StartsWith(spec->deepspeed(), "/")
                                ? spec->deepspeed()
                                : absl::StrCat(base_dir, "/", spec->deepspeed());
-  auto text = ReadFile(path);
+  auto text = ReadFile(path, kMaxDeepSpeedConfigBytes);
   if (!text.ok())
     return absl::InvalidArgumentError(absl::StrCat("spec.deepspeed: ", text.status().message()));
   // Syntax errors are reported here, where the file name still means something to the user.
@@ -351,7 +457,8 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   }
 }
 
-absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input) {
+absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
+                                                 const std::vector<std::string>& decode_errors) {
   ValidatedJobSpec out;
   out.spec = input;
   JobSpec& spec = out.spec;
@@ -359,6 +466,8 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input) {
 
   std::vector<std::string> errors;
   Checker c(&errors);
+  // A client built from other protos can send what no spec file can say (kind: 99).
+  CheckKnownFieldsAndValues(input, "spec", &errors);
   const bool pipeline = spec.kind() == trainctl::v1::JOB_KIND_PIPELINE;
   if (spec.kind() == trainctl::v1::JOB_KIND_UNSPECIFIED) {
     c.Fail("spec.kind", "required, one of distill|sft|grpo|eval|pipeline");
@@ -386,6 +495,7 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input) {
   if (!pipeline) CheckTraining("spec.training", spec.training(), spec.kind(), world, c);
   CheckStages(spec, world, c);
   CheckMaps(spec, c);
+  CheckSizes(input, c);
   if (!spec.deepspeed().empty() && spec.deepspeed_config_json().empty()) {
     c.Fail(
         "spec.deepspeed_config_json",
@@ -393,7 +503,7 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input) {
             "empty: the DeepSpeed file '", spec.deepspeed(),
             "' was not embedded (trainctl submit embeds it; API clients must send the document)"));
   }
-  if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
+  if (!errors.empty() || !decode_errors.empty()) return SpecErrors(decode_errors, errors);
 
   if (!spec.deepspeed_config_json().empty()) {
     auto doc = ParseDeepSpeedJson(spec.deepspeed_config_json(), spec.deepspeed().empty()

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "google/protobuf/util/json_util.h"
 #include "yaml-cpp/yaml.h"
 
@@ -262,17 +263,36 @@ bool IsValidUtf8(absl::string_view text) {
   return true;
 }
 
-json YamlNodeToJson(const YAML::Node& node, const std::string& source) {
+// What is left of a document's node budget, and how deep the current node is.
+struct YamlBudget {
+  size_t nodes_left = kMaxYamlNodes;
+  int depth = 0;
+};
+
+json YamlNodeToJson(const YAML::Node& node, YamlBudget& budget) {
+  if (budget.nodes_left == 0) {
+    throw YAML::ParserException(node.Mark(),
+                                absl::StrCat("the document has more than ", kMaxYamlNodes,
+                                             " nodes with its aliases expanded (the limit)"));
+  }
+  --budget.nodes_left;
+  if (budget.depth >= kMaxYamlDepth) {
+    throw YAML::ParserException(
+        node.Mark(), absl::StrCat("nested deeper than ", kMaxYamlDepth, " levels (the limit)"));
+  }
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
       return nullptr;
     case YAML::NodeType::Sequence: {
+      ++budget.depth;
       json out = json::array();
-      for (const auto& item : node) out.push_back(YamlNodeToJson(item, source));
+      for (const auto& item : node) out.push_back(YamlNodeToJson(item, budget));
+      --budget.depth;
       return out;
     }
     case YAML::NodeType::Map: {
+      ++budget.depth;
       json out = json::object();
       for (const auto& item : node) {
         const std::string key = item.first.as<std::string>();
@@ -280,8 +300,9 @@ json YamlNodeToJson(const YAML::Node& node, const std::string& source) {
         if (out.contains(key)) {
           throw YAML::ParserException(item.first.Mark(), "duplicate key '" + key + "'");
         }
-        out[key] = YamlNodeToJson(item.second, source);
+        out[key] = YamlNodeToJson(item.second, budget);
       }
+      --budget.depth;
       return out;
     }
     case YAML::NodeType::Scalar:
@@ -342,6 +363,65 @@ std::string EnumShortName(const google::protobuf::EnumValueDescriptor* value) {
   absl::string_view name = value->name();
   if (absl::StartsWith(name, prefix)) name.remove_prefix(prefix.size());
   return absl::AsciiStrToLower(name);
+}
+
+std::string EnumNumberName(const EnumDescriptor* type, int number) {
+  const auto* value = type->FindValueByNumber(number);
+  return value == nullptr ? absl::StrCat("unknown(", number, ")") : EnumShortName(value);
+}
+
+void CheckKnownFieldsAndValues(const Message& msg, absl::string_view path,
+                               std::vector<std::string>* errors) {
+  const Reflection* r = msg.GetReflection();
+  const google::protobuf::UnknownFieldSet& unknown = r->GetUnknownFields(msg);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    errors->push_back(absl::StrCat(path, ": unknown field number ", unknown.field(i).number(), " (",
+                                   msg.GetTypeName(), " has no such field)"));
+  }
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(msg, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const std::string field_path = JoinPath(path, field->name());
+    if (field->is_map()) {
+      const FieldDescriptor* key_field = field->message_type()->map_key();
+      for (int i = 0; i < r->FieldSize(msg, field); ++i) {
+        const Message& entry = r->GetRepeatedMessage(msg, field, i);
+        const std::string key = key_field->cpp_type() == FieldDescriptor::CPPTYPE_STRING
+                                    ? entry.GetReflection()->GetString(entry, key_field)
+                                    : absl::StrCat("[", i, "]");
+        const FieldDescriptor* value_field = field->message_type()->map_value();
+        const Reflection* er = entry.GetReflection();
+        if (value_field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+          CheckKnownFieldsAndValues(er->GetMessage(entry, value_field), JoinPath(field_path, key),
+                                    errors);
+        } else if (value_field->cpp_type() == FieldDescriptor::CPPTYPE_ENUM &&
+                   value_field->enum_type()->FindValueByNumber(
+                       er->GetEnumValue(entry, value_field)) == nullptr) {
+          errors->push_back(absl::StrCat(JoinPath(field_path, key), ": must be one of ",
+                                         EnumChoices(value_field->enum_type()), ", got ",
+                                         er->GetEnumValue(entry, value_field)));
+        }
+      }
+      continue;
+    }
+    const int count = field->is_repeated() ? r->FieldSize(msg, field) : 1;
+    for (int i = 0; i < count; ++i) {
+      const std::string item_path =
+          field->is_repeated() ? absl::StrCat(field_path, "[", i, "]") : field_path;
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        CheckKnownFieldsAndValues(
+            field->is_repeated() ? r->GetRepeatedMessage(msg, field, i) : r->GetMessage(msg, field),
+            item_path, errors);
+      } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_ENUM) {
+        const int number = field->is_repeated() ? r->GetRepeatedEnumValue(msg, field, i)
+                                                : r->GetEnumValue(msg, field);
+        if (field->enum_type()->FindValueByNumber(number) == nullptr) {
+          errors->push_back(absl::StrCat(item_path, ": must be one of ",
+                                         EnumChoices(field->enum_type()), ", got ", number));
+        }
+      }
+    }
+  }
 }
 
 void DecodeJsonIntoMessage(const json& value, absl::string_view path, Message* msg,
@@ -405,7 +485,8 @@ absl::Status SetFieldFromText(absl::string_view text, const FieldDescriptor* fie
 absl::StatusOr<json> YamlToJson(absl::string_view text, absl::string_view source) {
   try {
     const YAML::Node root = YAML::Load(std::string(text));
-    return YamlNodeToJson(root, std::string(source));
+    YamlBudget budget;
+    return YamlNodeToJson(root, budget);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ":",
                                                    e.mark.column + 1, ": invalid YAML: ", e.msg));

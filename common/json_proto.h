@@ -39,8 +39,25 @@ std::string ClosestName(absl::string_view name, const std::vector<std::string>& 
 // The short, lower-case user-facing name of an enum value: JOB_KIND_SFT -> "sft".
 std::string EnumShortName(const google::protobuf::EnumValueDescriptor* value);
 
+// The short name of value `number` of `type`, or "unknown(<number>)" when this binary's protos do
+// not know it (a message from a newer peer). Never fails.
+std::string EnumNumberName(const google::protobuf::EnumDescriptor* type, int number);
+
+// Appends "<path>.<field>: ..." to `errors` for every enum field of `msg` (nested messages, lists
+// and maps included) holding a value this binary does not know, and for every field number it does
+// not know: what a client built from other protos may send, and what DecodeJsonIntoMessage can
+// never produce. Paths are named as DecodeJsonIntoMessage names them.
+void CheckKnownFieldsAndValues(const google::protobuf::Message& msg, absl::string_view path,
+                               std::vector<std::string>* errors);
+
+// The most nodes YamlToJson builds, aliases expanded (a few hundred bytes of nested aliases, the
+// "billion laughs", would otherwise expand to gigabytes), and the deepest nesting it follows.
+inline constexpr size_t kMaxYamlNodes = 100000;
+inline constexpr int kMaxYamlDepth = 64;
+
 // Converts YAML text to JSON. Plain scalars become numbers, booleans or null when they read as such
-// (YAML 1.2 core schema); quoted scalars stay strings. Errors name `source`, line and column.
+// (YAML 1.2 core schema); quoted scalars stay strings. Errors name `source`, line and column; a
+// document past kMaxYamlNodes or kMaxYamlDepth is an error naming the limit.
 absl::StatusOr<nlohmann::json> YamlToJson(absl::string_view text, absl::string_view source);
 
 // Parses JSON text; errors name `source` and the byte offset.

@@ -84,7 +84,8 @@ bool IsSeedFlag(const std::string& name) {
 }
 
 absl::StatusOr<FlagSpec> JobSpecFromFlags(const std::vector<std::string>& args,
-                                          const std::string& base_dir) {
+                                          const std::string& base_dir,
+                                          std::vector<std::string>* flag_errors) {
   FlagSpec out;
   std::vector<std::string> errors;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -136,8 +137,11 @@ absl::StatusOr<FlagSpec> JobSpecFromFlags(const std::vector<std::string>& args,
       errors.push_back(absl::StrCat("--", name, ": ", s.message()));
     }
   }
-  if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
-  RETURN_IF_ERROR(EmbedDeepSpeedConfig(base_dir, &out.spec));
+  absl::Status embedded = EmbedDeepSpeedConfig(base_dir, &out.spec);
+  if (!embedded.ok()) errors.push_back(std::string(embedded.message()));
+  if (errors.empty()) return out;
+  if (flag_errors == nullptr) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
+  flag_errors->insert(flag_errors->end(), errors.begin(), errors.end());
   return out;
 }
 

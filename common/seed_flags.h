@@ -27,9 +27,12 @@ struct FlagSpec {
 
 // Parses `args` (without the program and verb). A relative --deepspeed path is read relative to
 // `base_dir` and embedded. INVALID_ARGUMENT names the flag: "--learning_rate: must be a number, got
-// 'fast'", "--lerning_rate: unknown flag (did you mean --learning_rate?)".
+// 'fast'", "--lerning_rate: unknown flag (did you mean --learning_rate?)". With `flag_errors`,
+// those problems are appended there instead and the spec keeps every flag that parsed (for
+// ValidateJobSpec to report them with its own).
 absl::StatusOr<FlagSpec> JobSpecFromFlags(const std::vector<std::string>& args,
-                                          const std::string& base_dir);
+                                          const std::string& base_dir,
+                                          std::vector<std::string>* flag_errors = nullptr);
 
 // True when `name` (without dashes) is a flag JobSpecFromFlags understands.
 bool IsSeedFlag(const std::string& name);

@@ -281,20 +281,27 @@ void Cluster::HandleMessage(int64_t session, const v1::WorkerMessage& message) {
   if (message.seq() > 0 && message.seq() <= node->applied_seq) {
     // Sent again after a reconnect; already applied.
   } else {
+    absl::Status stored;
     if (message.has_task_status()) {
-      HandleTaskStatus(*node, message.task_status());
+      stored = HandleTaskStatus(*node, message.task_status());
     } else if (message.has_logs()) {
       std::vector<LogLine> lines(message.logs().lines().begin(), message.logs().lines().end());
-      if (absl::Status s = jobs_->AppendLogs(std::move(lines)); !s.ok()) {
-        TRAINCTL_LOG(WARNING) << "logs from " << node->name << " dropped: " << s.message();
+      stored = jobs_->AppendLogs(std::move(lines));
+      if (!stored.ok() && !IsTransientStoreError(stored)) {
+        TRAINCTL_LOG(WARNING) << "logs from " << node->name << " dropped: " << stored.message();
+        stored = absl::OkStatus();
       }
     } else if (message.has_event()) {
-      HandleTrainerEvent(message.event());
+      stored = HandleTrainerEvent(message.event());
     } else if (message.has_warning()) {
       HandleWarning(*node, message.warning());
     }
     node = NodeForSession(session);  // handlers may not invalidate it, but stay safe
     if (node == nullptr) return;
+    if (!stored.ok()) {
+      RetryLater(*node, session, message, stored);
+      return;
+    }
     if (message.seq() > 0) node->applied_seq = message.seq();
   }
   if (message.seq() > 0 && node->channel != nullptr) {
@@ -376,6 +383,24 @@ absl::Status Cluster::MayRegister(int64_t session, const v1::RegisterWorker& reg
       "node ", node.name, " was taken over by another worker process (", reg.advertise_addr(),
       ") after this session sent nothing for ", absl::FormatDuration(silent))));
   return absl::OkStatus();
+}
+
+void Cluster::RetryLater(Node& node, int64_t session, const v1::WorkerMessage& message,
+                         const absl::Status& why) {
+  const char* what = message.has_task_status() ? "task status"
+                     : message.has_logs()      ? "log batch"
+                                               : "trainer event";
+  TRAINCTL_LOG(WARNING) << "worker " << node.name << ": " << what << " seq " << message.seq()
+                        << " not stored, so not acknowledged (" << why.message()
+                        << "); the worker sends it again when it reconnects";
+  if (node.channel != nullptr) {
+    node.channel->Close(absl::UnavailableError(
+        absl::StrCat("the coordinator could not store message ", message.seq(), " (", why.message(),
+                     "); send it again")));
+  }
+  sessions_.erase(session);
+  node.session = 0;
+  node.channel = nullptr;
 }
 
 void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
@@ -511,7 +536,7 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   schedule_needed_ = true;
 }
 
-void Cluster::HandleTaskStatus(Node& node, const v1::TaskStatus& status) {
+absl::Status Cluster::HandleTaskStatus(Node& node, const v1::TaskStatus& status) {
   Task* task = FindTask(status.task_id());
   if (TaskEnded(status.state()) && node.draining.erase(status.task_id()) > 0) {
     schedule_needed_ = true;  // its slots are free now
@@ -523,21 +548,22 @@ void Cluster::HandleTaskStatus(Node& node, const v1::TaskStatus& status) {
       stale.node = node.name;
       SendCancel(stale, "the coordinator no longer runs this task");
     }
-    return;
+    return absl::OkStatus();
   }
-  if (TaskEnded(task->state)) return;
+  // Ended already: a status sent again because the job's end could not be stored then.
+  if (TaskEnded(task->state)) return FinishRun(task->job_id);
   Run& run = runs_.at(task->job_id);
   const std::string job_id = task->job_id;
   switch (status.state()) {
     case v1::TASK_STATE_STARTING:
-      return;
+      return absl::OkStatus();
     case v1::TASK_STATE_RUNNING: {
       task->state = v1::TASK_STATE_RUNNING;
       if (task->node_rank == 0 && run.master_port == 0) {
         run.master_port = status.master_port();
         if (run.master_port <= 0) {
           FailRun(run, absl::StrCat("worker on ", node.name, " reported no rendezvous port"));
-          return;
+          return absl::OkStatus();
         }
         if (!run.failing && !run.cancel_requested) {
           for (const std::string& id : run.task_ids) {
@@ -561,11 +587,13 @@ void Cluster::HandleTaskStatus(Node& node, const v1::TaskStatus& status) {
                          " ranks running"));
         if (job.ok()) {
           run.job = *job;
+        } else if (IsTransientStoreError(job.status())) {
+          return job.status();  // the status comes again; all_running is computed anew then
         } else {
           TRAINCTL_LOG(WARNING) << job_id << ": " << job.status().message();
         }
       }
-      return;
+      return absl::OkStatus();
     }
     case v1::TASK_STATE_SUCCEEDED:
       EndTask(*task, v1::TASK_STATE_SUCCEEDED);
@@ -583,15 +611,21 @@ void Cluster::HandleTaskStatus(Node& node, const v1::TaskStatus& status) {
       FailRun(run, DescribeFailure(node.name, status));
       break;
   }
-  MaybeFinish(job_id);
+  return FinishRun(job_id);
 }
 
-void Cluster::HandleTrainerEvent(const v1::TrainerEvent& event) {
+absl::Status Cluster::FinishRun(std::string job_id) {
+  MaybeFinish(job_id);
+  auto run = runs_.find(job_id);
+  return run == runs_.end() ? absl::OkStatus() : run->second.finish_error;
+}
+
+absl::Status Cluster::HandleTrainerEvent(const v1::TrainerEvent& event) {
   nlohmann::json j = nlohmann::json::parse(event.json(), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
     TRAINCTL_LOG(WARNING) << event.job_id() << " rank " << event.rank()
                           << ": unreadable trainer event dropped: " << event.json().substr(0, 200);
-    return;
+    return absl::OkStatus();
   }
   const std::string type = j["type"];
   absl::Status s;
@@ -610,9 +644,11 @@ void Cluster::HandleTrainerEvent(const v1::TrainerEvent& event) {
     checkpoint.set_path(j.value("path", std::string()));
     s = jobs_->RecordCheckpoint(event.job_id(), checkpoint).status();
   }
+  if (IsTransientStoreError(s)) return s;
   if (!s.ok()) {
     TRAINCTL_LOG(WARNING) << event.job_id() << ": " << type << " event dropped: " << s.message();
   }
+  return absl::OkStatus();
 }
 
 void Cluster::HandleJobChanged(const std::string& job_id) {
@@ -672,6 +708,16 @@ void Cluster::Tick() {
     }
   }
   for (const std::string& id : expired) EndRecovery(id, "");
+  // Job ends and placements the store could not take: try them again.
+  std::vector<std::string> unfinished;
+  for (const auto& [id, run] : runs_) {
+    if (!run.finish_error.ok()) unfinished.push_back(id);
+  }
+  for (const std::string& id : unfinished) MaybeFinish(id);
+  if (place_retry_) {
+    place_retry_ = false;
+    schedule_needed_ = true;
+  }
 }
 
 void Cluster::EndRecovery(const std::string& job_id, const std::string& reason) {
@@ -760,9 +806,14 @@ void Cluster::SchedulePass() {
 }
 
 void Cluster::Place(const std::string& job_id, const std::vector<std::string>& nodes) {
+  auto job = jobs_->Place(job_id, nodes, absl::StrCat("placed on ", absl::StrJoin(nodes, ",")));
+  if (!job.ok() && IsTransientStoreError(job.status())) {
+    TRAINCTL_LOG(WARNING) << job_id << " not placed yet: " << job.status().message();
+    place_retry_ = true;  // it stays waiting
+    return;
+  }
   waiting_.erase(job_id);
   told_never_fits_.erase(job_id);
-  auto job = jobs_->Place(job_id, nodes, absl::StrCat("placed on ", absl::StrJoin(nodes, ",")));
   if (!job.ok()) {
     TRAINCTL_LOG(INFO) << job_id << " not placed: " << job.status().message();
     return;
@@ -897,6 +948,14 @@ void Cluster::MaybeFinish(std::string job_id) {
                                 : run.failure);
   } else {
     job = jobs_->Transition(job_id, v1::JOB_STATE_SUCCEEDED, "every rank exited 0");
+  }
+  if (!job.ok() && IsTransientStoreError(job.status())) {
+    if (run.finish_error.ok()) {
+      TRAINCTL_LOG(WARNING) << job_id
+                            << ": its end is not stored yet, retrying: " << job.status().message();
+    }
+    run.finish_error = job.status();
+    return;
   }
   for (const std::string& id : run.task_ids) tasks_.erase(id);
   runs_.erase(run_it);

@@ -12,6 +12,10 @@
 //   from its last complete checkpoint) while spec.max_restarts allows, else it fails with the
 //   reason.
 // - A node that sends nothing for `lease_timeout` is lost: its tasks count as failed.
+// - A worker message whose effects cannot be stored (a full disk) is not acknowledged: the session
+//   is closed, and the worker sends it again, with everything after it, when it reconnects. A job
+//   end that cannot be stored is retried every tick. So nothing reported is lost, and a job ends
+//   as its ranks did once the store takes writes again.
 // - A worker that reconnects reports the tasks it still holds; they are adopted, not failed. A
 //   restarted coordinator reloads placed jobs from the store and waits `recovery_grace` for their
 //   workers to report them before counting the missing tasks as failed.
@@ -143,6 +147,7 @@ class Cluster {
     std::string failure;
     bool cancel_requested = false;
     absl::Time recover_until = absl::InfinitePast();  // > now: waiting for workers to report
+    absl::Status finish_error;  // not OK: every task ended, but storing the job's end failed
   };
 
   void Post(std::function<void()> work);
@@ -151,8 +156,14 @@ class Cluster {
   // Loop-thread handlers.
   void HandleMessage(int64_t session, const trainctl::v1::WorkerMessage& message);
   void HandleRegister(int64_t session, const trainctl::v1::RegisterWorker& reg);
-  void HandleTaskStatus(Node& node, const trainctl::v1::TaskStatus& status);
-  void HandleTrainerEvent(const trainctl::v1::TrainerEvent& event);
+  // These two return a transient store error (IsTransientStoreError) when the message's effects
+  // could not be stored: the message must not be acknowledged. Other problems are logged.
+  absl::Status HandleTaskStatus(Node& node, const trainctl::v1::TaskStatus& status);
+  absl::Status HandleTrainerEvent(const trainctl::v1::TrainerEvent& event);
+  // Leaves the message unacknowledged and closes the node's session: its worker reconnects and
+  // sends it again.
+  void RetryLater(Node& node, int64_t session, const trainctl::v1::WorkerMessage& message,
+                  const absl::Status& why);
   void HandleWarning(Node& node, const trainctl::v1::WorkerWarning& warning);
   // A sequenced message that failed its checks: Reject, then Ack, so the worker moves on. A bad
   // status of one of the node's live tasks fails that task (its real end is unknowable).
@@ -174,8 +185,11 @@ class Cluster {
   // Asks the workers to stop the run's live tasks; tasks never launched end at once.
   void StopTasks(Run& run, const std::string& reason);
   void EndTask(Task& task, trainctl::v1::TaskState state);
-  // Ends the run when every task has ended.
+  // Ends the run when every task has ended. When the store cannot take the end the run stays, with
+  // finish_error set, and Tick tries again.
   void MaybeFinish(std::string job_id);  // by value: it erases the run that may own the id
+  // MaybeFinish, then the run's finish_error (OK once the run has ended or while tasks run).
+  absl::Status FinishRun(std::string job_id);  // by value, as MaybeFinish
   void LoseNode(Node& node, const std::string& reason);
   // A recovering run stops waiting for its workers: node ranks nobody reported count as failed
   // (with `reason`, or a default naming them), then the run ends as its tasks allow.
@@ -204,6 +218,7 @@ class Cluster {
   std::map<std::string, SchedJob> waiting_;
   std::set<std::string> told_never_fits_;  // waiting jobs whose message says why they cannot start
   bool schedule_needed_ = false;
+  bool place_retry_ = false;  // a placement failed on a transient store error
 };
 
 }  // namespace trainctl

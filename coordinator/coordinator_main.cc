@@ -21,6 +21,7 @@
 #include "common/logging.h"
 #include "common/thread_pool.h"
 #include "coordinator/cluster.h"
+#include "coordinator/db_lock.h"
 #include "coordinator/in_memory_job_store.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_notifier.h"
@@ -47,6 +48,17 @@ ABSL_FLAG(std::string, ready_file, "",
 namespace trainctl {
 namespace {
 
+absl::Status CreateParentDirectory(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", parent.string(), ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<JobStore>> OpenStore(const std::string& path,
                                                     const std::string& sync) {
   if (path == ":memory:") return std::unique_ptr<JobStore>(new InMemoryJobStore());
@@ -54,12 +66,6 @@ absl::StatusOr<std::unique_ptr<JobStore>> OpenStore(const std::string& path,
     return absl::InvalidArgumentError(
         absl::StrCat("--db_sync must be full or normal, got '", sync, "'"));
   }
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  if (ec)
-    return absl::UnavailableError(
-        absl::StrCat("cannot create ", parent.string(), ": ", ec.message()));
   SqliteJobStore::Options options;
   options.path = path;
   options.synchronous_full = sync == "full";
@@ -83,6 +89,20 @@ int Run() {
   }
 
   const std::string db_path = absl::GetFlag(FLAGS_db);
+  // One coordinator per database: a second would schedule the same jobs from its own view.
+  std::unique_ptr<DbLock> db_lock;
+  if (db_path != ":memory:") {
+    if (absl::Status s = CreateParentDirectory(db_path); !s.ok()) {
+      TRAINCTL_LOG(ERROR) << "store: " << s.message();
+      return 1;
+    }
+    auto lock = DbLock::Acquire(db_path);
+    if (!lock.ok()) {
+      TRAINCTL_LOG(ERROR) << lock.status().message();
+      return 1;
+    }
+    db_lock = std::move(*lock);
+  }
   auto store = OpenStore(db_path, absl::GetFlag(FLAGS_db_sync));
   if (!store.ok()) {
     TRAINCTL_LOG(ERROR) << "store: " << store.status().message();
@@ -110,6 +130,8 @@ int Run() {
   grpc::ServerBuilder builder;
   const std::string listen = absl::GetFlag(FLAGS_listen);
   int port = 0;
+  // Without SO_REUSEPORT a port another process serves on is an error here, not a silent share.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&job_service);
   builder.RegisterService(&worker_service);
@@ -120,6 +142,9 @@ int Run() {
   }
   const std::string bound = BoundAddress(listen, port);
   TRAINCTL_LOG(INFO) << "trainctl-coordinator serving on " << bound << ", db " << db_path;
+  if (db_lock != nullptr) {
+    if (absl::Status s = db_lock->SetAddress(bound); !s.ok()) TRAINCTL_LOG(WARNING) << s.message();
+  }
   if (const std::string ready = absl::GetFlag(FLAGS_ready_file); !ready.empty()) {
     const std::string tmp = ready + ".tmp";
     std::ofstream(tmp) << bound << "\n";

@@ -77,7 +77,17 @@ absl::StatusOr<JobPage> JobManager::List(const JobFilter& filter) {
     return absl::InvalidArgumentError(
         absl::StrCat("page_size must be in [1, 1000], got ", filter.page_size));
   }
-  return store_->ListJobs(filter);
+  ASSIGN_OR_RETURN(JobPage page, store_->ListJobs(filter));
+  size_t bytes = 0;
+  for (size_t i = 0; i < page.jobs.size(); ++i) {
+    bytes += page.jobs[i].ByteSizeLong();
+    if (i > 0 && bytes > kMaxJobPageBytes) {
+      page.jobs.resize(i);
+      page.next_before_id = ParseJobId(page.jobs.back().id()).value_or(0);
+      break;
+    }
+  }
+  return page;
 }
 
 absl::StatusOr<Job> JobManager::Update(absl::string_view id, const JobMutation& mutate) {

@@ -35,6 +35,11 @@ class JobManager {
                                       const std::string& request_id);
 
   absl::StatusOr<Job> Get(absl::string_view id);
+
+  // A page of jobs, newest first: at most filter.page_size (1..1000, else INVALID_ARGUMENT) and,
+  // past the first job, at most kMaxJobPageBytes of them serialized, so any page fits in a
+  // response; next_before_id continues after the last one.
+  static constexpr size_t kMaxJobPageBytes = 2 << 20;
   absl::StatusOr<JobPage> List(const JobFilter& filter);
 
   // Cancels a job that has not been placed at once; a placed one is marked cancel_requested and

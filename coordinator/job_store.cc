@@ -7,6 +7,11 @@
 
 namespace trainctl {
 
+bool IsTransientStoreError(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted ||
+         status.code() == absl::StatusCode::kUnavailable;
+}
+
 std::string FormatJobId(int64_t n) { return absl::StrCat("job-", n); }
 
 absl::StatusOr<int64_t> ParseJobId(absl::string_view id) {

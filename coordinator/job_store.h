@@ -23,6 +23,11 @@ using trainctl::v1::Job;
 using trainctl::v1::JobEvent;
 using trainctl::v1::LogLine;
 
+// Whether a store error is the store's passing condition (RESOURCE_EXHAUSTED: its disk is full;
+// UNAVAILABLE: I/O error, busy) rather than a problem with the request: the same write may succeed
+// later, so whatever it records must be kept and written again, never dropped.
+bool IsTransientStoreError(const absl::Status& status);
+
 // Job ids are "job-<n>", n > 0 assigned by the store in creation order.
 std::string FormatJobId(int64_t n);
 // Accepts "job-42" and "42". INVALID_ARGUMENT otherwise.

@@ -203,6 +203,20 @@ absl::Status SqliteJobStore::Write(const Work& work) {
 }
 
 void SqliteJobStore::CommitGroup(const std::vector<Writer*>& group) {
+  CommitOnce(group);
+  std::vector<Writer*> full;
+  for (Writer* w : group) {
+    if (w->status.code() == absl::StatusCode::kResourceExhausted) full.push_back(w);
+  }
+  if (full.empty()) return;
+  // The disk is full, and much of it may be our own WAL (it grows to ~4 MB between checkpoints):
+  // move its pages into the database, truncate it, and try once more.
+  (void)writer_db_->Exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  for (Writer* w : full) w->status = absl::OkStatus();
+  CommitOnce(full);
+}
+
+void SqliteJobStore::CommitOnce(const std::vector<Writer*>& group) {
   Db& db = *writer_db_;
   if (absl::Status begin = db.ExecCached("BEGIN IMMEDIATE"); !begin.ok()) {
     for (Writer* w : group) w->status = begin;

@@ -1,5 +1,8 @@
 // SqliteJobStore: the JobStore on one SQLite file in WAL mode.
 //
+// A full disk is RESOURCE_EXHAUSTED (UNAVAILABLE for other I/O errors); nothing of the failed write
+// is kept, and the caller may try again later.
+//
 // Durability: every write is committed (synchronous=FULL by default: survives power loss, not only
 // a crash of the process) before the call returns. Concurrent writers are group-committed: the
 // first writer in the queue runs every queued writer's work in one transaction (one fsync), each
@@ -67,7 +70,10 @@ class SqliteJobStore final : public JobStore {
 
   // Runs `work` inside a committed transaction, batched with concurrent writers.
   absl::Status Write(const Work& work);
+  // Commits the group; writers that failed on a full disk are tried once more after a checkpoint
+  // that truncates the WAL.
   void CommitGroup(const std::vector<Writer*>& group);
+  void CommitOnce(const std::vector<Writer*>& group);
 
   absl::Mutex queue_mu_;
   absl::CondVar queue_cv_;

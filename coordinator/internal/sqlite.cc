@@ -26,10 +26,12 @@ Db::~Db() {
 absl::Status Db::Error(int rc, absl::string_view what) const {
   const std::string message = absl::StrCat(path_, ": ", what, ": ", sqlite3_errmsg(db_));
   switch (rc & 0xff) {
+    case SQLITE_FULL:
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the coordinator's storage is full (", message, "); nothing was stored"));
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
     case SQLITE_IOERR:
-    case SQLITE_FULL:
     case SQLITE_CANTOPEN:
       return absl::UnavailableError(message);
     case SQLITE_CONSTRAINT:

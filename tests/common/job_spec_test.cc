@@ -31,6 +31,7 @@ using ::testing::Each;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::IsSupersetOf;
 using ::testing::Not;
 using ::testing::SizeIs;
 using ::testing::StartsWith;
@@ -1087,6 +1088,72 @@ TEST(JobKindNameTest, ShortLowerCaseNames) {
   EXPECT_EQ(JobKindName(trainctl::v1::JOB_KIND_GRPO), "grpo");
   EXPECT_EQ(JobKindName(trainctl::v1::JOB_KIND_EVAL), "eval");
   EXPECT_EQ(JobKindName(trainctl::v1::JOB_KIND_PIPELINE), "pipeline");
+}
+
+TEST(ValidateJobSpecTest, FieldErrorsComeFirstWithTheChecksOfEveryOtherField) {
+  std::vector<std::string> field_errors;
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec(std::string(kMinimalSpec) +
+                       "training: {lerning_rate: 1, adam_beta1: 2}\nname: [x]\n"
+                       "resources: {nodes: 0}\n",
+                   SpecFormat::kYaml, "job.yaml", &field_errors);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(field_errors, UnorderedElementsAre(HasSubstr("spec.training.lerning_rate: unknown"),
+                                                 "spec.name: must be a string, got a list"));
+  EXPECT_THAT(
+      ErrorLines(ValidateJobSpec(*spec, field_errors).status()),
+      ElementsAre(field_errors[0], field_errors[1], "spec.resources.nodes: must be >= 1, got 0",
+                  "spec.training.adam_beta1: must be in [0, 1), got 2"));
+  // A check of a field that did not decode would only repeat it.
+  JobSpec empty_dir = *spec;
+  empty_dir.clear_output_dir();
+  EXPECT_THAT(
+      ErrorLines(ValidateJobSpec(empty_dir, {"spec.output_dir: must be a string"}).status()),
+      Not(Contains("spec.output_dir: required")));
+}
+
+TEST(ValidateJobSpecTest, EnumValuesAndFieldNumbersThisBuildDoesNotKnowAreErrors) {
+  absl::StatusOr<JobSpec> spec = ParseYaml(kMinimalSpec);
+  ASSERT_TRUE(spec.ok());
+  spec->set_kind(static_cast<JobKind>(42));
+  spec->GetReflection()->MutableUnknownFields(&*spec)->AddVarint(99, 1);
+  EXPECT_THAT(
+      ErrorLines(ValidateJobSpec(*spec).status()),
+      IsSupersetOf({"spec.kind: must be one of distill|sft|grpo|eval|pipeline, got 42",
+                    "spec: unknown field number 99 (trainctl.v1.JobSpec has no such field)"}));
+  EXPECT_EQ(JobKindName(static_cast<JobKind>(42)), "unknown(42)");
+}
+
+TEST(ParseJobSpecTest, AliasExpansionAndNestingAreBounded) {
+  std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char level = 'b'; level <= 'g'; ++level) {  // 10^6 nodes once expanded
+    absl::StrAppend(&bomb, std::string(1, level), ": &", std::string(1, level), " [");
+    for (int i = 0; i < 10; ++i)
+      absl::StrAppend(&bomb, i ? "," : "", "*", std::string(1, level - 1));
+    absl::StrAppend(&bomb, "]\n");
+  }
+  EXPECT_THAT(ErrorLines(ParseYaml(bomb).status()),
+              ElementsAre(AllOf(StartsWith("job.yaml:"),
+                                HasSubstr("more than 100000 nodes with its aliases expanded"))));
+  EXPECT_THAT(
+      ErrorLines(ParseYaml("kind: " + std::string(65, '[') + std::string(65, ']')).status()),
+      ElementsAre(HasSubstr("nested deeper than 64 levels (the limit)")));
+  EXPECT_THAT(ErrorLines(ParseJobSpec(std::string(kMaxSpecDocumentBytes + 1, '#'),
+                                      SpecFormat::kYaml, "big.yaml")
+                             .status()),
+              ElementsAre("big.yaml: 1048577 bytes, over the limit of 1048576 bytes"));
+}
+
+TEST(ValidateJobSpecTest, SizesOverTheLimitsAreErrorsNamingTheLimit) {
+  absl::StatusOr<JobSpec> spec = ParseYaml(kMinimalSpec);
+  ASSERT_TRUE(spec.ok());
+  spec->set_data_path(std::string(5000, 'd'));
+  for (int i = 0; i < 65; ++i) (*spec->mutable_labels())[absl::StrCat("k", i)] = "v";
+  for (int i = 0; i < 17; ++i) spec->add_stages();
+  EXPECT_THAT(ErrorLines(ValidateJobSpec(*spec).status()),
+              IsSupersetOf({"spec.data_path: 5000 bytes, over the limit of 4096",
+                            "spec.labels: 65 entries, over the limit of 64",
+                            "spec.stages: 17 stages, over the limit of 16"}));
 }
 
 }  // namespace

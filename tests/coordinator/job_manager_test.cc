@@ -2,8 +2,10 @@
 
 #include <atomic>
 #include <fstream>
+#include <set>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/in_memory_job_store.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -71,6 +73,34 @@ TEST_F(JobManagerTest, InvalidSpecIsRejectedWithEveryErrorAndNothingStored) {
             std::string::npos);
   EXPECT_NE(r.status().message().find("spec.output_dir: required"), std::string::npos);
   EXPECT_TRUE(store_.ListJobs({})->jobs.empty());
+}
+
+TEST_F(JobManagerTest, ListPagesAreBoundedInBytesAndContinueWhereTheyStop) {
+  // 30 jobs of ~250 KB: 7 MB in all, more than fits in one response.
+  for (int i = 0; i < 30; ++i) {
+    JobSpec spec = SeedJobSpec();
+    for (int l = 0; l < 60; ++l)
+      (*spec.mutable_labels())[absl::StrCat("l", l)] = std::string(4000, 'x');
+    Submit(spec);
+  }
+  JobFilter filter;
+  filter.page_size = 1000;
+  std::set<std::string> seen;
+  int pages = 0;
+  do {
+    auto page = jobs_.List(filter);
+    ASSERT_TRUE(page.ok()) << page.status();
+    size_t bytes = 0;
+    for (const Job& job : page->jobs) {
+      bytes += job.ByteSizeLong();
+      EXPECT_TRUE(seen.insert(job.id()).second) << job.id() << " listed twice";
+    }
+    EXPECT_LE(bytes, JobManager::kMaxJobPageBytes);
+    filter.before_id = page->next_before_id;
+    ++pages;
+  } while (filter.before_id > 0);
+  EXPECT_EQ(seen.size(), 30u);
+  EXPECT_GE(pages, 4);
 }
 
 TEST_F(JobManagerTest, RetriedSubmitReturnsTheFirstJob) {

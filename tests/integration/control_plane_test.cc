@@ -14,9 +14,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/job_client.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/grpc_probe.h"
@@ -326,6 +328,305 @@ TEST_F(ControlPlaneTest, KillNineDuringConcurrentSubmitsLosesNoAcknowledgedJob) 
   auto all = client.List(list);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->jobs_size(), kSubmits);
+}
+
+TEST_F(ControlPlaneTest, ASecondCoordinatorOnTheSameAddressOrDatabaseIsRefused) {
+  StartCoordinator();
+  ASSERT_EQ(Trainctl({"submit", WriteSpec()}).exit_code, 0);
+  // Both would serve forever if they started: the deadline ends them, and the test fails.
+  const std::vector<std::string> same_db = {TRAINCTL_COORDINATOR_BIN, "--listen", "127.0.0.1:0",
+                                            "--db", db_};
+  RunResult second = testing::Run(same_db, {}, absl::Seconds(10));
+  EXPECT_EQ(second.exit_code, 1) << second.err;
+  EXPECT_NE(second.err.find(absl::StrCat("database ", db_,
+                                         " is in use by another trainctl-coordinator (pid ",
+                                         coordinator_->pid(), " on ")),
+            std::string::npos)
+      << second.err;
+  EXPECT_NE(second.err.find("serving " + address_), std::string::npos) << second.err;
+
+  RunResult same_port = testing::Run(
+      {TRAINCTL_COORDINATOR_BIN, "--listen", address_, "--db", dir_.path() + "/other.db"}, {},
+      absl::Seconds(10));
+  EXPECT_EQ(same_port.exit_code, 1) << same_port.err;
+  EXPECT_NE(same_port.err.find("cannot listen on " + address_), std::string::npos) << same_port.err;
+
+  // Only the first one answers, every time.
+  for (int i = 0; i < 5; ++i) {
+    RunResult ls = Trainctl({"ls", "-o", "json"});
+    ASSERT_EQ(ls.exit_code, 0) << ls.err;
+    EXPECT_EQ(nlohmann::json::parse(ls.out)["jobs"].size(), 1u);
+  }
+
+  // The lock dies with its holder, however it dies: the next coordinator starts at once.
+  coordinator_->Kill(SIGKILL);
+  ASSERT_TRUE(coordinator_->Wait(absl::Seconds(10)).ok());
+  StartCoordinator();
+  RunResult ls = Trainctl({"ls", "-o", "json"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_EQ(nlohmann::json::parse(ls.out)["jobs"].size(), 1u);
+}
+
+// A spec the coordinator accepts (the seed's job), for raw gRPC clients to break one field of.
+trainctl::v1::SubmitJobRequest ValidRequest(const std::string& request_id) {
+  trainctl::v1::SubmitJobRequest request;
+  auto* spec = request.mutable_spec();
+  spec->set_kind(trainctl::v1::JOB_KIND_SFT);
+  spec->set_model_name_or_path("Qwen/Qwen2-VL-7B-Instruct");
+  spec->set_data_path("/data/d");
+  spec->set_output_dir("/out/o");
+  request.set_request_id(request_id);
+  return request;
+}
+
+TEST_F(ControlPlaneTest, RawSubmitOfWhatNoSpecFileCanSayIsRefusedAndNothingIsStored) {
+  StartCoordinator();
+  cli::JobClient client(address_);
+  trainctl::v1::SubmitJobRequest unknown_kind = ValidRequest("k");
+  unknown_kind.mutable_spec()->set_kind(static_cast<trainctl::v1::JobKind>(99));
+  auto r = client.Submit(unknown_kind);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_EQ(r.status().message(),
+            "spec.kind: must be one of distill|sft|grpo|eval|pipeline, got 99");
+
+  trainctl::v1::SubmitJobRequest stage_kind = ValidRequest("s");
+  stage_kind.mutable_spec()->set_kind(trainctl::v1::JOB_KIND_PIPELINE);
+  stage_kind.mutable_spec()->add_stages()->set_kind(trainctl::v1::JOB_KIND_SFT);
+  stage_kind.mutable_spec()->add_stages()->set_kind(static_cast<trainctl::v1::JobKind>(7));
+  r = client.Submit(stage_kind);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find(
+                "spec.stages[1].kind: must be one of distill|sft|grpo|eval|pipeline, got 7"),
+            absl::string_view::npos)
+      << r.status();
+
+  trainctl::v1::SubmitJobRequest unknown_field = ValidRequest("f");
+  unknown_field.mutable_spec()
+      ->mutable_training()
+      ->GetReflection()
+      ->MutableUnknownFields(unknown_field.mutable_spec()->mutable_training())
+      ->AddVarint(777, 1);
+  r = client.Submit(unknown_field);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("spec.training: unknown field number 777"),
+            absl::string_view::npos)
+      << r.status();
+
+  // Not UTF-8: the request does not even parse as a JobSpec on the server (gRPC's own refusal).
+  trainctl::v1::SubmitJobRequest latin1 = ValidRequest("u");
+  (*latin1.mutable_spec()->mutable_labels())["owner"] = "caf\xe9";
+  EXPECT_FALSE(client.Submit(latin1).ok());
+
+  RunResult ls = Trainctl({"ls", "-o", "json"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_EQ(nlohmann::json::parse(ls.out)["jobs"].size(), 0u) << ls.out;
+  EXPECT_EQ(client.Submit(ValidRequest("ok")).status(), absl::OkStatus());
+}
+
+// What a newer coordinator could answer: enum values this CLI's protos do not know.
+class NewerCoordinator final : public trainctl::v1::JobService::Service {
+ public:
+  static trainctl::v1::Job FutureJob() {
+    trainctl::v1::Job job;
+    job.set_id("job-1");
+    job.set_state(static_cast<trainctl::v1::JobState>(42));
+    job.mutable_spec()->set_name("from-the-future");
+    job.mutable_spec()->set_kind(static_cast<trainctl::v1::JobKind>(99));
+    job.mutable_spec()->mutable_resources()->set_nodes(1);
+    job.mutable_spec()->mutable_resources()->set_slots_per_node(1);
+    return job;
+  }
+  grpc::Status GetJob(grpc::ServerContext*, const trainctl::v1::GetJobRequest*,
+                      trainctl::v1::Job* job) override {
+    *job = FutureJob();
+    return grpc::Status::OK;
+  }
+  grpc::Status ListJobs(grpc::ServerContext*, const trainctl::v1::ListJobsRequest*,
+                        trainctl::v1::ListJobsResponse* response) override {
+    *response->add_jobs() = FutureJob();
+    return grpc::Status::OK;
+  }
+  grpc::Status WatchJob(grpc::ServerContext*, const trainctl::v1::WatchJobRequest*,
+                        grpc::ServerWriter<trainctl::v1::JobEvent>* writer) override {
+    trainctl::v1::JobEvent event;
+    event.set_seq(1);
+    event.set_job_id("job-1");
+    event.mutable_state_change()->set_from(trainctl::v1::JOB_STATE_RUNNING);
+    event.mutable_state_change()->set_to(static_cast<trainctl::v1::JobState>(42));
+    writer->Write(event);
+    return grpc::Status::OK;
+  }
+};
+
+TEST_F(ControlPlaneTest, CliShowsEnumValuesItDoesNotKnowInsteadOfCrashing) {
+  NewerCoordinator service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  address_ = absl::StrCat("127.0.0.1:", port);
+
+  RunResult ls = Trainctl({"ls"});
+  EXPECT_EQ(ls.signal, 0);
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_NE(ls.out.find("unknown(99)"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("unknown(42)"), std::string::npos) << ls.out;
+  RunResult describe = Trainctl({"describe", "job-1"});
+  EXPECT_EQ(describe.signal, 0);
+  ASSERT_EQ(describe.exit_code, 0) << describe.err;
+  EXPECT_NE(describe.out.find("Kind:         unknown(99)"), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("running -> unknown(42)"), std::string::npos) << describe.out;
+  RunResult watch = Trainctl({"watch", "job-1"});
+  EXPECT_EQ(watch.signal, 0);
+  EXPECT_EQ(watch.exit_code, 1) << watch.err;  // the job did not succeed
+  EXPECT_NE(watch.out.find("running -> unknown(42)"), std::string::npos) << watch.out;
+  server->Shutdown();
+}
+
+TEST_F(ControlPlaneTest, UnknownFieldsAndWrongValuesAreReportedTogether) {
+  address_ = "127.0.0.1:1";  // validate is offline; submit must not get as far as sending
+  const std::string spec = dir_.Write("mixed.yaml", R"(kind: sft
+model_name_or_path: Qwen/Qwen2-VL-7B-Instruct
+data_path: /data
+output_dir: [1]
+training:
+  lerning_rate: 1e-5
+  adam_beta1: 1.5
+resources: {nodes: 1, slots_per_node: 0}
+)");
+  const std::string expected =
+      "trainctl: spec.output_dir: must be a string, got a list\n"
+      "trainctl: spec.training.lerning_rate: unknown field (did you mean 'learning_rate'?)\n"
+      "trainctl: spec.resources.slots_per_node: must be >= 1, got 0\n"
+      "trainctl: spec.training.adam_beta1: must be in [0, 1), got 1.5\n";
+  for (const char* verb : {"validate", "submit"}) {
+    RunResult r = Trainctl({verb, spec});
+    EXPECT_EQ(r.exit_code, 1) << verb;
+    EXPECT_EQ(r.err, expected) << verb;
+  }
+  RunResult flags = Trainctl({"validate", spec, "--max_grad_norm", "big", "--lerning_rate", "1"});
+  EXPECT_EQ(flags.exit_code, 1);
+  for (const char* line :
+       {"trainctl: spec.training.lerning_rate: unknown field",
+        "trainctl: --max_grad_norm: must be a number", "trainctl: --lerning_rate: unknown flag",
+        "trainctl: spec.training.adam_beta1: must be in"}) {
+    EXPECT_NE(flags.err.find(line), std::string::npos) << line << "\n" << flags.err;
+  }
+}
+
+TEST_F(ControlPlaneTest, YamlAliasBombAndHugeDocumentsAreRefusedNamingTheLimit) {
+  // 9 levels of 9 aliases: 583 bytes that expand to 9^9 strings.
+  std::string bomb =
+      "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n";
+  for (char level = 'b'; level <= 'i'; ++level) {
+    const std::string prev = absl::StrCat("*", std::string(1, level - 1));
+    absl::StrAppend(&bomb, std::string(1, level), ": &", std::string(1, level), " [",
+                    absl::StrJoin(std::vector<std::string>(9, prev), ","), "]\n");
+  }
+  ASSERT_LT(bomb.size(), 600u);
+  const std::string path = dir_.Write("bomb.yaml", bomb);
+  // With its address space capped, a CLI that expands the aliases dies instead of taking the
+  // machine's memory.
+  RunResult r = testing::Run(
+      {"/bin/sh", "-c", "ulimit -v 2000000 && exec \"$0\" validate \"$1\"", TRAINCTL_CLI_BIN, path},
+      {}, absl::Seconds(60));
+  EXPECT_EQ(r.signal, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_LT(r.elapsed, absl::Seconds(5));
+  EXPECT_TRUE(absl::StartsWith(r.err, "trainctl: " + path + ":")) << r.err;
+  EXPECT_NE(r.err.find("invalid YAML: the document has more than 100000 nodes with its aliases "
+                       "expanded (the limit)"),
+            std::string::npos)
+      << r.err;
+
+  const std::string deep =
+      dir_.Write("deep.yaml", "kind: " + std::string(200, '[') + std::string(200, ']') + "\n");
+  RunResult d = Trainctl({"validate", deep});
+  EXPECT_EQ(d.exit_code, 1) << d.err;
+  EXPECT_NE(d.err.find("nested deeper than 64 levels (the limit)"), std::string::npos) << d.err;
+
+  const std::string huge = dir_.Write("huge.yaml", std::string(2 << 20, '#'));
+  RunResult h = Trainctl({"validate", huge});
+  EXPECT_EQ(h.exit_code, 1);
+  EXPECT_EQ(h.err, "trainctl: " + huge + ": 2097152 bytes, over the limit of 1048576 bytes\n");
+}
+
+TEST_F(ControlPlaneTest, OversizedSpecsAreRefusedAtSubmitNamingTheLimit) {
+  StartCoordinator();
+  cli::JobClient client(address_);
+  trainctl::v1::SubmitJobRequest big_label = ValidRequest("label");
+  (*big_label.mutable_spec()->mutable_labels())["note"] = std::string(3 << 20, 'x');
+  auto r = client.Submit(big_label);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("spec.labels.note: 3145728 bytes, over the limit of 4096"),
+            absl::string_view::npos)
+      << r.status().message().substr(0, 500);
+  EXPECT_NE(r.status().message().find("spec: 3145"), absl::string_view::npos);
+
+  trainctl::v1::SubmitJobRequest many = ValidRequest("many");
+  for (int i = 0; i < 200; ++i) (*many.mutable_spec()->mutable_env())[absl::StrCat("V", i)] = "1";
+  (*many.mutable_spec()->mutable_node_selector())[std::string(200, 'k')] = "v";
+  many.mutable_spec()->set_deepspeed_config_json(std::string(100 << 10, ' ') + "{}");
+  r = client.Submit(many);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  for (const char* line :
+       {"spec.env: 200 entries, over the limit of 128", "key is 200 bytes, over the limit of 128",
+        "spec.deepspeed_config_json: 102402 bytes, over the limit of 65536"}) {
+    EXPECT_NE(r.status().message().find(line), absl::string_view::npos) << line << "\n"
+                                                                        << r.status().message();
+  }
+
+  // The CLI says the same before anything is stored.
+  const std::string spec = dir_.Write("big.yaml", absl::StrCat(R"(kind: sft
+model_name_or_path: m
+data_path: d
+output_dir: o
+labels: {note: ")",
+                                                               std::string(5000, 'x'), "\"}\n"));
+  RunResult submit = Trainctl({"submit", spec});
+  EXPECT_EQ(submit.exit_code, 1);
+  EXPECT_EQ(submit.err, "trainctl: spec.labels.note: 5000 bytes, over the limit of 4096\n");
+  RunResult ls = Trainctl({"ls", "-o", "json"});
+  EXPECT_EQ(nlohmann::json::parse(ls.out)["jobs"].size(), 0u);
+}
+
+TEST_F(ControlPlaneTest, ListingsArePagedByBytesSoEveryClientCanReadThem) {
+  StartCoordinator();
+  cli::JobClient client(address_);
+  // 20 jobs of ~250 KB each (within every limit): 5 MB, past gRPC's default 4 MiB a message.
+  constexpr int kJobs = 20;
+  for (int i = 0; i < kJobs; ++i) {
+    trainctl::v1::SubmitJobRequest request = ValidRequest(absl::StrCat("big-", i));
+    for (int l = 0; l < 60; ++l) {
+      (*request.mutable_spec()->mutable_labels())[absl::StrCat("l", l)] =
+          std::string(4000, 'a' + l % 26);
+    }
+    auto r = client.Submit(request);
+    ASSERT_TRUE(r.ok()) << r.status().message().substr(0, 300);
+  }
+  // A client with gRPC's default limits reads every job, page by page.
+  auto stub = trainctl::v1::JobService::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  trainctl::v1::ListJobsRequest request;
+  int seen = 0, pages = 0;
+  do {
+    grpc::ClientContext context;
+    trainctl::v1::ListJobsResponse page;
+    grpc::Status s = stub->ListJobs(&context, request, &page);
+    ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+    EXPECT_LE(page.ByteSizeLong(), size_t{4} << 20);
+    seen += page.jobs_size();
+    ++pages;
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty());
+  EXPECT_EQ(seen, kJobs);
+  EXPECT_GT(pages, 1);
+
+  RunResult ls = Trainctl({"ls"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), kJobs + 1) << ls.out.substr(0, 500);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // the tiny Qwen2-VL config on one rank.
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -81,8 +82,11 @@ TEST_F(SftTest, ResumeAfterAKillReproducesTheLossesExactly) {
   RunResult resumed = testing::Run(TrainArgs(spec, second_events), {}, absl::Minutes(10));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   const auto events = ReadEvents(second_events);
-  EXPECT_EQ(events[1]["state"], "resumed");
-  EXPECT_EQ(events[1]["step"], 4);
+  const auto resumed_event = std::find_if(events.begin(), events.end(), [](const auto& e) {
+    return e["type"] == "status" && e.value("state", "") == "resumed";
+  });
+  ASSERT_NE(resumed_event, events.end());
+  EXPECT_EQ((*resumed_event)["step"], 4);
   const auto after = Losses(events);
   ASSERT_EQ(after.size(), 4u);
   for (const auto& [step, loss] : after) {
