@@ -394,9 +394,11 @@ void Cluster::RetryLater(Node& node, int64_t session, const v1::WorkerMessage& m
                         << " not stored, so not acknowledged (" << why.message()
                         << "); the worker sends it again when it reconnects";
   if (node.channel != nullptr) {
-    node.channel->Close(absl::UnavailableError(
-        absl::StrCat("the coordinator could not store message ", message.seq(), " (", why.message(),
-                     "); send it again")));
+    // With the store's own code (RESOURCE_EXHAUSTED or UNAVAILABLE), which the worker does not
+    // count against the message (Worker::CountStrike is for messages that end sessions).
+    node.channel->Close(absl::Status(
+        why.code(), absl::StrCat("the coordinator could not store message ", message.seq(), " (",
+                                 why.message(), "); send it again")));
   }
   sessions_.erase(session);
   node.session = 0;

@@ -75,7 +75,7 @@ class FullDiskTest : public ::testing::Test {
                                  "node-a", "--work_dir", dir_.path() + "/work", "--slots", "1",
                                  "--heartbeat_interval", "300ms", "--reconnect_max", "500ms",
                                  "--trainer", FAKE_RANK_BIN, "--nvidia_smi",
-                                 "/nonexistent/nvidia-smi"},
+                                 "/nonexistent/nvidia-smi", "--output_roots", dir_.path()},
         dir_.path() + "/worker.log");
     ASSERT_TRUE(WaitFor(
         [&] {

@@ -20,6 +20,7 @@
 #include "cli/job_client.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/daemons.h"
 #include "tests/testing/subprocess.h"
 #include "tests/trainer/shapes_fixture.h"
 
@@ -141,51 +142,19 @@ class WorkerTest : public testing::ShapesTrainingTest {
     return j.is_object() && j.contains("id") ? j["id"].get<std::string>() : "";
   }
 
-  v1::Job Get(const std::string& id) {
-    auto job = client_->Get(id);
-    return job.ok() ? *job : v1::Job();
-  }
+  v1::Job Get(const std::string& id) { return testing::GetJob(*client_, id); }
 
   // Waits for the job to reach `state`; on timeout the test fails with the daemons' logs.
   v1::Job WaitState(const std::string& id, v1::JobState state, absl::Duration timeout) {
-    v1::Job job;
-    const bool ok = WaitFor(
-        [&] {
-          job = Get(id);
-          return job.state() == state;
-        },
-        timeout);
-    EXPECT_TRUE(ok) << id << " is " << v1::JobState_Name(job.state()) << " (" << job.message()
-                    << "), wanted " << v1::JobState_Name(state) << "\n"
-                    << Logs();
-    return job;
+    return testing::WaitJobState(*client_, id, state, timeout, [this] { return Logs(); });
   }
 
-  std::string Logs() {
-    std::string out =
-        "--- coordinator\n" + testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log");
-    for (const auto& [name, w] : workers_) {
-      out += "--- worker " + name + "\n" +
-             testing::ReadFileOrEmpty(dir_.path() + "/worker-" + name + ".log");
-    }
-    return out;
-  }
-
+  std::string Logs() { return testing::DaemonLogs(dir_.path(), workers_); }
   std::vector<v1::LogLine> StoredLogs(const std::string& id) {
-    std::vector<v1::LogLine> lines;
-    v1::StreamLogsRequest request;
-    request.set_id(id);
-    EXPECT_TRUE(client_->Logs(request, [&](const v1::LogLine& l) { lines.push_back(l); }).ok());
-    return lines;
+    return testing::StoredLogs(*client_, id);
   }
-
   std::vector<v1::JobEvent> Events(const std::string& id) {
-    std::vector<v1::JobEvent> events;
-    v1::WatchJobRequest request;
-    request.set_id(id);
-    request.set_replay_only(true);
-    EXPECT_TRUE(client_->Watch(request, [&](const v1::JobEvent& e) { events.push_back(e); }).ok());
-    return events;
+    return testing::JobEvents(*client_, id);
   }
 
   // A spec for fake ranks: N nodes x M slots, the behaviour in `env`.

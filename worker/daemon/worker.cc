@@ -270,7 +270,12 @@ void Worker::Session() {
   if (!closing_) {
     TRAINCTL_LOG(WARNING) << "session with " << options_.coordinator
                           << " ended: " << status.error_message() << "; reconnecting";
-    CountStrike(sent, registered, status.error_message());
+    // A coordinator going away (UNAVAILABLE) or unable to store right now (RESOURCE_EXHAUSTED)
+    // says nothing against the message it did not acknowledge: it is sent again, however often.
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      CountStrike(sent, registered, status.error_message());
+    }
   }
 }
 

@@ -1,0 +1,77 @@
+// What the integration tests that run the real coordinator and workers ask of them: a job's state
+// (waiting for one, with the daemons' logs when it never comes), its stored log lines and events.
+#ifndef TRAINCTL_TESTS_INTEGRATION_DAEMONS_H_
+#define TRAINCTL_TESTS_INTEGRATION_DAEMONS_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "cli/job_client.h"
+#include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
+
+namespace trainctl::testing {
+
+// `dir`/coordinator.log and `dir`/worker-NAME.log of every worker, the last `max_bytes` of them.
+inline std::string DaemonLogs(const std::string& dir,
+                              const std::map<std::string, std::unique_ptr<Subprocess>>& workers,
+                              size_t max_bytes = 20000) {
+  std::string out = "--- coordinator\n" + ReadFileOrEmpty(dir + "/coordinator.log");
+  for (const auto& [name, w] : workers) {
+    out += "--- worker " + name + "\n" + ReadFileOrEmpty(dir + "/worker-" + name + ".log");
+  }
+  return out.size() > max_bytes ? out.substr(out.size() - max_bytes) : out;
+}
+
+// The job, or an empty one when the coordinator does not answer.
+inline trainctl::v1::Job GetJob(cli::JobClient& client, const std::string& id) {
+  auto job = client.Get(id);
+  return job.ok() ? *job : trainctl::v1::Job();
+}
+
+// Waits for the job to reach `state`; on timeout the test fails with `logs`.
+inline trainctl::v1::Job WaitJobState(cli::JobClient& client, const std::string& id,
+                                      trainctl::v1::JobState state, absl::Duration timeout,
+                                      const std::function<std::string()>& logs) {
+  trainctl::v1::Job job;
+  const bool ok = WaitFor(
+      [&] {
+        job = GetJob(client, id);
+        return job.state() == state;
+      },
+      timeout);
+  EXPECT_TRUE(ok) << id << " is " << trainctl::v1::JobState_Name(job.state()) << " ("
+                  << job.message() << "), wanted " << trainctl::v1::JobState_Name(state) << "\n"
+                  << logs();
+  return job;
+}
+
+inline std::vector<trainctl::v1::LogLine> StoredLogs(cli::JobClient& client,
+                                                     const std::string& id) {
+  std::vector<trainctl::v1::LogLine> lines;
+  trainctl::v1::StreamLogsRequest request;
+  request.set_id(id);
+  EXPECT_TRUE(
+      client.Logs(request, [&](const trainctl::v1::LogLine& l) { lines.push_back(l); }).ok());
+  return lines;
+}
+
+// Every event of the job so far (a replay, not a watch).
+inline std::vector<trainctl::v1::JobEvent> JobEvents(cli::JobClient& client,
+                                                     const std::string& id) {
+  std::vector<trainctl::v1::JobEvent> events;
+  trainctl::v1::WatchJobRequest request;
+  request.set_id(id);
+  request.set_replay_only(true);
+  EXPECT_TRUE(
+      client.Watch(request, [&](const trainctl::v1::JobEvent& e) { events.push_back(e); }).ok());
+  return events;
+}
+
+}  // namespace trainctl::testing
+
+#endif  // TRAINCTL_TESTS_INTEGRATION_DAEMONS_H_
