@@ -72,6 +72,43 @@ inline std::vector<trainctl::v1::JobEvent> JobEvents(cli::JobClient& client,
   return events;
 }
 
+// The real coordinator and workers of one test, the client that talks to them, and what tests ask
+// of them. A fixture derives from it, starts the daemons its own way, says where their logs are
+// (daemon_dir()/coordinator.log, daemon_dir()/worker-NAME.log) and calls StopDaemons() in its
+// destructor, before its temporary directory goes.
+class Daemons {
+ public:
+  virtual ~Daemons() = default;
+
+ protected:
+  virtual std::string daemon_dir() const = 0;
+
+  // Workers first, then the coordinator.
+  void StopDaemons() {
+    workers_.clear();
+    coordinator_.reset();
+  }
+
+  trainctl::v1::Job Get(const std::string& id) { return GetJob(*client_, id); }
+  // Waits for the job to reach `state`; on timeout the test fails with the daemons' logs.
+  trainctl::v1::Job WaitState(const std::string& id, trainctl::v1::JobState state,
+                              absl::Duration timeout) {
+    return WaitJobState(*client_, id, state, timeout, [this] { return Logs(); });
+  }
+  std::string Logs() { return DaemonLogs(daemon_dir(), workers_); }
+  std::vector<trainctl::v1::LogLine> StoredLogs(const std::string& id) {
+    return testing::StoredLogs(*client_, id);
+  }
+  std::vector<trainctl::v1::JobEvent> Events(const std::string& id) {
+    return JobEvents(*client_, id);
+  }
+
+  std::unique_ptr<Subprocess> coordinator_;
+  std::map<std::string, std::unique_ptr<Subprocess>> workers_;
+  std::string address_;
+  std::unique_ptr<cli::JobClient> client_;
+};
+
 }  // namespace trainctl::testing
 
 #endif  // TRAINCTL_TESTS_INTEGRATION_DAEMONS_H_

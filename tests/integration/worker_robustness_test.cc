@@ -37,12 +37,11 @@ using testing::Subprocess;
 using testing::WaitFor;
 using std::string_literals::operator""s;
 
-class RobustnessTest : public ::testing::Test {
+class RobustnessTest : public ::testing::Test, protected testing::Daemons {
  protected:
-  ~RobustnessTest() override {
-    workers_.clear();
-    coordinator_.reset();
-  }
+  std::string daemon_dir() const override { return dir_.path(); }
+
+  ~RobustnessTest() override { StopDaemons(); }
 
   void StartCoordinator(const std::vector<std::string>& extra = {}) {
     const std::string ready = dir_.path() + "/ready";
@@ -131,27 +130,8 @@ class RobustnessTest : public ::testing::Test {
     return j.is_object() && j.contains("id") ? j["id"].get<std::string>() : "";
   }
 
-  v1::Job Get(const std::string& id) { return testing::GetJob(*client_, id); }
-
-  // Waits for the job to reach `state`; on timeout the test fails with the daemons' logs.
-  v1::Job WaitState(const std::string& id, v1::JobState state, absl::Duration timeout) {
-    return testing::WaitJobState(*client_, id, state, timeout, [this] { return Logs(); });
-  }
-
-  std::string Logs() { return testing::DaemonLogs(dir_.path(), workers_); }
-  std::vector<v1::LogLine> StoredLogs(const std::string& id) {
-    return testing::StoredLogs(*client_, id);
-  }
-  std::vector<v1::JobEvent> Events(const std::string& id) {
-    return testing::JobEvents(*client_, id);
-  }
-
   testing::TempDir dir_;
   std::string output_roots_ = dir_.path();  // --output_roots of the workers; "" = their default
-  std::unique_ptr<Subprocess> coordinator_;
-  std::map<std::string, std::unique_ptr<Subprocess>> workers_;
-  std::string address_;
-  std::unique_ptr<cli::JobClient> client_;
 };
 
 // Defect 1: a rank printing Latin-1, and a UTF-8 line longer than the worker's 64 KiB line limit

@@ -70,8 +70,10 @@ pid_t RankPid(const std::string& root, const std::string& job_id, int rank) {
   return 0;
 }
 
-class WorkerTest : public testing::ShapesTrainingTest {
+class WorkerTest : public testing::ShapesTrainingTest, protected testing::Daemons {
  protected:
+  std::string daemon_dir() const override { return dir_.path(); }
+
   std::vector<pid_t> RankProcesses(const std::string& job_id) {
     return trainctl::RankProcesses(dir_.path(), job_id);
   }
@@ -79,10 +81,7 @@ class WorkerTest : public testing::ShapesTrainingTest {
     return trainctl::RankPid(dir_.path(), job_id, rank);
   }
 
-  ~WorkerTest() override {
-    workers_.clear();
-    coordinator_.reset();
-  }
+  ~WorkerTest() override { StopDaemons(); }
 
   // Starts (or restarts, on the same address) the coordinator over the test's database.
   void StartCoordinator(const std::string& listen = "127.0.0.1:0") {
@@ -142,21 +141,6 @@ class WorkerTest : public testing::ShapesTrainingTest {
     return j.is_object() && j.contains("id") ? j["id"].get<std::string>() : "";
   }
 
-  v1::Job Get(const std::string& id) { return testing::GetJob(*client_, id); }
-
-  // Waits for the job to reach `state`; on timeout the test fails with the daemons' logs.
-  v1::Job WaitState(const std::string& id, v1::JobState state, absl::Duration timeout) {
-    return testing::WaitJobState(*client_, id, state, timeout, [this] { return Logs(); });
-  }
-
-  std::string Logs() { return testing::DaemonLogs(dir_.path(), workers_); }
-  std::vector<v1::LogLine> StoredLogs(const std::string& id) {
-    return testing::StoredLogs(*client_, id);
-  }
-  std::vector<v1::JobEvent> Events(const std::string& id) {
-    return testing::JobEvents(*client_, id);
-  }
-
   // A spec for fake ranks: N nodes x M slots, the behaviour in `env`.
   std::string FakeSpec(const std::string& name, int nodes, int slots, const nlohmann::json& env,
                        int max_restarts = 0) {
@@ -165,11 +149,6 @@ class WorkerTest : public testing::ShapesTrainingTest {
                       {"env", env},
                       {"max_restarts", max_restarts}});
   }
-
-  std::unique_ptr<Subprocess> coordinator_;
-  std::map<std::string, std::unique_ptr<Subprocess>> workers_;
-  std::string address_;
-  std::unique_ptr<cli::JobClient> client_;
 };
 
 TEST_F(WorkerTest, TwoRankSftRunsToTheEndOnOneWorker) {
