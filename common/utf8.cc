@@ -34,20 +34,21 @@ int SequenceAt(absl::string_view s, size_t pos) {
 
 }  // namespace
 
-bool IsValidUtf8(absl::string_view s) {
+size_t FindInvalidUtf8(absl::string_view s) {
   for (size_t pos = 0; pos < s.size();) {
     const int n = SequenceAt(s, pos);
-    if (n < 0) return false;
+    if (n < 0) return pos;
     pos += n;
   }
-  return true;
+  return kValidUtf8;
 }
 
 std::string ToValidUtf8(absl::string_view s) {
-  if (IsValidUtf8(s)) return std::string(s);
-  std::string out;
+  const size_t first_bad = FindInvalidUtf8(s);
+  if (first_bad == kValidUtf8) return std::string(s);
+  std::string out(s.substr(0, first_bad));
   out.reserve(s.size() + 16);
-  for (size_t pos = 0; pos < s.size();) {
+  for (size_t pos = first_bad; pos < s.size();) {
     const int n = SequenceAt(s, pos);
     if (n > 0) {
       out.append(s.data() + pos, n);

@@ -11,9 +11,14 @@
 
 namespace trainctl {
 
-// True when `s` is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above
-// U+10FFFF).
-bool IsValidUtf8(absl::string_view s);
+inline constexpr size_t kValidUtf8 = static_cast<size_t>(-1);
+
+// Byte offset of the first ill-formed sequence in `s`, or kValidUtf8 when it is all well-formed
+// (RFC 3629, Unicode table 3-7: no overlong forms, no surrogates, nothing above U+10FFFF).
+size_t FindInvalidUtf8(absl::string_view s);
+
+// True when `s` is well-formed UTF-8.
+inline bool IsValidUtf8(absl::string_view s) { return FindInvalidUtf8(s) == kValidUtf8; }
 
 // `s` with each maximal ill-formed subsequence replaced by U+FFFD (the Unicode standard's
 // "substitution of maximal subparts", as WHATWG decoders and Python's errors="replace" do), so

@@ -57,5 +57,15 @@ TEST(Utf8Test, PrefixLengthCutsBetweenCharacters) {
   EXPECT_EQ(joined, text);
 }
 
+// The tokenizer decodes byte-level BPE output through this repair, as Rust's from_utf8_lossy.
+TEST(Utf8Test, LossyRepairReplacesMaximalSubparts) {
+  EXPECT_EQ(ToValidUtf8("a\xE0\x80z"), "a\uFFFD\uFFFDz");  // E0 80 is never valid: two parts
+  EXPECT_EQ(ToValidUtf8("\xF4\x90\x80\x80"), "\uFFFD\uFFFD\uFFFD\uFFFD");  // above U+10FFFF
+  EXPECT_EQ(ToValidUtf8("\xED\xA0\x80"), "\uFFFD\uFFFD\uFFFD");            // a surrogate
+  EXPECT_EQ(ToValidUtf8("\xE2\x82"), "\uFFFD");                            // truncated
+  EXPECT_EQ(FindInvalidUtf8("ok \xC0\xAF"), 3u);
+  EXPECT_EQ(FindInvalidUtf8("한국어 😀"), kValidUtf8);
+}
+
 }  // namespace
 }  // namespace trainctl

@@ -3,7 +3,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/tokenizer/tiny_tokenizer.h"
-#include "worker/trainer/tokenizer/internal/utf8.h"
 
 namespace trainctl::tokenizer::internal {
 namespace {
@@ -50,15 +49,6 @@ TEST(SplitRegexTest, LongRunsDoNotExhaustTheMatcher) {
   const std::string spaces(1 << 20, ' ');
   EXPECT_THAT(Pieces(testing::kQwenSplitRegex, spaces + "x"),
               ElementsAre(std::string((1 << 20) - 1, ' '), " x"));
-}
-
-TEST(Utf8Test, LossyRepairReplacesMaximalSubparts) {
-  EXPECT_EQ(ToValidUtf8("a\xE0\x80z"), "a\uFFFD\uFFFDz");  // E0 80 is never valid: two parts
-  EXPECT_EQ(ToValidUtf8("\xF4\x90\x80\x80"), "\uFFFD\uFFFD\uFFFD\uFFFD");  // above U+10FFFF
-  EXPECT_EQ(ToValidUtf8("\xED\xA0\x80"), "\uFFFD\uFFFD\uFFFD");            // a surrogate
-  EXPECT_EQ(ToValidUtf8("\xE2\x82"), "\uFFFD");                            // truncated
-  EXPECT_EQ(FindInvalidUtf8("ok \xC0\xAF"), 3u);
-  EXPECT_EQ(FindInvalidUtf8("한국어 😀"), kValidUtf8);
 }
 
 }  // namespace

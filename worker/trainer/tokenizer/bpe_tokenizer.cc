@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 #include "worker/trainer/tokenizer/internal/added_tokens.h"
 #include "worker/trainer/tokenizer/internal/bpe_model.h"
 #include "worker/trainer/tokenizer/internal/byte_level.h"
@@ -115,7 +116,7 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(absl::string_view text
 }
 
 absl::StatusOr<Encoding> BpeTokenizer::EncodeWithSpans(absl::string_view text) const {
-  if (const size_t bad = internal::FindInvalidUtf8(text); bad != internal::kValidUtf8) {
+  if (const size_t bad = FindInvalidUtf8(text); bad != kValidUtf8) {
     return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 (byte ", bad, ")"));
   }
   Encoding out;
@@ -188,11 +189,11 @@ absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids,
       continue;
     }
     if (skip_special_tokens && token.special) continue;
-    text += internal::ToValidUtf8(bytes);
+    text += ToValidUtf8(bytes);
     bytes.clear();
     text += token.text;
   }
-  text += internal::ToValidUtf8(bytes);
+  text += ToValidUtf8(bytes);
   return text;
 }
 
@@ -202,7 +203,7 @@ std::optional<int32_t> BpeTokenizer::TokenToId(absl::string_view token) const {
 }
 
 std::string BpeTokenizer::Normalize(absl::string_view text) const {
-  if (!nfc_ || internal::FindInvalidUtf8(text) != internal::kValidUtf8) return std::string(text);
+  if (!nfc_ || FindInvalidUtf8(text) != kValidUtf8) return std::string(text);
   std::optional<std::string> nfc = internal::NfcIfChanged(text);
   return nfc ? std::move(*nfc) : std::string(text);
 }
