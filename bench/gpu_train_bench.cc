@@ -264,8 +264,7 @@ int main(int argc, char** argv) {
     auto step = [&](const torch::Tensor& ids) {
       torch::Tensor loss = LossOf(*net, ids, device);
       if (engine) {
-        engine->Backward(loss);
-        engine->Step(1e-4);
+        if (!engine->Backward(loss).ok() || !engine->Step(1e-4).ok()) std::abort();
       } else {
         adam->zero_grad();
         loss.backward();

@@ -143,8 +143,7 @@ Report RankMain(const trainctl::model::Qwen2VLConfig& config, const Run& run, in
             ids.slice(1, 1).reshape({-1}),
             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
         global_tokens;
-    e.Backward(loss);
-    e.Step(1e-4);
+    if (!e.Backward(loss).ok() || !e.Step(1e-4).ok()) std::abort();
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (step > 0) times.push_back(s);

@@ -20,7 +20,7 @@
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/event_sink.h"
 #include "worker/trainer/model/forward_tool.h"
-#include "worker/trainer/stages/sft.h"
+#include "worker/trainer/stages/loop.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -87,14 +87,10 @@ int Train(const std::map<std::string, std::string>& flags) {
   }
   auto spec = LoadSpec(flags.at("spec"));
   if (!spec.ok()) return fail(spec.status());
-  if (spec->spec.kind() != trainctl::v1::JOB_KIND_SFT) {
-    return fail(absl::FailedPreconditionError(absl::StrCat("this trainer build runs sft jobs; the ",
-                                                           JobKindName(spec->spec.kind()),
-                                                           " stage is not in it yet")));
-  }
-  events->Emit("status", {{"state", "running"}, {"kind", "sft"}, {"name", spec->spec.name()}});
-  SftRun run{spec->spec, /*resume=*/!flags.count("no_resume")};
-  auto result = RunSft(run, events);
+  const std::string kind = JobKindName(spec->spec.kind());
+  events->Emit("status", {{"state", "running"}, {"kind", kind}, {"name", spec->spec.name()}});
+  TrainRun run{spec->spec, /*resume=*/!flags.count("no_resume")};
+  auto result = RunTraining(run, events);
   if (!result.ok()) return fail(result.status());
   events->Emit("status", {{"state", "succeeded"},
                           {"steps", result->steps},

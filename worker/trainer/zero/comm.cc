@@ -238,6 +238,7 @@ std::string Comm::DiagnosePeers() const {
 void Comm::Fail(const std::string& what, const std::string& cause,
                 std::chrono::steady_clock::time_point started) const {
   const double after = Seconds(std::chrono::steady_clock::now() - started);
+  failed_ = true;
   throw CollectiveError(absl::StrCat("collective ", what, " failed on rank ", options_.rank, " of ",
                                      options_.world_size, " after ", after, " s: ", DiagnosePeers(),
                                      "; ", backend_, ": ", cause));
@@ -269,6 +270,23 @@ Handle::~Handle() {
     } catch (...) {
     }
   }
+}
+
+absl::Status Handle::Await() {
+  try {
+    Wait();
+  } catch (const CollectiveError& e) {
+    return absl::UnavailableError(e.what());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Comm::AllReduceSum(const torch::Tensor& t, const std::string& what) {
+  return AllReduce(t, what).Await();
+}
+
+void ReleaseIfFailed(std::unique_ptr<Comm>& comm) {
+  if (comm && comm->failed()) (void)comm.release();
 }
 
 void Handle::Wait() {

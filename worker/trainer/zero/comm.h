@@ -69,6 +69,9 @@ class Handle {
 
   // Blocks until the collective is done and its result is in place. Throws CollectiveError.
   void Wait();
+  // Wait() with a failure as UNAVAILABLE carrying CollectiveError's message: how collectives'
+  // errors leave the zero/ layer.
+  absl::Status Await();
   bool pending() const { return comm_ != nullptr; }
 
  private:
@@ -109,6 +112,14 @@ class Comm {
   // all-gather or reduce-scatter, twice that for an all-reduce (what a fallback issues is counted).
   uint64_t bytes_sent() const { return bytes_sent_.load(); }
 
+  // True once any collective has failed. A failed collective can leave the process group's
+  // threads waiting on a dead peer, and destroying the group would wait for them: owners about to
+  // exit leak a failed Comm instead (see ReleaseIfFailed).
+  bool failed() const { return failed_.load(); }
+
+  // Blocking all-reduce (sum) of `t` in place; UNAVAILABLE naming `what` when it fails.
+  absl::Status AllReduceSum(const torch::Tensor& t, const std::string& what);
+
  private:
   friend class Handle;
   Comm() = default;
@@ -125,7 +136,12 @@ class Comm {
   std::string backend_ = "local";
   std::unique_ptr<Impl> impl_;
   mutable std::atomic<uint64_t> bytes_sent_{0};
+  mutable std::atomic<bool> failed_{false};
 };
+
+// Destroys `comm` unless a collective on it failed, in which case it is leaked (the process is
+// about to exit; see Comm::failed).
+void ReleaseIfFailed(std::unique_ptr<Comm>& comm);
 
 }  // namespace trainctl::zero
 

@@ -102,8 +102,8 @@ struct Engine::Unit {
   int64_t padded = 0;                                     // S * W (stage 0: F)
   std::vector<std::pair<int64_t, int64_t>> decay_ranges;  // local [begin, end) in master
 
-  torch::Tensor master;  // fp32 [S]; at stage 3 also the autograd leaf gradients flow into
-  torch::Tensor exp_avg, exp_avg_sq;
+  torch::Tensor master;  // fp32 [S] (frozen: compute dtype); stage 3: the autograd leaf
+  size_t optimizer_slice = 0;  // its index in the optimizer
   torch::Tensor grad32;     // stages 1-2: fp32 [S]
   torch::Tensor full;       // working weights [padded], compute dtype; undefined when freed
   torch::Tensor full_grad;  // stages 0-2: [padded]; the parameters' .grad are views of it
@@ -154,7 +154,8 @@ class Engine::Runner : public model::UnitRunner {
   torch::Tensor RunUnit(const model::ModelUnit& unit, const UnitFn& fn, const torch::Tensor& input,
                         bool /*checkpoint: stage 3 always recomputes*/) override {
     Unit& u = *engine_->by_name_.at(unit.name);
-    if (!torch::GradMode::is_enabled()) {
+    if (!torch::GradMode::is_enabled() || engine_->frozen_) {
+      torch::NoGradGuard no_grad;
       engine_->Acquire(u);
       torch::Tensor out = fn(input);
       engine_->Release(u);
@@ -266,14 +267,39 @@ class Engine::Runner : public model::UnitRunner {
 // ---------------------------------------------------------------------------------------------
 // Construction
 
-Engine::Engine(const EngineOptions& options, Comm* comm)
-    : options_(options), comm_(comm), world_(comm->world_size()), rank_(comm->rank()) {}
+Engine::Engine(const EngineOptions& options, Comm* comm, bool frozen)
+    : options_(options),
+      frozen_(frozen),
+      comm_(comm),
+      world_(comm->world_size()),
+      rank_(comm->rank()) {
+  if (frozen_) {
+    // Stages 1 and 2 shard only optimizer state and gradients, which a frozen model has none of.
+    if (options_.stage < 3) options_.stage = 0;
+    options_.fp16 = false;
+    options_.offload_optimizer = false;
+  } else {
+    AdamWOptions adam;
+    adam.beta1 = options_.beta1;
+    adam.beta2 = options_.beta2;
+    adam.eps = options_.eps;
+    adam.weight_decay = options_.weight_decay;
+    adam.adam_w_mode = options_.adam_w_mode;
+    optimizer_ = std::make_unique<ShardedAdamW>(adam);
+  }
+}
 
 Engine::~Engine() {
   if (model_) model_->SetUnitRunner(nullptr);
 }
 
 torch::TensorOptions Engine::MasterOptions() const {
+  if (frozen_) {
+    // No updates to accumulate: the slice is kept as it runs.
+    return torch::TensorOptions()
+        .dtype(options_.compute_dtype)
+        .device(options_.offload_param ? torch::Device(torch::kCPU) : options_.device);
+  }
   torch::TensorOptions o = torch::TensorOptions().dtype(torch::kFloat32);
   if (options_.offload_optimizer || !options_.device.is_cuda()) {
     o = o.device(torch::kCPU);
@@ -288,17 +314,35 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Qwen2VLConfi
                                                        const EngineOptions& options, Comm* comm,
                                                        int64_t seed,
                                                        const std::string& weights_dir) {
+  return Make(config, options, comm, seed, weights_dir, /*frozen=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateFrozen(const model::Qwen2VLConfig& config,
+                                                             const EngineOptions& options,
+                                                             Comm* comm, int64_t seed,
+                                                             const std::string& weights_dir) {
+  return Make(config, options, comm, seed, weights_dir, /*frozen=*/true);
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Make(const model::Qwen2VLConfig& config,
+                                                     const EngineOptions& options, Comm* comm,
+                                                     int64_t seed, const std::string& weights_dir,
+                                                     bool frozen) {
   if (options.stage < 0 || options.stage > 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("zero_optimization.stage: must be 0, 1, 2 or 3, got ", options.stage));
   }
-  std::unique_ptr<Engine> engine(new Engine(options, comm));
+  std::unique_ptr<Engine> engine(new Engine(options, comm, frozen));
   try {
     RETURN_IF_ERROR(engine->Build(config, seed, weights_dir));
   } catch (const c10::Error& e) {
     return absl::ResourceExhaustedError(
         absl::StrCat("building the model of ", config.source, ": ", e.what_without_backtrace()));
+  } catch (const CollectiveError& e) {
+    return absl::UnavailableError(
+        absl::StrCat("building the model of ", config.source, ": ", e.what()));
   }
+  if (frozen) engine->model_->eval();
   return engine;
 }
 
@@ -339,10 +383,12 @@ void Engine::AdoptUnit(const std::string& name,
 
   const torch::TensorOptions mopts = MasterOptions();
   u.master = flat.narrow(0, u.begin, u.shard).to(mopts, /*non_blocking=*/false, /*copy=*/true);
-  u.exp_avg = torch::zeros({u.shard}, mopts);
-  u.exp_avg_sq = torch::zeros({u.shard}, mopts);
+  if (optimizer_) u.optimizer_slice = optimizer_->AddSlice(u.shard, mopts);
+  if (frozen_) {
+    for (Unit::Slot& slot : u.slots) slot.param.set_requires_grad(false);
+  }
   if (options_.stage == 3) {
-    u.master.set_requires_grad(true);
+    u.master.set_requires_grad(!frozen_);
     u.persistent = u.numel < options_.param_persistence_threshold;
     if (u.persistent) {
       SetFull(u, flat.to(options_.device, options_.compute_dtype));
@@ -351,9 +397,16 @@ void Engine::AdoptUnit(const std::string& name,
       Unbind(u);
     }
   } else {
-    const bool alias = options_.stage == 0 && options_.compute_dtype == torch::kFloat32 &&
+    const bool alias = options_.stage == 0 && u.master.scalar_type() == options_.compute_dtype &&
                        u.master.device() == options_.device;
     SetFull(u, alias ? u.master : flat.to(options_.device, options_.compute_dtype));
+    if (frozen_) {
+      live_numel_ += u.padded;
+      peak_live_numel_ = std::max(peak_live_numel_, live_numel_);
+      by_name_[name] = unit.get();
+      units_.push_back(std::move(unit));
+      return;
+    }
     u.full_grad = torch::zeros({u.padded}, u.full.options());
     if (options_.stage >= 1) u.grad32 = torch::zeros({u.shard}, mopts);
     for (Unit::Slot& slot : u.slots) {
@@ -558,10 +611,58 @@ void Engine::RefreshWorkingWeights() {
   for (Handle& h : pending) h.Wait();
 }
 
+Engine::HeldWeights& Engine::HeldWeights::operator=(HeldWeights&& other) noexcept {
+  if (this != &other) {
+    HeldWeights dropped(std::move(*this));
+    engine_ = std::exchange(other.engine_, nullptr);
+    bytes_ = other.bytes_;
+  }
+  return *this;
+}
+
+Engine::HeldWeights::~HeldWeights() {
+  if (engine_ == nullptr) return;
+  for (auto& u : engine_->units_) engine_->ReleaseOne(*u);
+}
+
+absl::StatusOr<Engine::HeldWeights> Engine::HoldWeights() {
+  HeldWeights held;
+  if (options_.stage < 3) return held;
+  try {
+    // Every gather in flight at once, then bound.
+    for (auto& u : units_) {
+      if (!u->persistent) StartGather(*u);
+    }
+    for (auto& u : units_) {
+      AcquireOne(*u);
+      held.bytes_ += u->padded * static_cast<int64_t>(torch::elementSize(options_.compute_dtype));
+    }
+  } catch (const CollectiveError& e) {
+    return absl::UnavailableError(absl::StrCat("gathering the weights for generation: ", e.what()));
+  } catch (const c10::Error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("gathering the weights for generation: ",
+                                                     e.what_without_backtrace()));
+  }
+  held.engine_ = this;
+  return held;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Training
 
-void Engine::Backward(const torch::Tensor& loss) {
+absl::Status Engine::Backward(const torch::Tensor& loss) {
+  if (frozen_) return absl::FailedPreconditionError("Backward on a frozen (forward-only) engine");
+  try {
+    BackwardOrThrow(loss);
+  } catch (const CollectiveError& e) {
+    return absl::UnavailableError(absl::StrCat("backward: ", e.what()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("backward: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+void Engine::BackwardOrThrow(const torch::Tensor& loss) {
   if (options_.stage < 3) {
     // Autograd accumulates into the views of full_grad; it would replace a .grad it cannot add
     // to in place, so check and fold any such back in.
@@ -610,7 +711,18 @@ torch::Tensor& Engine::ShardGrad(Unit& u) {
   return u.grad32;
 }
 
-StepResult Engine::Step(double lr) {
+absl::StatusOr<StepResult> Engine::Step(double lr) {
+  if (frozen_) return absl::FailedPreconditionError("Step on a frozen (forward-only) engine");
+  try {
+    return StepOrThrow(lr);
+  } catch (const CollectiveError& e) {
+    return absl::UnavailableError(absl::StrCat("optimizer step: ", e.what()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("optimizer step: ", e.what_without_backtrace()));
+  }
+}
+
+StepResult Engine::StepOrThrow(double lr) {
   torch::NoGradGuard no_grad;
   StepResult result;
   // 1. Gradients summed across ranks into each rank's slices.
@@ -662,9 +774,7 @@ StepResult Engine::Step(double lr) {
       const double clip = options_.gradient_clipping / (result.grad_norm + 1e-6);
       if (clip < 1) coefficient *= clip;
     }
-    ++adam_step_;
-    const double bc1 = 1 - std::pow(options_.beta1, static_cast<double>(adam_step_));
-    const double bc2 = 1 - std::pow(options_.beta2, static_cast<double>(adam_step_));
+    optimizer_->BeginStep();
     for (auto& up : units_) {
       Unit& u = *up;
       torch::Tensor& raw = ShardGrad(u);
@@ -672,32 +782,7 @@ StepResult Engine::Step(double lr) {
       // A unit that did not run has zero gradients, as in the flat buffers of stages 0-2 (and
       // DeepSpeed's): AdamW still decays it.
       const torch::Tensor grad = raw.defined() ? raw.detach() : torch::zeros_like(p);
-      if (options_.weight_decay != 0 && options_.adam_w_mode) {
-        for (const auto& [lo, hi] : u.decay_ranges) {
-          p.narrow(0, lo, hi - lo).mul_(1 - lr * options_.weight_decay);
-        }
-      }
-      // In chunks, so the step's temporaries stay small next to the slices themselves.
-      constexpr int64_t kChunk = int64_t{1} << 20;
-      for (int64_t at = 0; at < u.shard; at += kChunk) {
-        const int64_t n = std::min(kChunk, u.shard - at);
-        torch::Tensor pc = p.narrow(0, at, n);
-        torch::Tensor g = grad.narrow(0, at, n).to(p.options(), /*non_blocking=*/false,
-                                                   /*copy=*/true);
-        if (coefficient != 1.0) g.mul_(coefficient);
-        if (options_.weight_decay != 0 && !options_.adam_w_mode) {
-          for (const auto& [lo, hi] : u.decay_ranges) {
-            const int64_t a = std::max(lo, at), b = std::min(hi, at + n);
-            if (a < b)
-              g.narrow(0, a - at, b - a).add_(p.narrow(0, a, b - a), options_.weight_decay);
-          }
-        }
-        torch::Tensor m = u.exp_avg.narrow(0, at, n), v = u.exp_avg_sq.narrow(0, at, n);
-        m.mul_(options_.beta1).add_(g, 1 - options_.beta1);
-        v.mul_(options_.beta2).addcmul_(g, g, 1 - options_.beta2);
-        torch::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(options_.eps);
-        pc.addcdiv_(m, denom, -lr / bc1);
-      }
+      optimizer_->Update(u.optimizer_slice, p, grad, coefficient, lr, u.decay_ranges);
     }
     if (options_.fp16 && options_.static_loss_scale <= 0) {
       ++good_steps_;
@@ -730,13 +815,13 @@ MemoryStats Engine::Memory() const {
   for (const auto& u : units_) {
     m.parameters += u->numel;
     m.master_bytes += bytes(u->master);
-    m.optimizer_bytes += bytes(u->exp_avg) + bytes(u->exp_avg_sq);
     const bool aliased = u->full.defined() && u->full.is_same(u->master);
     m.gradient_bytes += bytes(u->full_grad) + bytes(u->grad32);
     // Stage 3: the fp32 gradient slice exists from the first backward to the step.
-    if (options_.stage == 3) m.gradient_bytes += u->shard * int64_t{4};
+    if (options_.stage == 3 && !frozen_) m.gradient_bytes += u->shard * int64_t{4};
     if (!aliased) m.working_bytes += bytes(u->full);
   }
+  if (optimizer_) m.optimizer_bytes = optimizer_->bytes();
   const int64_t element = torch::elementSize(options_.compute_dtype);
   m.peak_working_bytes = peak_live_numel_ * element;
   if (options_.stage == 0 && options_.compute_dtype == torch::kFloat32) m.peak_working_bytes = 0;
@@ -756,10 +841,13 @@ Engine::ShardState Engine::SaveShards() const {
     s.ranges[u->name] = {u->begin, u->begin + n};
     if (n == 0) continue;
     s.tensors.emplace_back(u->name + ".master", u->master.detach().narrow(0, 0, n).cpu());
-    s.tensors.emplace_back(u->name + ".exp_avg", u->exp_avg.narrow(0, 0, n).cpu());
-    s.tensors.emplace_back(u->name + ".exp_avg_sq", u->exp_avg_sq.narrow(0, 0, n).cpu());
+    if (!optimizer_) continue;
+    for (const std::string& kind : ShardedAdamW::MomentKinds()) {
+      s.tensors.emplace_back(u->name + "." + kind,
+                             optimizer_->moment(u->optimizer_slice, kind).narrow(0, 0, n).cpu());
+    }
   }
-  s.engine = {{"adam_step", adam_step_},
+  s.engine = {{"adam_step", optimizer_ ? optimizer_->step() : 0},
               {"loss_scale", loss_scale_},
               {"good_steps", good_steps_},
               {"hysteresis_left", hysteresis_left_}};
@@ -771,15 +859,18 @@ absl::Status Engine::LoadShards(const RangeReader& read, const nlohmann::json& e
   for (auto& u : units_) {
     const int64_t n = u->local();
     if (n == 0) continue;
-    for (const char* kind : {"master", "exp_avg", "exp_avg_sq"}) {
+    std::vector<std::string> kinds = {"master"};
+    if (optimizer_) {
+      for (const std::string& kind : ShardedAdamW::MomentKinds()) kinds.push_back(kind);
+    }
+    for (const std::string& kind : kinds) {
       ASSIGN_OR_RETURN(torch::Tensor values, read(u->name, kind, u->begin, u->begin + n));
-      torch::Tensor& target = std::string(kind) == "master"    ? u->master
-                              : std::string(kind) == "exp_avg" ? u->exp_avg
-                                                               : u->exp_avg_sq;
+      torch::Tensor& target =
+          kind == "master" ? u->master : optimizer_->moment(u->optimizer_slice, kind);
       target.detach().narrow(0, 0, n).copy_(values);
     }
   }
-  adam_step_ = engine.value("adam_step", int64_t{0});
+  if (optimizer_) optimizer_->set_step(engine.value("adam_step", int64_t{0}));
   loss_scale_ = engine.value("loss_scale", loss_scale_);
   good_steps_ = engine.value("good_steps", int64_t{0});
   hysteresis_left_ = engine.value("hysteresis_left", options_.hysteresis);

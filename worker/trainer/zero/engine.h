@@ -22,6 +22,15 @@
 // accumulated gradients and AdamW state in fp32. fp16 uses DeepSpeed's dynamic loss scaling.
 // Gradient clipping uses the global norm over every rank's slices.
 //
+// A frozen engine (CreateFrozen) is forward-only: the reference model, reward model or
+// distillation teacher next to a trained policy. It is sharded exactly like a trainable engine at
+// the same stage (stage 3: each rank keeps its slice, built or read slice by slice; stages 0-2:
+// the whole model, as those stages replicate weights) but keeps its slices in the compute dtype
+// and has no optimizer state and no gradient buffers; its forwards run without autograd.
+//
+// Errors of collectives leave the engine as absl::Status (UNAVAILABLE naming the collective and
+// the peers); c10::Error from tensor operations as INTERNAL.
+//
 // Not thread-safe: one training loop drives it.
 #ifndef TRAINCTL_WORKER_TRAINER_ZERO_ENGINE_H_
 #define TRAINCTL_WORKER_TRAINER_ZERO_ENGINE_H_
@@ -32,6 +41,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -40,6 +50,7 @@
 #include "nlohmann/json.hpp"
 #include "trainctl/v1/job.pb.h"
 #include "worker/trainer/model/qwen2vl.h"
+#include "worker/trainer/zero/adamw.h"
 #include "worker/trainer/zero/comm.h"
 
 namespace trainctl::zero {
@@ -107,6 +118,11 @@ class Engine {
                                                         const EngineOptions& options, Comm* comm,
                                                         int64_t seed,
                                                         const std::string& weights_dir = "");
+  // A forward-only engine (see above); same arguments.
+  static absl::StatusOr<std::unique_ptr<Engine>> CreateFrozen(const model::Qwen2VLConfig& config,
+                                                              const EngineOptions& options,
+                                                              Comm* comm, int64_t seed,
+                                                              const std::string& weights_dir = "");
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -115,12 +131,33 @@ class Engine {
   model::Qwen2VLForConditionalGeneration& model() { return *model_; }
   const EngineOptions& options() const { return options_; }
   Comm& comm() { return *comm_; }
+  bool frozen() const { return frozen_; }
 
   // Backpropagates one micro-batch's loss (scaled when fp16) and, at stage 2, reduce-scatters its
-  // gradients. Throws c10::Error / CollectiveError.
-  void Backward(const torch::Tensor& loss);
+  // gradients. Gradients of every micro-batch and rank are summed. FAILED_PRECONDITION on a
+  // frozen engine.
+  absl::Status Backward(const torch::Tensor& loss);
   // The optimizer step at a gradient-accumulation boundary with learning rate `lr`.
-  StepResult Step(double lr);
+  absl::StatusOr<StepResult> Step(double lr);
+
+  // Collective. Holds every unit's working weights gathered until the returned object is
+  // destroyed (stage 3; a no-op at stages 0-2, whose weights are always whole): generation then
+  // runs its many small forwards without a gather per unit per token (TRL's
+  // ds3_gather_for_generation). Costs the whole model in the compute dtype on every rank.
+  class HeldWeights {
+   public:
+    HeldWeights() = default;
+    HeldWeights(HeldWeights&& other) noexcept : engine_(std::exchange(other.engine_, nullptr)) {}
+    HeldWeights& operator=(HeldWeights&& other) noexcept;
+    ~HeldWeights();
+    int64_t bytes() const { return bytes_; }  // working weights gathered for the hold
+
+   private:
+    friend class Engine;
+    Engine* engine_ = nullptr;
+    int64_t bytes_ = 0;
+  };
+  absl::StatusOr<HeldWeights> HoldWeights();
 
   MemoryStats Memory() const;
   // The fp16 loss scale the next micro-batches are scaled by (1 without fp16).
@@ -154,7 +191,11 @@ class Engine {
   class Runner;
   friend class Runner;
 
-  Engine(const EngineOptions& options, Comm* comm);
+  Engine(const EngineOptions& options, Comm* comm, bool frozen);
+  static absl::StatusOr<std::unique_ptr<Engine>> Make(const model::Qwen2VLConfig& config,
+                                                      const EngineOptions& options, Comm* comm,
+                                                      int64_t seed, const std::string& weights_dir,
+                                                      bool frozen);
   absl::Status Build(const model::Qwen2VLConfig& config, int64_t seed,
                      const std::string& weights_dir);
   void AdoptUnit(const std::string& name,
@@ -175,11 +216,15 @@ class Engine {
   void EndMicroStep();
   void RefreshWorkingWeights();
 
+  void BackwardOrThrow(const torch::Tensor& loss);
+  StepResult StepOrThrow(double lr);
   void ReduceScatterGradients();  // stages 1-2: full gradients -> fp32 slices
   torch::Tensor& ShardGrad(Unit& u);
   torch::TensorOptions MasterOptions() const;
 
   EngineOptions options_;
+  bool frozen_ = false;
+  std::unique_ptr<ShardedAdamW> optimizer_;  // null when frozen
   Comm* comm_;
   int world_;
   int rank_;
@@ -193,7 +238,6 @@ class Engine {
   int64_t live_numel_ = 0;
   int64_t peak_live_numel_ = 0;
 
-  int64_t adam_step_ = 0;
   double loss_scale_ = 1;
   int64_t good_steps_ = 0;
   int64_t hysteresis_left_ = 0;

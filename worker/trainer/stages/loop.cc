@@ -1,0 +1,325 @@
+#include "worker/trainer/stages/loop.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/deepspeed_config.h"
+#include "common/job_spec.h"
+#include "common/process_stats.h"
+#include "common/status_macros.h"
+#include "worker/trainer/checkpoint/trainer_checkpoint.h"
+#include "worker/trainer/model/attention.h"
+#include "worker/trainer/stages/lr_schedule.h"
+
+namespace trainctl::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool HasWeights(const fs::path& dir) {
+  return fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json");
+}
+
+// Optimizer steps between events/saves: HF's `*_steps` may be a ratio of the total when < 1.
+int64_t Interval(double steps, int64_t total) {
+  if (steps < 1) return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(steps * total)));
+  return static_cast<int64_t>(steps);
+}
+
+class Loop {
+ public:
+  Loop(const TrainRun& run, EventSink* events)
+      : spec_(run.spec), t_(run.spec.training()), events_(events) {}
+  ~Loop() {
+    stage_.reset();
+    if (comm_ && comm_->failed()) (void)engine_.release();
+    zero::ReleaseIfFailed(comm_);
+  }
+
+  absl::StatusOr<TrainResult> Run(bool resume) {
+    RETURN_IF_ERROR(Setup());
+    TrainResult result;
+    if (resume) {
+      std::vector<std::string> skipped;
+      auto latest = FindLatestCheckpoint(spec_.output_dir(), &skipped);
+      for (const std::string& why : skipped) ctx_->Warn("skipped checkpoint: " + why);
+      RETURN_IF_ERROR(AgreeOnCheckpoint(latest));
+      if (latest) {
+        ASSIGN_OR_RETURN(state_, LoadCheckpoint(*latest, *engine_));
+        RETURN_IF_ERROR(stage_->RestoreDataState(state_.loader, state_.global_step));
+        result.resumed_from = state_.global_step;
+        if (ctx_->lead()) {
+          events_->Emit(
+              "status",
+              {{"state", "resumed"}, {"step", state_.global_step}, {"checkpoint", *latest}});
+        }
+      }
+    }
+    while (state_.global_step < total_steps_) {
+      ASSIGN_OR_RETURN(result.last_loss, Step());
+      if (ShouldSave()) {
+        ASSIGN_OR_RETURN(result.last_checkpoint, Save());
+      }
+    }
+    if (t_.save_strategy() != "no" && last_saved_step_ != state_.global_step) {
+      ASSIGN_OR_RETURN(result.last_checkpoint, Save());
+    }
+    result.steps = state_.global_step;
+    return result;
+  }
+
+ private:
+  // Every rank must resume from the same step, or their shards would not belong together: a node
+  // that sees another output_dir (no shared file system) or other files fails the job here, on
+  // every rank, instead of training on inconsistent state.
+  absl::Status AgreeOnCheckpoint(const std::optional<std::string>& latest) {
+    if (comm_->world_size() == 1) return absl::OkStatus();
+    double step = -1;
+    if (latest) {
+      const std::string name = fs::path(*latest).filename().string();
+      step = std::atof(name.c_str() + std::string("checkpoint-").size());
+    }
+    torch::Tensor sums = torch::tensor({step, step * step}, torch::kFloat64);
+    RETURN_IF_ERROR(comm_->AllReduceSum(sums, "checkpoint choice"));
+    const double n = comm_->world_size();
+    const double mean = sums[0].item<double>() / n;
+    if (sums[1].item<double>() / n - mean * mean > 0.25) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the ranks found different newest checkpoints under ", spec_.output_dir(),
+                       " (rank ", comm_->rank(), ": ", latest ? *latest : std::string("none"),
+                       "); every rank must see the same output_dir"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Setup() {
+    ASSIGN_OR_RETURN(stage_, MakeStage(spec_.kind()));
+    const torch::Device device = RankDevice();
+    if (device.is_cuda() && t_.has_tf32() && t_.tf32()) {
+      at::globalContext().setAllowTF32CuBLAS(true);
+      at::globalContext().setAllowTF32CuDNN(true);
+    }
+    ASSIGN_OR_RETURN(zero::CommOptions comm_options, zero::CommOptionsFromEnv());
+    comm_options.timeout = std::chrono::seconds(t_.ddp_timeout());
+    comm_options.device = device;
+    ASSIGN_OR_RETURN(comm_, zero::Comm::Create(comm_options));
+
+    ASSIGN_OR_RETURN(auto resolved_model, ResolveModel(spec_.model_name_or_path()));
+    config_ = std::move(resolved_model.first);
+    if (fs::is_directory(spec_.model_name_or_path())) tokenizer_dir_ = spec_.model_name_or_path();
+
+    // The DeepSpeed config, resolved again here against what the control plane could not know:
+    // the launched world size and the model's hidden size.
+    std::optional<DeepSpeedConfig> ds;
+    if (!spec_.deepspeed_config_json().empty()) {
+      ASSIGN_OR_RETURN(
+          nlohmann::json doc,
+          ParseDeepSpeedJson(spec_.deepspeed_config_json(),
+                             spec_.deepspeed().empty() ? "deepspeed config" : spec_.deepspeed()));
+      DeepSpeedInputs in = DeepSpeedInputsFor(spec_, t_);
+      in.world_size = comm_->world_size();
+      in.hidden_size = config_.hidden_size;
+      auto resolved = ResolveDeepSpeedConfig(doc, in);
+      if (!resolved.ok()) return resolved.status();
+      ds = resolved->config;
+    }
+    std::vector<std::string> warnings;
+    options_ = zero::EngineOptionsFrom(ds, t_, config_.hidden_size, &warnings);
+    options_.device = device;
+    gather_on_save_ = options_.stage < 3 || (ds && ds->stage3_gather_16bit_weights_on_model_save);
+    ASSIGN_OR_RETURN(engine_, zero::Engine::Create(config_, options_, comm_.get(), t_.seed(),
+                                                   resolved_model.second));
+    model::GradientCheckpointing checkpointing;
+    checkpointing.decoder_layers = checkpointing.vision_blocks = t_.gradient_checkpointing();
+    engine_->model().SetGradientCheckpointing(checkpointing);
+    // TRAINCTL_ATTENTION=eager|sdpa overrides the default (fused on CUDA in LibTorch 2.x builds).
+    model::AttentionImpl attention = model::AttentionImpl::kAuto;
+    if (const char* name = std::getenv("TRAINCTL_ATTENTION"); name != nullptr && *name) {
+      auto parsed = model::ParseAttentionImpl(name);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("TRAINCTL_ATTENTION: ", parsed.status().message()));
+      }
+      attention = *parsed;
+    }
+    engine_->model().SetAttentionImpl(attention);
+    ctx_.emplace(StageContext{spec_, t_, device, *comm_, *engine_, options_, config_,
+                              tokenizer_dir_, *events_});
+    for (const std::string& w : warnings) ctx_->Warn(w);
+    if (ctx_->lead()) {
+      events_->Emit("setup", {{"device", device.str()},
+                              {"backend", comm_->backend()},
+                              {"kind", JobKindName(spec_.kind())},
+                              {"attention", model::AttentionImplName(
+                                                model::ResolveAttentionImpl(attention, device))}});
+    }
+
+    ASSIGN_OR_RETURN(steps_per_epoch_, stage_->Setup(*ctx_));
+    steps_per_epoch_ = std::max<int64_t>(1, steps_per_epoch_);
+    total_steps_ = t_.max_steps() > 0
+                       ? t_.max_steps()
+                       : static_cast<int64_t>(std::ceil(t_.num_train_epochs() * steps_per_epoch_));
+    ASSIGN_OR_RETURN(schedule_, LrSchedule::Create(
+                                    t_.lr_scheduler_type(),
+                                    WarmupSteps(t_.warmup_steps(), t_.warmup_ratio(), total_steps_),
+                                    total_steps_));
+    base_lr_ = options_.lr;
+    logging_every_ = Interval(t_.logging_steps(), total_steps_);
+    save_every_ = Interval(t_.save_steps(), total_steps_);
+    return absl::OkStatus();
+  }
+
+  // One optimizer step: the stage's micro-batches, then the update. Returns the step's loss.
+  absl::StatusOr<double> Step() {
+    const absl::Time start = absl::Now();
+    const int64_t step = state_.global_step + 1;
+    auto out = stage_->Step(*ctx_, step);
+    if (!out.ok()) {
+      return absl::Status(out.status().code(),
+                          absl::StrCat("step ", step, ": ", out.status().message()));
+    }
+    auto result = engine_->Step(base_lr_ * schedule_->Factor(state_.global_step));
+    if (!result.ok()) {
+      return absl::Status(result.status().code(),
+                          absl::StrCat("step ", step, ": ", result.status().message()));
+    }
+    if (result->skipped) {
+      ctx_->Warn(absl::StrCat("step ", step, ": gradient overflow, update skipped; loss scale now ",
+                              engine_->loss_scale()));
+    }
+    ++state_.global_step;
+    if (state_.global_step == 1 || state_.global_step == total_steps_) EmitMemory();
+    state_.loader = stage_->DataState();
+    state_.epoch = static_cast<double>(state_.global_step) / steps_per_epoch_;
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    Log(*out, result->grad_norm, seconds);
+    return out->loss;
+  }
+
+  // Every rank's training-state bytes (the ZeRO accounting) and its peak resident set, after the
+  // first step (when every buffer exists) and the last.
+  void EmitMemory() {
+    const zero::MemoryStats m = engine_->Memory();
+    events_->Emit("memory", {{"step", state_.global_step},
+                             {"rank", comm_->rank()},
+                             {"world_size", comm_->world_size()},
+                             {"zero_stage", engine_->options().stage},
+                             {"parameters", m.parameters},
+                             {"master_bytes", m.master_bytes},
+                             {"optimizer_bytes", m.optimizer_bytes},
+                             {"gradient_bytes", m.gradient_bytes},
+                             {"working_bytes", m.working_bytes},
+                             {"peak_working_bytes", m.peak_working_bytes},
+                             {"peak_rss_bytes", PeakRssBytes()},
+                             {"comm_bytes_sent", comm_->bytes_sent()}});
+  }
+
+  // Accumulates the window and emits its means every logging_steps and at the last step.
+  void Log(const StageStep& out, double grad_norm, double seconds) {
+    window_loss_ += out.loss;
+    ++window_steps_;
+    window_tokens_ += out.tokens;
+    window_samples_ += out.samples;
+    window_seconds_ += seconds;
+    for (const auto& [name, value] : out.metrics.items()) {
+      if (value.is_number()) window_metrics_[name] += value.get<double>();
+    }
+    if (state_.global_step % logging_every_ != 0 && state_.global_step != total_steps_) return;
+    nlohmann::json values = {
+        {"loss", window_loss_ / window_steps_},
+        {"learning_rate", base_lr_ * schedule_->Factor(state_.global_step - 1)},
+        {"grad_norm", grad_norm},
+        {"epoch", state_.epoch},
+        {"total_steps", total_steps_},
+        {"step_time", seconds},
+        {"tokens_per_second", window_tokens_ / std::max(1e-9, window_seconds_)},
+        {"samples_per_second", window_samples_ / std::max(1e-9, window_seconds_)}};
+    for (const auto& [name, sum] : window_metrics_) values[name] = sum / window_steps_;
+    if (ctx_->lead()) events_->Emit("metric", {{"step", state_.global_step}, {"values", values}});
+    window_loss_ = window_seconds_ = 0;
+    window_steps_ = window_tokens_ = window_samples_ = 0;
+    window_metrics_.clear();
+  }
+
+  bool ShouldSave() const {
+    if (t_.save_strategy() == "steps") return state_.global_step % save_every_ == 0;
+    if (t_.save_strategy() == "epoch") return state_.global_step % steps_per_epoch_ == 0;
+    return false;
+  }
+
+  absl::StatusOr<std::string> Save() {
+    SaveOptions options;
+    options.write_hf_weights = gather_on_save_;
+    options.tokenizer_dir = tokenizer_dir_;
+    std::string dir;
+    try {
+      ASSIGN_OR_RETURN(dir, SaveCheckpoint(spec_.output_dir(), state_, *engine_, options));
+    } catch (const zero::CollectiveError& e) {
+      return absl::UnavailableError(
+          absl::StrCat("saving checkpoint ", state_.global_step, ": ", e.what()));
+    }
+    last_saved_step_ = state_.global_step;
+    if (ctx_->lead()) {
+      events_->Emit("checkpoint",
+                    {{"step", state_.global_step}, {"path", fs::absolute(dir).string()}});
+    }
+    return dir;
+  }
+
+  const trainctl::v1::JobSpec& spec_;
+  const trainctl::v1::TrainingArguments& t_;
+  EventSink* events_;
+  std::unique_ptr<zero::Comm> comm_;
+  model::Qwen2VLConfig config_;
+  zero::EngineOptions options_;
+  std::unique_ptr<zero::Engine> engine_;
+  std::optional<StageContext> ctx_;
+  std::unique_ptr<Stage> stage_;
+  std::optional<LrSchedule> schedule_;
+  TrainerState state_;
+  std::string tokenizer_dir_;
+  bool gather_on_save_ = true;
+  double base_lr_ = 0;
+  int64_t total_steps_ = 0, steps_per_epoch_ = 1, logging_every_ = 1, save_every_ = 1;
+  int64_t last_saved_step_ = -1;
+  double window_loss_ = 0, window_seconds_ = 0;
+  int64_t window_steps_ = 0, window_tokens_ = 0, window_samples_ = 0;
+  std::map<std::string, double> window_metrics_;
+};
+
+}  // namespace
+
+void StageContext::Warn(const std::string& message) const {
+  if (lead()) events.Emit("warning", {{"message", message}});
+}
+
+torch::Device RankDevice() {
+  if (!torch::cuda::is_available()) return torch::Device(torch::kCPU);
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  return torch::Device(torch::kCUDA,
+                       static_cast<c10::DeviceIndex>(local_rank ? std::atoi(local_rank) : 0));
+}
+
+absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(const std::string& ref) {
+  if (fs::is_directory(ref) && HasWeights(ref)) {
+    ASSIGN_OR_RETURN(model::Qwen2VLConfig config, model::LoadQwen2VLConfig(ref));
+    return std::make_pair(std::move(config), ref);
+  }
+  ASSIGN_OR_RETURN(const std::string config_path, model::FindModelConfig(ref));
+  ASSIGN_OR_RETURN(model::Qwen2VLConfig config, model::LoadQwen2VLConfig(config_path));
+  return std::make_pair(std::move(config), std::string());
+}
+
+absl::StatusOr<TrainResult> RunTraining(const TrainRun& run, EventSink* events) {
+  Loop loop(run, events);
+  return loop.Run(run.resume);
+}
+
+}  // namespace trainctl::trainer

@@ -1,0 +1,114 @@
+// The training loop every job kind runs through, and the interface a kind implements.
+//
+//   set-up    device, comm (c10d), the model (an HF directory is loaded; a registry name or bare
+//             config is initialised from training.seed), the DeepSpeed config resolved against
+//             the launched world size and hidden size, the ZeRO engine, attention, then the
+//             stage's own set-up (its data, frozen models);
+//   resume    the newest complete checkpoint under output_dir, the same on every rank;
+//   step      the stage's micro-batches (forward + Engine::Backward), then the optimizer step
+//             with the learning-rate schedule (linear/cosine/constant with warm-up), gradient
+//             clipping by global norm, fp16 overflow skips;
+//   events    `metric` every logging_steps (the window's mean loss and stage metrics, learning
+//             rate, grad norm, epoch, throughput), `memory` after the first and last step,
+//             `checkpoint` per save_strategy, `warning`s; rank 0 speaks for the job;
+//   shutdown  a final checkpoint when the strategy saves, and a failed collective's process
+//             group left alone (its threads may wait on a dead peer).
+//
+// A stage (sft.h, grpo.h, ...) supplies only what differs: its set-up, its step's micro-batches,
+// and its data position. MakeStage chooses one by JobKind (stages/registry.cc).
+#ifndef TRAINCTL_WORKER_TRAINER_STAGES_LOOP_H_
+#define TRAINCTL_WORKER_TRAINER_STAGES_LOOP_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "trainctl/v1/job.pb.h"
+#include "worker/trainer/data/loader.h"
+#include "worker/trainer/event_sink.h"
+#include "worker/trainer/model/qwen2vl_config.h"
+#include "worker/trainer/zero/comm.h"
+#include "worker/trainer/zero/engine.h"
+
+namespace trainctl::trainer {
+
+struct TrainRun {
+  trainctl::v1::JobSpec spec;  // validated, defaults applied (common/job_spec.h)
+  bool resume = true;          // continue from the newest complete checkpoint in output_dir
+};
+
+struct TrainResult {
+  int64_t steps = 0;            // optimizer steps done in total (including before a resume)
+  int64_t resumed_from = 0;     // the step resumed from; 0 for a fresh start
+  double last_loss = 0;         // loss of the last optimizer step
+  std::string last_checkpoint;  // empty when none was written
+};
+
+// What the loop lends a stage. Valid from Stage::Setup to the end of the run.
+struct StageContext {
+  const trainctl::v1::JobSpec& spec;
+  const trainctl::v1::TrainingArguments& training;
+  torch::Device device;
+  zero::Comm& comm;
+  zero::Engine& engine;                  // the model being trained
+  const zero::EngineOptions& options;    // the engine's: frozen models are built alike
+  const model::Qwen2VLConfig& config;    // the trained model's
+  const std::string& tokenizer_dir;      // the model directory when it is one, else ""
+  EventSink& events;
+
+  // Rank 0 speaks for the job: metrics, checkpoints and warnings come once, not once per rank.
+  bool lead() const { return comm.rank() == 0; }
+  void Warn(const std::string& message) const;
+};
+
+// One optimizer step's result as a stage reports it; every field is the same on every rank.
+struct StageStep {
+  double loss = 0;      // the global batch's loss
+  int64_t tokens = 0;   // tokens processed by all ranks (throughput)
+  int64_t samples = 0;  // samples (sequences) processed by all ranks
+  // Further metrics by name (TRL's, e.g. "reward", "kl"): numbers are averaged over the
+  // logging window and reported with the loop's own.
+  nlohmann::json metrics = nlohmann::json::object();
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+
+  // After the engine exists: open data, build frozen models. Returns the optimizer steps in one
+  // epoch (>= 1).
+  virtual absl::StatusOr<int64_t> Setup(StageContext& ctx) = 0;
+
+  // The micro-batches of optimizer step `step` (1-based): forwards and ctx.engine.Backward, so
+  // that the gradients of every rank and micro-batch sum to the step's gradient. The loop runs
+  // the optimizer step after.
+  virtual absl::StatusOr<StageStep> Step(StageContext& ctx, int64_t step) = 0;
+
+  // The data position to checkpoint after a step, and to continue from (`global_step` steps
+  // done) when resuming.
+  virtual data::LoaderState DataState() const = 0;
+  virtual absl::Status RestoreDataState(const data::LoaderState& state, int64_t global_step) = 0;
+};
+
+// The stage for `kind`: UNIMPLEMENTED naming the kind when this trainer has none.
+absl::StatusOr<std::unique_ptr<Stage>> MakeStage(trainctl::v1::JobKind kind);
+
+// Runs `run.spec` to the end with the stage for its kind. INVALID_ARGUMENT / NOT_FOUND /
+// DATA_LOSS for a bad model, data or checkpoint (naming it); UNAVAILABLE when a peer is gone;
+// INTERNAL with LibTorch's message if a tensor operation fails.
+absl::StatusOr<TrainResult> RunTraining(const TrainRun& run, EventSink* events);
+
+// The model's config and, when `ref` is a directory with weights, that directory to load them
+// from; otherwise a registry name or config path and "" (initialise from the seed).
+absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(const std::string& ref);
+
+// The compute device of this rank: CUDA device LOCAL_RANK when CUDA is available, else the CPU.
+torch::Device RankDevice();
+
+}  // namespace trainctl::trainer
+
+#endif  // TRAINCTL_WORKER_TRAINER_STAGES_LOOP_H_

@@ -1,0 +1,20 @@
+// The stage of each job kind. Explicit rather than self-registering: a static library drops
+// translation units nothing refers to, and with them any registration side effects.
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "worker/trainer/stages/loop.h"
+#include "worker/trainer/stages/sft.h"
+
+namespace trainctl::trainer {
+
+absl::StatusOr<std::unique_ptr<Stage>> MakeStage(trainctl::v1::JobKind kind) {
+  switch (kind) {
+    case trainctl::v1::JOB_KIND_SFT:
+      return MakeSftStage();
+    default:
+      return absl::UnimplementedError(absl::StrCat("this trainer runs sft and grpo jobs; the ",
+                                                   JobKindName(kind), " stage is not in it"));
+  }
+}
+
+}  // namespace trainctl::trainer
