@@ -1,5 +1,6 @@
 #include "common/job_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -36,6 +37,10 @@ constexpr const char* kSchedulers[] = {"linear",
                                        "reduce_lr_on_plateau",
                                        "cosine_with_min_lr",
                                        "warmup_stable_decay"};
+// TRL GRPOConfig's choices (trl/trainer/grpo_config.py); loss_type: those the trainer has.
+constexpr const char* kLossTypes[] = {"grpo", "bnpo", "dr_grpo", "dapo"};
+constexpr const char* kScaleRewards[] = {"group", "batch", "none"};
+constexpr const char* kImportanceSamplingLevels[] = {"token", "sequence"};
 // Set by the worker for every rank; a job may not override them.
 constexpr const char* kReservedEnv[] = {
     "RANK",        "LOCAL_RANK",  "WORLD_SIZE",           "LOCAL_WORLD_SIZE", "NODE_RANK",
@@ -92,8 +97,32 @@ void ApplyTrainingDefaults(TrainingArguments* t) {
   if (!t->has_max_prompt_length()) t->set_max_prompt_length(512);
   if (!t->has_max_completion_length()) t->set_max_completion_length(256);
   if (!t->has_num_generations()) t->set_num_generations(8);
-  if (!t->has_beta()) t->set_beta(0.04);
+  if (!t->has_beta()) t->set_beta(0.0);  // TRL's default since v0.19 (was 0.04)
   if (!t->has_ddp_timeout()) t->set_ddp_timeout(1800);
+  // TRL GRPOConfig's defaults (grpo_config.py at f2cd577).
+  if (!t->has_temperature()) t->set_temperature(1.0);
+  if (!t->has_top_p()) t->set_top_p(1.0);
+  if (!t->has_top_k()) t->set_top_k(0);
+  if (!t->has_epsilon()) t->set_epsilon(0.2);
+  if (!t->has_epsilon_high()) t->set_epsilon_high(t->epsilon());
+  if (!t->has_loss_type()) t->set_loss_type("dapo");
+  if (!t->has_scale_rewards()) t->set_scale_rewards("group");
+  // TRL's __post_init__ maps the boolean spellings: True -> "group", False -> "none".
+  if (absl::EqualsIgnoreCase(t->scale_rewards(), "true")) t->set_scale_rewards("group");
+  if (absl::EqualsIgnoreCase(t->scale_rewards(), "false")) t->set_scale_rewards("none");
+  if (!t->has_num_iterations()) t->set_num_iterations(1);
+  if (!t->has_importance_sampling_level()) t->set_importance_sampling_level("token");
+  if (!t->has_mask_truncated_completions()) t->set_mask_truncated_completions(false);
+  if (!t->has_gather_for_generation()) t->set_gather_for_generation(true);
+}
+
+bool UsesRewards(const JobSpec& spec) {
+  if (spec.kind() == trainctl::v1::JOB_KIND_GRPO) return true;
+  if (spec.kind() != trainctl::v1::JOB_KIND_PIPELINE) return false;
+  for (const PipelineStage& stage : spec.stages()) {
+    if (stage.kind() == trainctl::v1::JOB_KIND_GRPO) return true;
+  }
+  return false;
 }
 
 std::string BaseName(std::string path) {
@@ -135,8 +164,59 @@ class Checker {
   std::vector<std::string>* errors_;
 };
 
+// The GRPO knobs; `num_rewards` counts the reward functions and the reward model.
+void CheckGrpoTraining(const std::string& path, const TrainingArguments& t, int num_rewards,
+                       Checker& c) {
+  if (!(t.temperature() >= 0) || !std::isfinite(t.temperature())) {
+    c.Fail(path + ".temperature", absl::StrCat("must be >= 0, got ", t.temperature()));
+  }
+  if (!(t.top_p() > 0 && t.top_p() <= 1)) {
+    c.Fail(path + ".top_p", absl::StrCat("must be in (0, 1], got ", t.top_p()));
+  }
+  c.AtLeast(path + ".top_k", t.top_k(), 0);
+  c.Positive(path + ".epsilon", t.epsilon());
+  c.Positive(path + ".epsilon_high", t.epsilon_high());
+  c.OneOf(path + ".loss_type", t.loss_type(), kLossTypes);
+  c.OneOf(path + ".scale_rewards", t.scale_rewards(), kScaleRewards);
+  c.AtLeast(path + ".num_iterations", t.num_iterations(), 1);
+  c.OneOf(path + ".importance_sampling_level", t.importance_sampling_level(),
+          kImportanceSamplingLevels);
+  if (t.reward_weights_size() > 0 && t.reward_weights_size() != num_rewards) {
+    c.Fail(path + ".reward_weights",
+           absl::StrCat("needs one weight per reward (", num_rewards,
+                        ": reward_funcs, then reward_model_name_or_path when set), got ",
+                        t.reward_weights_size()));
+  }
+  for (int i = 0; i < t.reward_weights_size(); ++i) {
+    if (!std::isfinite(t.reward_weights(i))) {
+      c.Fail(absl::StrCat(path, ".reward_weights[", i, "]"),
+             absl::StrCat("must be a finite number, got ", t.reward_weights(i)));
+    }
+  }
+}
+
+// reward_funcs: known names, each once.
+void CheckRewardFuncs(const JobSpec& spec, Checker& c) {
+  const std::vector<std::string>& known = RewardFuncNames();
+  std::set<std::string> seen;
+  for (int i = 0; i < spec.reward_funcs_size(); ++i) {
+    const std::string& name = spec.reward_funcs(i);
+    const std::string path = absl::StrCat("spec.reward_funcs[", i, "]");
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      c.Fail(path, absl::StrCat("unknown reward function '", name,
+                                "', known: ", absl::StrJoin(known, "|")));
+    } else if (!seen.insert(name).second) {
+      c.Fail(path, absl::StrCat("duplicate reward function '", name, "'"));
+    }
+  }
+}
+
+int NumRewards(const JobSpec& spec) {
+  return spec.reward_funcs_size() + (spec.reward_model_name_or_path().empty() ? 0 : 1);
+}
+
 void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind kind, int world,
-                   Checker& c) {
+                   int num_rewards, Checker& c) {
   c.AtLeast(path + ".per_device_train_batch_size", t.per_device_train_batch_size(), 1);
   c.AtLeast(path + ".per_device_eval_batch_size", t.per_device_eval_batch_size(), 1);
   c.AtLeast(path + ".gradient_accumulation_steps", t.gradient_accumulation_steps(), 1);
@@ -170,12 +250,16 @@ void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind 
     c.AtLeast(path + ".max_prompt_length", t.max_prompt_length(), 1);
     c.AtLeast(path + ".max_completion_length", t.max_completion_length(), 1);
     c.AtLeast(path + ".beta", t.beta(), 0.0);
-    // Each prompt's group of completions must fit in whole global batches (TRL's rule).
-    const int64_t global = int64_t{world} * t.per_device_train_batch_size();
+    CheckGrpoTraining(path, t, num_rewards, c);
+    // Each prompt's group of completions must fit in one generation batch: TRL's
+    // per_device_train_batch_size x processes x steps_per_generation (= gradient accumulation).
+    const int64_t global = int64_t{world} * t.per_device_train_batch_size() *
+                           t.gradient_accumulation_steps();
     if (t.num_generations() >= 2 && global % t.num_generations() != 0) {
       c.Fail(path + ".num_generations",
-             absl::StrCat("must divide the global batch (world ", world,
-                          " x per_device_train_batch_size ", t.per_device_train_batch_size(), " = ",
+             absl::StrCat("must divide the completions of one step (world ", world,
+                          " x per_device_train_batch_size ", t.per_device_train_batch_size(),
+                          " x gradient_accumulation_steps ", t.gradient_accumulation_steps(), " = ",
                           global, "), got ", t.num_generations()));
     }
   }
@@ -341,7 +425,7 @@ void CheckStages(JobSpec& spec, int world, Checker& c) {
     if (i == 0 && stage.data_path().empty()) {
       c.Fail(path + ".data_path", "required for the first stage (and spec.data_path is empty)");
     }
-    CheckTraining(path + ".training", stage.training(), stage.kind(), world, c);
+    CheckTraining(path + ".training", stage.training(), stage.kind(), world, NumRewards(spec), c);
   }
 }
 
@@ -362,6 +446,16 @@ absl::Status SpecErrors(const std::vector<std::string>& decode_errors,
 
 std::string JobKindName(JobKind kind) {
   return EnumNumberName(trainctl::v1::JobKind_descriptor(), kind);
+}
+
+const std::vector<std::string>& RewardFuncNames() {
+  static const auto* const kNames = new std::vector<std::string>{"accuracy", "format", "iou"};
+  return *kNames;
+}
+
+const std::vector<std::string>& DefaultRewardFuncs() {
+  static const auto* const kDefault = new std::vector<std::string>{"accuracy", "format"};
+  return *kDefault;
 }
 
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
@@ -428,7 +522,19 @@ absl::Status EmbedDeepSpeedConfig(absl::string_view base_dir, JobSpec* spec) {
 }
 
 void ApplyJobSpecDefaults(JobSpec* spec) {
+  // A stage that sets epsilon but not epsilon_high gets its own epsilon as the upper bound, not the
+  // job's (the job's training arguments are made explicit before stages inherit them).
+  if (!spec->training().has_epsilon_high()) {
+    for (PipelineStage& stage : *spec->mutable_stages()) {
+      TrainingArguments* t = stage.mutable_training();
+      if (t->has_epsilon() && !t->has_epsilon_high()) t->set_epsilon_high(t->epsilon());
+    }
+  }
   ApplyTrainingDefaults(spec->mutable_training());
+  if (UsesRewards(*spec) && spec->reward_funcs_size() == 0 &&
+      spec->reward_model_name_or_path().empty()) {
+    for (const std::string& name : DefaultRewardFuncs()) spec->add_reward_funcs(name);
+  }
   auto* resources = spec->mutable_resources();
   if (!resources->has_nodes()) resources->set_nodes(1);
   if (!resources->has_slots_per_node()) resources->set_slots_per_node(1);
@@ -443,7 +549,10 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   for (int i = 0; i < spec->stages_size(); ++i) {
     PipelineStage* stage = spec->mutable_stages(i);
     TrainingArguments merged = spec->training();
-    merged.MergeFrom(stage->training());  // fields the stage sets win
+    // Fields the stage sets win; a list the stage sets replaces the job's (MergeFrom appends).
+    if (stage->training().reward_weights_size() > 0) merged.clear_reward_weights();
+    merged.MergeFrom(stage->training());
+    ApplyTrainingDefaults(&merged);  // only normalises: every field is set by now
     *stage->mutable_training() = merged;
     if (stage->name().empty()) stage->set_name(absl::StrCat(JobKindName(stage->kind()), "-", i));
     if (stage->output_dir().empty() && !spec->output_dir().empty()) {
@@ -492,8 +601,11 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
            absl::StrCat("nodes x slots_per_node must be at most ", kMaxWorld, ", got ", world64));
   }
   const int world = static_cast<int>(std::min(world64, kMaxWorld));
-  if (!pipeline) CheckTraining("spec.training", spec.training(), spec.kind(), world, c);
+  if (!pipeline) {
+    CheckTraining("spec.training", spec.training(), spec.kind(), world, NumRewards(spec), c);
+  }
   CheckStages(spec, world, c);
+  if (UsesRewards(spec)) CheckRewardFuncs(spec, c);
   CheckMaps(spec, c);
   CheckSizes(input, c);
   if (!spec.deepspeed().empty() && spec.deepspeed_config_json().empty()) {

@@ -81,6 +81,14 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(
 // "sft", "grpo", ... for messages and tables.
 std::string JobKindName(trainctl::v1::JobKind kind);
 
+// The rule rewards a GRPO job may name in reward_funcs, in the order the rewards library documents
+// them: "accuracy", "format", "iou". The one list the validator and the rewards registry share.
+const std::vector<std::string>& RewardFuncNames();
+
+// The reward_funcs a grpo job (or a pipeline with a grpo stage) gets when it names none, as
+// open-r1-multimodal: accuracy, format.
+const std::vector<std::string>& DefaultRewardFuncs();
+
 }  // namespace trainctl
 
 #endif  // TRAINCTL_COMMON_JOB_SPEC_H_

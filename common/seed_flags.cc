@@ -23,9 +23,9 @@ struct FlagTarget {
   const FieldDescriptor* field = nullptr;
 };
 
-constexpr const char* kTopLevelFlags[] = {"kind",      "name",        "model_name_or_path",
-                                          "data_path", "deepspeed",   "output_dir",
-                                          "priority",  "max_restarts"};
+constexpr const char* kTopLevelFlags[] = {
+    "kind",       "name",     "model_name_or_path", "data_path",    "deepspeed",
+    "output_dir", "priority", "max_restarts",       "reward_funcs", "reward_model_name_or_path"};
 
 google::protobuf::Map<std::string, std::string>* MapFlag(const std::string& name, JobSpec* spec) {
   if (name == "env") return spec->mutable_env();
@@ -114,6 +114,24 @@ absl::StatusOr<FlagSpec> JobSpecFromFlags(const std::vector<std::string>& args,
     }
     const bool is_bool =
         target.field != nullptr && target.field->cpp_type() == FieldDescriptor::CPPTYPE_BOOL;
+    if (target.field != nullptr && target.field->is_repeated()) {
+      // HF's nargs="+": `--reward_funcs accuracy format`; a repeated flag replaces the list.
+      std::vector<std::string> values;
+      if (value) values.push_back(*value);
+      while (i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--"))
+        values.push_back(args[++i]);
+      if (values.empty()) {
+        errors.push_back(absl::StrCat("--", name, ": needs at least one value"));
+        continue;
+      }
+      target.msg->GetReflection()->ClearField(target.msg, target.field);
+      for (const std::string& v : values) {
+        if (absl::Status s = SetFieldFromText(v, target.field, target.msg); !s.ok()) {
+          errors.push_back(absl::StrCat("--", name, ": ", s.message()));
+        }
+      }
+      continue;
+    }
     if (!value) {
       if (i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--")) {
         value = args[++i];

@@ -8,7 +8,9 @@
 // True`,
 // `--bf16=true`, bare `--bf16`); --model_name_or_path, --data_path, --deepspeed, --output_dir and
 // the trainctl fields (--kind, --name, --priority, --max_restarts, --env K=V, --label K=V,
-// --node_selector K=V) map onto the spec's top level.
+// --node_selector K=V) and GRPO's --reward_funcs, --reward_model_name_or_path map onto the spec's
+// top level. List flags take every value up to the next flag, as HF's nargs="+" does
+// (`--reward_funcs accuracy format`, `--reward_weights 1.0 0.5`).
 #ifndef TRAINCTL_COMMON_SEED_FLAGS_H_
 #define TRAINCTL_COMMON_SEED_FLAGS_H_
 

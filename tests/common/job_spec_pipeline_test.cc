@@ -135,8 +135,8 @@ stages:
           "spec.model_name_or_path is empty)",
           "spec.stages[0].data_path: required for the first stage (and spec.data_path is empty)",
           "spec.stages[1].kind: required, one of distill|sft|grpo|eval",
-          "spec.stages[2].training.num_generations: must divide the global batch (world 8 x "
-          "per_device_train_batch_size 8 = 64), got 3",
+          "spec.stages[2].training.num_generations: must divide the completions of one step (world "
+          "8 x per_device_train_batch_size 8 x gradient_accumulation_steps 1 = 64), got 3",
           "spec.stages[3].training.learning_rate: must be > 0, got 0"));
 }
 

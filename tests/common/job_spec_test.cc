@@ -463,7 +463,7 @@ TEST(ApplyJobSpecDefaultsTest, FillsTheHfTrainerDefaults) {
   EXPECT_EQ(t.max_prompt_length(), 512);
   EXPECT_EQ(t.max_completion_length(), 256);
   EXPECT_EQ(t.num_generations(), 8);
-  EXPECT_DOUBLE_EQ(t.beta(), 0.04);
+  EXPECT_DOUBLE_EQ(t.beta(), 0.0);  // TRL's since v0.19 (the GRPO defaults: job_spec_grpo_test)
   EXPECT_EQ(spec.resources().nodes(), 1);
   EXPECT_EQ(spec.resources().slots_per_node(), 1);
   ASSERT_TRUE(spec.has_max_restarts());
@@ -650,20 +650,27 @@ resources: {slots_per_node: 8}
   absl::StatusOr<ValidatedJobSpec> v =
       ValidateYaml(grpo + "training: {per_device_train_batch_size: 4, num_generations: 6}");
   EXPECT_THAT(ErrorLines(v.status()),
-              ElementsAre("spec.training.num_generations: must divide the global batch (world 8 x "
-                          "per_device_train_batch_size 4 = 32), got 6"));
+              ElementsAre("spec.training.num_generations: must divide the completions of one step "
+                          "(world 8 x per_device_train_batch_size 4 x gradient_accumulation_steps "
+                          "1 = 32), got 6"));
   absl::StatusOr<ValidatedJobSpec> one =
       ValidateYaml(grpo + "training: {per_device_train_batch_size: 4, num_generations: 1}");
   EXPECT_THAT(ErrorLines(one.status()),
               ElementsAre("spec.training.num_generations: must be >= 2, got 1"));
-  // Accumulation does not count: the rule is per optimizer micro-step.
+  // Accumulation counts: one step generates for all its micro-batches (TRL's
+  // generation_batch_size = per device x processes x steps_per_generation).
+  EXPECT_TRUE(ValidateYaml(grpo +
+                           "training: {per_device_train_batch_size: 1, "
+                           "gradient_accumulation_steps: 16, num_generations: 16}")
+                  .ok());
   absl::StatusOr<ValidatedJobSpec> accum =
       ValidateYaml(grpo +
-                   "training: {per_device_train_batch_size: 1, gradient_accumulation_steps: 16, "
-                   "num_generations: 16}");
+                   "training: {per_device_train_batch_size: 1, gradient_accumulation_steps: 2, "
+                   "num_generations: 32}");
   EXPECT_THAT(ErrorLines(accum.status()),
-              ElementsAre(HasSubstr("spec.training.num_generations: must divide the global batch "
-                                    "(world 8 x per_device_train_batch_size 1 = 8), got 16")));
+              ElementsAre(HasSubstr("spec.training.num_generations: must divide the completions of "
+                                    "one step (world 8 x per_device_train_batch_size 1 x "
+                                    "gradient_accumulation_steps 2 = 16), got 32")));
   // The rule is GRPO's only.
   absl::StatusOr<ValidatedJobSpec> sft =
       ValidateYaml(std::string(kMinimalSpec) + "training: {num_generations: 7}\n");
@@ -680,8 +687,9 @@ resources: {nodes: 2, slots_per_node: 3}
 training: {per_device_train_batch_size: 1, num_generations: 4}
 )");
   EXPECT_THAT(ErrorLines(v.status()),
-              ElementsAre("spec.training.num_generations: must divide the global batch (world 6 x "
-                          "per_device_train_batch_size 1 = 6), got 4"));
+              ElementsAre("spec.training.num_generations: must divide the completions of one step "
+                          "(world 6 x per_device_train_batch_size 1 x gradient_accumulation_steps "
+                          "1 = 6), got 4"));
 }
 
 // --- Pipelines -------------------------------------------------------------------------------

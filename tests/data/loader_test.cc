@@ -184,6 +184,9 @@ TEST_F(LoaderTest, PadsToTheLongestWithMasks) {
   const std::vector<float> third = SyntheticSample(3).pixel_values;
   patches.insert(patches.end(), third.begin(), third.end());
   EXPECT_EQ(batch->pixel_values, patches);
+  EXPECT_THAT(batch->solutions,
+              ::testing::ElementsAre(SyntheticSample(0).solution, SyntheticSample(1).solution,
+                                     SyntheticSample(2).solution, ""));
 
   options.pad_to_multiple_of = 8;
   EXPECT_EQ(Make(data, options)->Next()->seq_len, 8);
@@ -208,6 +211,7 @@ TEST_F(LoaderTest, PackedRowsHoldWholeSamplesWithSegments) {
       ASSERT_TRUE(batch.ok()) << batch.status();
       EXPECT_EQ(batch->seq_len, 12);
       int64_t images = 0;
+      std::vector<std::string> solutions;  // of the samples in order
       for (int64_t r = 0; r < batch->batch_size; ++r) {
         int64_t j = 0;
         int32_t segment = 0;
@@ -217,6 +221,7 @@ TEST_F(LoaderTest, PackedRowsHoldWholeSamplesWithSegments) {
           ++segment;
           seen.insert(SampleOf(id));
           images += static_cast<int64_t>(want.image_grid_thw.size());
+          solutions.push_back(want.solution);
           for (size_t k = 0; k < want.input_ids.size(); ++k, ++j) {
             ASSERT_LT(j, 12);
             EXPECT_EQ(batch->input_ids[r * 12 + j], want.input_ids[k]);
@@ -233,6 +238,7 @@ TEST_F(LoaderTest, PackedRowsHoldWholeSamplesWithSegments) {
         }
       }
       EXPECT_EQ(static_cast<int64_t>(batch->image_grid_thw.size()), images * 3);
+      EXPECT_EQ(batch->solutions, solutions);
     }
     EXPECT_EQ(loader->state(), (LoaderState{1, 0}));
   }

@@ -152,6 +152,11 @@ TEST_F(PrepareTest, EveryFormatRoundTripsExactly) {
   ExpectSame(
       reader->Get(3).value(),
       Expected({{"user", {ChatPart::Text("1+1?")}}, {"assistant", {ChatPart::Text("2")}}}, {}));
+  // Each record's solution rides along: the field, else the last assistant turn.
+  EXPECT_EQ(reader->Get(0)->solution, "<answer>2</answer>");
+  EXPECT_EQ(reader->View(1).solution, "No.");
+  EXPECT_EQ(reader->View(2).solution, "Blue.");
+  EXPECT_EQ(reader->View(3).solution, "2");
   ExpectNoLeftovers();
 }
 

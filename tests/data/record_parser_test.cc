@@ -98,6 +98,40 @@ TEST(RecordParserTest, MessagesWithTypedParts) {
   EXPECT_EQ(Show(r.messages), "system:{You see.}\nuser:[img]{and}[img][img]\nassistant:{Three.}\n");
 }
 
+TEST(RecordParserTest, SolutionIsTheSolutionFieldInAnyFormat) {
+  EXPECT_EQ(Parse(R"({"problem": "p", "solution": "<answer>2</answer>"})").solution,
+            "<answer>2</answer>");
+  EXPECT_EQ(Parse(R"({"problem": "p", "solution": 42})").solution, "42");
+  // VLM-R1 REC: a conversation plus a box as the solution.
+  EXPECT_EQ(Parse(R"({"image": "a.png", "solution": [10, 20.5, 30, 40],
+                      "conversations": [{"from": "human", "value": "<image>Where?"},
+                                        {"from": "gpt", "value": "<answer>[1,2,3,4]</answer>"}]})")
+                .solution,
+            "[10,20.5,30,40]");
+  EXPECT_EQ(Parse(R"({"messages": [{"role": "user", "content": "q"},
+                                   {"role": "assistant", "content": "long"}],
+                      "solution": {"box": [1, 2]}})")
+                .solution,
+            R"({"box":[1,2]})");
+}
+
+TEST(RecordParserTest, SolutionIsElseTheLastAssistantTurnsText) {
+  EXPECT_EQ(Parse(R"({"conversations": [{"from": "human", "value": "a"},
+                                        {"from": "gpt", "value": "first"},
+                                        {"from": "human", "value": "b"},
+                                        {"from": "gpt", "value": "<answer>B</answer>"}]})")
+                .solution,
+            "<answer>B</answer>");
+  EXPECT_EQ(Parse(R"({"messages": [{"role": "user", "content": "q"},
+                                   {"role": "assistant", "content": [
+                                     {"type": "text", "text": "see "}, {"type": "image"},
+                                     {"type": "text", "text": "this"}]},
+                                   {"role": "user", "content": "thanks"}],
+                      "images": ["x.png"], "solution": null})")
+                .solution,
+            "see this");
+}
+
 TEST(RecordParserTest, BadRecordsSayWhatIsWrong) {
   auto message = [](const std::string& line) {
     return std::string(ParseRecord(line).status().message());

@@ -1,8 +1,10 @@
 // Shards written, memory-mapped and read back; truncated and corrupted shards refused by name.
 #include "worker/trainer/data/shard_reader.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,6 +24,7 @@ void ExpectSameSample(const Sample& got, const Sample& want) {
   EXPECT_EQ(got.labels, want.labels);
   EXPECT_EQ(got.image_grid_thw, want.image_grid_thw);
   EXPECT_EQ(got.pixel_values, want.pixel_values);
+  EXPECT_EQ(got.solution, want.solution);
 }
 
 TEST(Crc32cTest, KnownValueAndBothPathsAgree) {
@@ -125,6 +128,110 @@ TEST_F(CorruptShardTest, MissingShardOrManifest) {
   EXPECT_THAT(ShardReader::Open(dir_.path()).status().message(), HasSubstr("shard-00004.bin"));
   std::filesystem::remove(dir_.path() + "/manifest.json");
   EXPECT_EQ(ShardReader::Open(dir_.path()).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ShardReaderTest, SolutionsAreReadInPlace) {
+  trainctl::testing::TempDir dir;
+  WriteSyntheticShards(dir.path(), 12, {PatchDtype::kBfloat16, 300});
+  auto reader = ShardReader::Open(dir.path());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  for (int64_t i = 0; i < 12; ++i) {
+    EXPECT_EQ((*reader)->View(i).solution, SyntheticSample(i).solution) << i;
+  }
+  EXPECT_EQ((*reader)->View(3).solution, "");
+  EXPECT_EQ((*reader)->View(4).solution, "<answer>4</answer>\xC3\xA9\xC3\xA9\xC3\xA9\xC3\xA9");
+}
+
+// Shard bytes edited in place, with the manifest's checksums brought up to date, so that only the
+// structure checks can object.
+class ShardEditTest : public ::testing::Test {
+ protected:
+  std::string Read(const std::string& path) const {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  void Edit(const std::function<void(std::string*)>& edit) const {
+    const std::string manifest_path = dir_.path() + "/manifest.json";
+    auto manifest = ParseManifest(Read(manifest_path), manifest_path);
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    for (ShardInfo& shard : manifest->shards) {
+      const std::string path = dir_.path() + "/" + shard.file;
+      std::string bytes = Read(path);
+      edit(&bytes);
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+      shard.bytes = static_cast<int64_t>(bytes.size());
+      shard.crc32c = internal::Crc32c(bytes.data(), bytes.size());
+    }
+    std::ofstream(manifest_path, std::ios::trunc) << ManifestToJson(*manifest);
+  }
+  static void SetU32(std::string* bytes, size_t at, uint32_t value) {
+    std::memcpy(bytes->data() + at, &value, 4);
+  }
+  trainctl::testing::TempDir dir_;
+};
+
+// What the version-1 writer wrote: the same bytes as version 2 without solutions, but the version.
+TEST_F(ShardEditTest, Version1ShardsLoadWithEmptySolutions) {
+  ShardWriter writer(dir_.path(), {PatchDtype::kFloat32, 200});
+  for (int64_t i = 0; i < 9; ++i) {
+    Sample sample = SyntheticSample(i);
+    sample.solution.clear();
+    ASSERT_TRUE(writer.Add(sample).ok());
+  }
+  ASSERT_TRUE(writer.Finish({}).ok());
+  Edit([](std::string* bytes) { SetU32(bytes, 8, 1); });
+  auto reader = ShardReader::Open(dir_.path());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_EQ((*reader)->size(), 9);
+  for (int64_t i = 0; i < 9; ++i) {
+    Sample want = SyntheticSample(i);
+    want.solution.clear();
+    ExpectSameSample((*reader)->Get(i).value(), want);
+    EXPECT_EQ((*reader)->View(i).solution, "");
+  }
+}
+
+TEST_F(ShardEditTest, Version1RecordWithItsReservedFieldSetIsDataLoss) {
+  WriteSyntheticShards(dir_.path(), 1);  // sample 0 has a solution: solution_bytes != 0
+  Edit([](std::string* bytes) { SetU32(bytes, 8, 1); });
+  auto reader = ShardReader::Open(dir_.path());
+  EXPECT_EQ(reader.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(reader.status().message(),
+              HasSubstr("shard-00000.bin is corrupted: record 0 sets the reserved field"));
+}
+
+TEST_F(ShardEditTest, UnknownVersionIsDataLoss) {
+  WriteSyntheticShards(dir_.path(), 2);
+  Edit([](std::string* bytes) { SetU32(bytes, 8, 3); });
+  EXPECT_THAT(ShardReader::Open(dir_.path()).status().message(),
+              HasSubstr("shard-00000.bin is corrupted: format version 3, expected 1 to 2"));
+}
+
+TEST_F(ShardEditTest, SolutionLongerThanItsRecordIsDataLossNamingTheShard) {
+  WriteSyntheticShards(dir_.path(), 3);
+  // Record 0 starts right after the 16-byte header; solution_bytes is its fourth field.
+  Edit([](std::string* bytes) { SetU32(bytes, 16 + 12, 1000); });
+  auto reader = ShardReader::Open(dir_.path());
+  EXPECT_EQ(reader.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(reader.status().message(),
+              HasSubstr("shard-00000.bin is corrupted: record 0 does not match its size"));
+}
+
+TEST_F(ShardEditTest, ShardCutInsideTheLastSolutionIsDataLoss) {
+  WriteSyntheticShards(dir_.path(), 3);  // the last record's solution ends before the index
+  Edit([](std::string* bytes) {
+    // Drop the last record's solution and padding, keeping index and footer: the index no longer
+    // fits the records.
+    const size_t index_offset = [&] {
+      uint64_t v;
+      std::memcpy(&v, bytes->data() + bytes->size() - 16, 8);
+      return static_cast<size_t>(v);
+    }();
+    bytes->erase(index_offset - 16, 16);
+  });
+  auto reader = ShardReader::Open(dir_.path(), {/*verify_checksums=*/false});
+  EXPECT_EQ(reader.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(reader.status().message(), HasSubstr("shard-00000.bin is corrupted"));
 }
 
 TEST(ManifestTest, InconsistentManifestIsRefused) {

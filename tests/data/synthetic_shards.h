@@ -16,7 +16,9 @@ namespace trainctl::data::testing {
 inline constexpr int32_t kSyntheticPad = 7;
 
 // Sample i: 3 + (7i mod 6) tokens with ids 1000i + j; labels trained on odd positions; every
-// third sample has one 2x2-patch image whose values are i + (k mod 7) / 4 (exact in bfloat16).
+// third sample has one 2x2-patch image whose values are i + (k mod 7) / 4 (exact in bfloat16);
+// every sample but each fourth has a solution of varying length naming i ("<answer>i</answer>"
+// plus i mod 5 "é"s, so records of every padding occur).
 inline Sample SyntheticSample(int64_t i) {
   Sample s;
   const int64_t len = 3 + (7 * i) % 6;
@@ -29,6 +31,10 @@ inline Sample SyntheticSample(int64_t i) {
     for (int64_t k = 0; k < 4 * kPatchDim; ++k) {
       s.pixel_values.push_back(static_cast<float>(i) + static_cast<float>(k % 7) / 4);
     }
+  }
+  if (i % 4 != 3) {
+    s.solution = "<answer>" + std::to_string(i) + "</answer>";
+    for (int64_t k = 0; k < i % 5; ++k) s.solution += "\xC3\xA9";  // é
   }
   return s;
 }

@@ -194,6 +194,43 @@ TEST_F(WorkerTest, TwoRankSftRunsToTheEndOnOneWorker) {
   EXPECT_TRUE(RankProcesses(id).empty());
 }
 
+// GRPO through the whole product: submitted with the CLI, two real trainer ranks at ZeRO-3 with a
+// frozen reference (beta > 0), rewards on the shapes records' solutions; `trainctl describe`
+// shows the reward metrics the coordinator stored.
+TEST_F(WorkerTest, GrpoJobRunsToTheEndAndDescribeShowsItsRewards) {
+  StartCoordinator();
+  StartWorker("node-a", 2);
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
+  const nlohmann::json ds = {{"zero_optimization", {{"stage", 3}}},
+                   {"train_micro_batch_size_per_gpu", "auto"},
+                   {"gradient_accumulation_steps", "auto"}};
+  const std::string id = Submit(WriteSpec(
+      "grpo", dir_.path() + "/out-grpo",
+      {{"max_steps", 3},
+       {"per_device_train_batch_size", 2},
+       {"gradient_accumulation_steps", 1},
+       {"num_generations", 4},
+       {"max_completion_length", 6},
+       {"beta", 0.04},
+       {"save_steps", 3}},
+      {{"kind", "grpo"},
+       {"reward_funcs", {"accuracy", "format"}},
+       {"deepspeed_config_json", ds.dump()},
+       {"resources", {{"nodes", 1}, {"slots_per_node", 2}}}}));
+  ASSERT_FALSE(id.empty());
+  const v1::Job job = WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(240));
+  EXPECT_EQ(job.progress().step(), 3);
+  EXPECT_EQ(job.last_checkpoint().step(), 3);
+  RunResult described = testing::Run({TRAINCTL_CLI_BIN, "describe", id},
+                                     {{"TRAINCTL_COORDINATOR", address_}});
+  ASSERT_EQ(described.exit_code, 0) << described.err;
+  for (const char* name : {"reward=", "reward_std=", "rewards/accuracy/mean=",
+                           "rewards/format/mean=", "kl=", "completions/mean_length=",
+                           "clip_ratio/region_mean="}) {
+    EXPECT_TRUE(absl::StrContains(described.out, name)) << name << "\n" << described.out;
+  }
+}
+
 TEST_F(WorkerTest, CancelMidRunStopsEveryRankOfTheRealTrainer) {
   StartCoordinator();
   StartWorker("node-a", 2);

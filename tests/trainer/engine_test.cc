@@ -39,6 +39,56 @@ torch::Tensor Loss(Engine& e) {
                                               in.input_ids.slice(1, 1).reshape({-1}));
 }
 
+// A frozen engine (GRPO's reference, a reward model) forwards like the trainable one built from
+// the same seed, holds no optimizer state or gradients, and refuses to train.
+TEST(EngineTest, FrozenEnginesForwardAlikeWithoutOptimizerState) {
+  auto comm = Local();
+  for (int stage : {0, 2, 3}) {
+    EngineOptions options;
+    options.stage = stage;
+    options.param_persistence_threshold = 1000;
+    auto trained = Make(comm.get(), options);
+    auto frozen = Engine::CreateFrozen(TinyConfig(), options, comm.get(), /*seed=*/5);
+    ASSERT_TRUE(frozen.ok()) << frozen.status();
+    Engine& f = **frozen;
+    EXPECT_TRUE(f.frozen());
+    const torch::Tensor expected = Loss(*trained);
+    {
+      torch::NoGradGuard no_grad;
+      EXPECT_EQ(Loss(f).item<double>(), expected.item<double>()) << "stage " << stage;
+    }
+    // Grad mode on: still no graph through the frozen weights.
+    EXPECT_FALSE(Loss(f).requires_grad()) << "stage " << stage;
+    const MemoryStats m = f.Memory();
+    EXPECT_EQ(m.optimizer_bytes, 0);
+    EXPECT_EQ(m.gradient_bytes, 0);
+    EXPECT_GT(trained->Memory().optimizer_bytes, 0);
+    EXPECT_EQ(f.Backward(expected).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(f.Step(1e-3).status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+// HoldWeights keeps every stage-3 unit gathered until the handle goes, and forwards are unchanged.
+TEST(EngineTest, HeldWeightsStayGatheredUntilReleased) {
+  auto comm = Local();
+  EngineOptions options;
+  options.stage = 3;
+  options.param_persistence_threshold = 0;
+  auto e = Make(comm.get(), options);
+  torch::NoGradGuard no_grad;
+  const double before = Loss(*e).item<double>();
+  EXPECT_EQ(e->Memory().working_bytes, 0);
+  {
+    auto held = e->HoldWeights();
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_GT(held->bytes(), 0);
+    EXPECT_EQ(e->Memory().working_bytes, held->bytes());
+    EXPECT_EQ(Loss(*e).item<double>(), before);
+    EXPECT_EQ(e->Memory().working_bytes, held->bytes());  // the forward freed nothing
+  }
+  EXPECT_EQ(e->Memory().working_bytes, 0);
+}
+
 TEST(EngineTest, StageThreeStepsExactlyLikeStageZero) {
   auto comm = Local();
   EngineOptions s0;

@@ -3,6 +3,7 @@
 //
 //   trainctl-trainer train --spec SPEC.json [--events FILE] [--threads N] [--no_resume]
 //   trainctl-trainer forward --model DIR --request REQ.json --out OUT.safetensors
+//   trainctl-trainer generate --model DIR --request REQ.json --max_new_tokens N --out OUT.json
 #include <malloc.h>
 #include <torch/torch.h>
 
@@ -19,6 +20,7 @@
 #include "common/job_spec.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/event_sink.h"
+#include "worker/trainer/generate_tool.h"
 #include "worker/trainer/model/forward_tool.h"
 #include "worker/trainer/stages/loop.h"
 
@@ -30,6 +32,10 @@ constexpr char kUsage[] =
     "       trainctl-trainer forward --model DIR --request REQ.json --out OUT.safetensors\n"
     "                                [--device cpu|cuda] [--dtype float32|bfloat16]\n"
     "                                [--attention auto|eager|sdpa]\n"
+    "       trainctl-trainer generate --model DIR --request REQ.json --max_new_tokens N\n"
+    "                                 --out OUT.json [--temperature T (0: greedy, default)]\n"
+    "                                 [--top_p P] [--top_k K] [--seed S] [--device ..]\n"
+    "                                 [--dtype ..] [--attention ..]\n"
     "       trainctl-trainer export CHECKPOINT_DIR OUT_DIR [--dtype float32|bfloat16|float16]\n";
 
 // `--name value` / `--name=value` / bare `--switch` (value "true").
@@ -123,6 +129,27 @@ int Forward(const std::map<std::string, std::string>& flags) {
   return 0;
 }
 
+// KV-cached generation on a JSON request (generate_tool.h).
+int Generate(const std::map<std::string, std::string>& flags) {
+  for (const char* required : {"model", "request", "out", "max_new_tokens"}) {
+    if (!flags.count(required)) {
+      std::cerr << kUsage;
+      return 2;
+    }
+  }
+  auto options = ParseGenerateToolOptions(flags);
+  if (!options.ok()) {
+    std::cerr << "trainctl-trainer generate: " << options.status().message() << "\n";
+    return 2;
+  }
+  absl::Status s = RunGenerate(flags.at("model"), flags.at("request"), flags.at("out"), *options);
+  if (!s.ok()) {
+    std::cerr << "trainctl-trainer generate: " << s.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 // The full model of a (sharded) checkpoint in HF's layout, assembled offline.
 int Export(const std::string& checkpoint, const std::string& out,
            const std::map<std::string, std::string>& flags) {
@@ -185,6 +212,7 @@ int main(int argc, char** argv) {
   }
   if (verb == "train") return trainctl::trainer::Train(*flags);
   if (verb == "forward") return trainctl::trainer::Forward(*flags);
+  if (verb == "generate") return trainctl::trainer::Generate(*flags);
   std::cerr << "trainctl-trainer: unknown verb '" << verb << "'\n" << trainctl::trainer::kUsage;
   return 2;
 }

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace trainctl::data {
@@ -18,6 +19,9 @@ struct Sample {
   std::vector<int32_t> labels;      // same length; -100 where not trained on
   std::vector<float> pixel_values;  // [num_patches, kPatchDim], images in order of appearance
   std::vector<std::array<int32_t, 3>> image_grid_thw;  // one (t, h, w) in patches per image
+  // The reference answer rewards compare a completion with (UTF-8): the record's "solution" field,
+  // else its last assistant turn's text. Empty when unknown (shards of format version 1).
+  std::string solution;
 };
 
 // Samples padded to one length (or packed into rows of one length). Row-major, batch-major.
@@ -34,6 +38,8 @@ struct Batch {
   std::vector<float> pixel_values;      // [total_patches, kPatchDim], images in row-major order
   std::vector<int32_t> image_grid_thw;  // [num_images * 3]
   int64_t num_label_tokens = 0;         // labels != -100, for the loss normalisation
+  // One per sample, in the order the samples appear (row-major; a packed row holds several).
+  std::vector<std::string> solutions;
 };
 
 }  // namespace trainctl::data

@@ -188,6 +188,7 @@ Batch Loader::Assemble(const EpochPlan& plan, int64_t first_unit, int64_t units)
       const size_t old = batch.pixel_values.size();
       batch.pixel_values.resize(old + static_cast<size_t>(v.num_patches * kPatchDim));
       v.CopyPatches(batch.pixel_values.data() + old);
+      batch.solutions.emplace_back(v.solution);
       at += v.num_tokens;
     }
   }

@@ -242,6 +242,7 @@ absl::StatusOr<Sample> BuildSample(const ParsedRecord& record, const std::string
   if (!example.ok()) return example.status();
   sample.input_ids = std::move(example->input_ids);
   sample.labels = std::move(example->labels);
+  sample.solution = record.solution;
   if (absl::Status s = CheckImageTokens(sample, image_tokens, tokenizer); !s.ok()) return s;
   return sample;
 }

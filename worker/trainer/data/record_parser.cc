@@ -223,6 +223,23 @@ absl::StatusOr<ParsedRecord> ParseMessages(const json& record) {
   return out;
 }
 
+// The "solution" field as text, else the last assistant turn's text (CheckTurns ensured one).
+std::string SolutionOf(const json& record, const std::vector<ChatMessage>& messages) {
+  if (record.contains("solution") && !record["solution"].is_null()) {
+    const json& solution = record["solution"];
+    return solution.is_string() ? solution.get<std::string>() : solution.dump();
+  }
+  std::string text;
+  for (auto m = messages.rbegin(); m != messages.rend(); ++m) {
+    if (m->role != "assistant") continue;
+    for (const ChatPart& part : m->content) {
+      if (part.kind == ChatPart::Kind::kText) text += part.text;
+    }
+    break;
+  }
+  return text;
+}
+
 }  // namespace
 
 const char* RecordFormatName(RecordFormat format) {
@@ -254,6 +271,7 @@ absl::StatusOr<ParsedRecord> ParseRecord(absl::string_view line) {
   }
   if (!parsed.ok()) return parsed.status();
   if (absl::Status s = CheckTurns(parsed->messages); !s.ok()) return s;
+  parsed->solution = SolutionOf(record, parsed->messages);
   return parsed;
 }
 

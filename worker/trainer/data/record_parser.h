@@ -10,7 +10,8 @@
 //
 // In string content each "<image>" marks where the next image goes; when a record has images but
 // no "<image>" at all, they go first in the first user turn (as VLM-R1 and open-r1 put them).
-// Other fields ("id", "shapes", ...) are ignored.
+// Other fields ("id", "shapes", ...) are ignored, but for "solution", kept as the record's
+// reference answer whatever its format.
 #ifndef TRAINCTL_WORKER_TRAINER_DATA_RECORD_PARSER_H_
 #define TRAINCTL_WORKER_TRAINER_DATA_RECORD_PARSER_H_
 
@@ -34,6 +35,10 @@ struct ParsedRecord {
   // k-th image part across all messages is images[k].
   std::vector<tokenizer::ChatMessage> messages;
   std::vector<std::string> images;  // paths as the record writes them
+  // The reference answer for rewards: the record's "solution" field in any format (a string as
+  // is, a number or other JSON value as compact JSON, e.g. a box "[1,2,3,4]"), else the text parts
+  // of its last assistant turn, concatenated.
+  std::string solution;
 };
 
 // Parses one JSONL line. INVALID_ARGUMENT saying what is wrong (which field, which message) when

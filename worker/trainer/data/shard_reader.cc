@@ -40,9 +40,11 @@ absl::StatusOr<std::vector<const uint8_t*>> ParseShard(const uint8_t* data, uint
   if (std::memcmp(data, internal::kShardMagic, 8) != 0) return corrupt("bad magic");
   uint32_t header[2];
   std::memcpy(header, data + 8, sizeof(header));
-  if (header[0] != internal::kShardVersion) {
-    return corrupt(
-        absl::StrCat("format version ", header[0], ", expected ", internal::kShardVersion));
+  const uint32_t version = header[0];
+  if (version != internal::kShardVersion && version != internal::kShardVersionNoSolution) {
+    return corrupt(absl::StrCat("format version ", version, ", expected ",
+                                internal::kShardVersionNoSolution, " to ",
+                                internal::kShardVersion));
   }
   if (header[1] != static_cast<uint32_t>(dtype)) {
     return corrupt("patch dtype differs from the manifest's");
@@ -72,6 +74,9 @@ absl::StatusOr<std::vector<const uint8_t*>> ParseShard(const uint8_t* data, uint
       return corrupt(absl::StrCat("index entry ", i, " is out of order"));
     }
     const RecordHeader h = HeaderAt(data + start);
+    if (version == internal::kShardVersionNoSolution && h.solution_bytes != 0) {
+      return corrupt(absl::StrCat("record ", i, " sets the reserved field of format version 1"));
+    }
     if (internal::AlignUp(internal::RecordBytes(h, dtype)) != end - start) {
       return corrupt(absl::StrCat("record ", i, " does not match its size"));
     }
@@ -179,6 +184,9 @@ SampleView ShardReader::View(int64_t i) const {
   v.image_grid_thw = v.labels + h.num_tokens;
   v.patches = v.image_grid_thw + uint64_t{h.num_images} * 3;
   v.patch_dtype = manifest_.patch_dtype;
+  v.solution = absl::string_view(
+      reinterpret_cast<const char*>(record) + internal::RecordBytesBeforeSolution(h, v.patch_dtype),
+      h.solution_bytes);
   return v;
 }
 
@@ -201,6 +209,7 @@ absl::StatusOr<Sample> ShardReader::Get(int64_t i) const {
   }
   s.pixel_values.resize(static_cast<size_t>(v.num_patches * kPatchDim));
   v.CopyPatches(s.pixel_values.data());
+  s.solution = std::string(v.solution);
   return s;
 }
 

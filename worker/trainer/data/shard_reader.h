@@ -1,7 +1,8 @@
 // Read access to a prepared shard directory: the manifest, then every shard memory-mapped. Open
 // checks each shard's size against the manifest, its CRC-32C (unless told not to), and the
 // structure of its index and records, so a truncated or corrupted shard is refused at open,
-// naming the shard, rather than read as garbage later.
+// naming the shard, rather than read as garbage later. Shards of format version 2 (with
+// solutions) and 1 (without: every solution reads empty) are read alike.
 //
 // Thread-safe after Open: every method is const; the mappings live as long as the reader.
 #ifndef TRAINCTL_WORKER_TRAINER_DATA_SHARD_READER_H_
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "worker/trainer/data/batch.h"
 #include "worker/trainer/data/manifest.h"
 
@@ -38,6 +40,7 @@ struct SampleView {
   const int32_t* image_grid_thw = nullptr;  // [num_images * 3]
   const void* patches = nullptr;            // [num_patches * kPatchDim] of patch_dtype
   PatchDtype patch_dtype = PatchDtype::kFloat32;
+  absl::string_view solution;  // UTF-8 (Sample::solution); empty in a version-1 shard
 
   // Writes the patches as float32 (widening bfloat16) to dst[0, num_patches * kPatchDim).
   void CopyPatches(float* dst) const;

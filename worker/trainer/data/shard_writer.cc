@@ -30,7 +30,8 @@ absl::Status CheckSample(const Sample& s) {
     return absl::InvalidArgumentError(absl::StrCat("sample has ", s.input_ids.size(),
                                                    " input ids but ", s.labels.size(), " labels"));
   }
-  if (s.input_ids.size() > UINT32_MAX || s.image_grid_thw.size() > UINT32_MAX / 3) {
+  if (s.input_ids.size() > UINT32_MAX || s.image_grid_thw.size() > UINT32_MAX / 3 ||
+      s.solution.size() > UINT32_MAX) {
     return absl::InvalidArgumentError("sample too large for the shard format");
   }
   uint64_t patches = 0;
@@ -124,6 +125,7 @@ absl::Status ShardWriter::Add(const Sample& sample) {
   header.num_tokens = static_cast<uint32_t>(sample.input_ids.size());
   header.num_images = static_cast<uint32_t>(sample.image_grid_thw.size());
   header.num_patches = static_cast<uint32_t>(sample.pixel_values.size() / kPatchDim);
+  header.solution_bytes = static_cast<uint32_t>(sample.solution.size());
   record_offsets_.push_back(offset_);
   absl::Status s = Write(&header, sizeof(header));
   if (s.ok()) s = Write(sample.input_ids.data(), sample.input_ids.size() * 4);
@@ -138,6 +140,7 @@ absl::Status ShardWriter::Add(const Sample& sample) {
     }
     s = Write(half.data(), half.size() * 2);
   }
+  if (s.ok()) s = Write(sample.solution.data(), sample.solution.size());
   static constexpr char kZeros[internal::kRecordAlign] = {};
   if (s.ok()) s = Write(kZeros, internal::AlignUp(offset_) - offset_);
   if (!s.ok()) return s;

@@ -31,9 +31,10 @@ class ShardWriter {
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
-  // Appends `sample`. INVALID_ARGUMENT when it is inconsistent (labels not as long as input_ids,
-  // a grid that is not positive with even h and w, pixel_values not sum(t*h*w) * kPatchDim
-  // floats); INTERNAL (RESOURCE_EXHAUSTED on a full disk) naming the file when writing fails.
+  // Appends `sample`, its solution included. INVALID_ARGUMENT when it is inconsistent (labels not
+  // as long as input_ids, a grid that is not positive with even h and w, pixel_values not
+  // sum(t*h*w) * kPatchDim floats, a solution of 4 GiB or more); INTERNAL (RESOURCE_EXHAUSTED on
+  // a full disk) naming the file when writing fails.
   absl::Status Add(const Sample& sample);
 
   // Closes the last shard (fsynced), fills `manifest`'s shards, counts and patch dtype from what

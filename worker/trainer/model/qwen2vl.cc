@@ -29,6 +29,24 @@ void NormalInit(torch::Tensor& weight, double std, at::Generator& gen) {
   }
 }
 
+// The decoding state after a prompt of `seq` tokens with rotary `positions` [3, B, T]: the mask
+// with room to grow, and each row's rope delta (largest real position + 1 - seq).
+void StartCache(const torch::Tensor& attention_mask, const torch::Tensor& positions, int64_t batch,
+                int64_t seq, const torch::Device& device, KvCache& cache) {
+  const torch::Tensor mask =
+      attention_mask.defined()
+          ? attention_mask.to(device, torch::kInt64)
+          : torch::ones({batch, seq}, torch::TensorOptions().device(device).dtype(torch::kInt64));
+  TORCH_CHECK(mask.ne(0).any(1).all().item<bool>(), "every prompt row needs at least one token");
+  const int64_t room = std::max(seq + 1, cache.layers.empty() ? seq : cache.layers[0].capacity);
+  cache.attention_mask = torch::zeros({batch, room}, mask.options());
+  cache.attention_mask.narrow(1, 0, seq).copy_(mask);
+  // Padding holds position 1 in GetRopeIndex; leave it out of the maximum.
+  const torch::Tensor real = positions.to(device).masked_fill(mask.eq(0).unsqueeze(0), -1);
+  cache.rope_deltas = real.amax({0, 2}) + 1 - seq;
+  cache.length = seq;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -167,6 +185,8 @@ Qwen2VLForConditionalGeneration::Qwen2VLForConditionalGeneration(const Qwen2VLCo
                       finish_unit("visual." + name, {{"visual." + name, &module}});
                     }));
   Part norm;
+  const bool score_head = config.num_labels > 0;
+  const bool tied_head = config.tie_word_embeddings && !score_head;
   language_model =
       register_module("model", std::make_shared<Qwen2VLTextModel>(
                                    config, [&](const std::string& name, torch::nn::Module& module) {
@@ -174,10 +194,15 @@ Qwen2VLForConditionalGeneration::Qwen2VLForConditionalGeneration(const Qwen2VLCo
                                        finish_unit("model." + name, {{"model." + name, &module}});
                                      } else {
                                        norm = {"model.norm", &module};  // the head unit starts here
-                                       if (config.tie_word_embeddings) finish_unit("head", {norm});
+                                       if (tied_head) finish_unit("head", {norm});
                                      }
                                    }));
-  if (!config.tie_word_embeddings) {
+  if (score_head) {
+    score = register_module(
+        "score", torch::nn::Linear(
+                     torch::nn::LinearOptions(config.hidden_size, config.num_labels).bias(false)));
+    finish_unit("head", {norm, {"score", score.get()}});
+  } else if (!tied_head) {
     lm_head = register_module(
         "lm_head",
         torch::nn::Linear(
@@ -265,7 +290,9 @@ void Qwen2VLForConditionalGeneration::BuildUnits() {
   }
   head_unit_ = units_.size();
   ModelUnit head{"head", Kind::kHead, 0, {{"model.norm", language_model->norm}}, {}};
-  if (lm_head) {
+  if (score) {
+    head.modules.emplace_back("score", score.ptr());
+  } else if (lm_head) {
     head.modules.emplace_back("lm_head", lm_head.ptr());
   } else {
     head.borrowed.push_back("model.embed_tokens.weight");
@@ -318,6 +345,64 @@ torch::Tensor Qwen2VLForConditionalGeneration::EncodeImages(const torch::Tensor&
 }
 
 torch::Tensor Qwen2VLForConditionalGeneration::ForwardHidden(const ModelInputs& inputs) {
+  return ForwardPrompt(inputs, nullptr);
+}
+
+torch::Tensor Qwen2VLForConditionalGeneration::Prefill(const ModelInputs& inputs, int64_t capacity,
+                                                       KvCache& cache) {
+  // An engine that recomputes units in backward would append to the cache twice.
+  TORCH_CHECK(!torch::GradMode::is_enabled(), "Prefill runs under torch::NoGradGuard");
+  cache = KvCache{};
+  cache.layers.resize(language_model->layer_list.size());
+  for (LayerKvCache& layer : cache.layers) layer.capacity = capacity;
+  return ForwardPrompt(inputs, &cache);
+}
+
+torch::Tensor Qwen2VLForConditionalGeneration::DecodeStep(const torch::Tensor& ids,
+                                                          KvCache& cache) {
+  TORCH_CHECK(!torch::GradMode::is_enabled(), "DecodeStep runs under torch::NoGradGuard");
+  TORCH_CHECK(
+      cache.rope_deltas.defined() && cache.layers.size() == language_model->layer_list.size(),
+      "DecodeStep needs a cache filled by Prefill");
+  const int64_t batch = cache.rope_deltas.size(0);
+  TORCH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(0) == batch && ids.size(1) == 1,
+              "DecodeStep: ids must be [", batch, ", 1], got ",
+              ids.defined() ? ids.sizes() : torch::IntArrayRef{});
+  const torch::Device device = language_model->embed_tokens->weight.device();
+  const torch::Tensor ids_dev = ids.to(device, torch::kInt64);
+
+  auto embed = language_model->embed_tokens.ptr();
+  torch::Tensor h = RunUnit(
+      0, [embed](const torch::Tensor& x) { return embed->forward(x); }, ids_dev,
+      /*checkpoint=*/false);
+
+  const int64_t position = cache.length;
+  if (cache.attention_mask.size(1) <= position) {
+    cache.attention_mask =
+        torch::cat({cache.attention_mask, torch::zeros_like(cache.attention_mask)}, 1);
+  }
+  cache.attention_mask.narrow(1, position, 1).fill_(1);
+  const torch::Tensor allowed =
+      cache.attention_mask.narrow(1, 0, position + 1).ne(0).view({batch, 1, 1, position + 1});
+  const torch::Tensor positions =
+      (cache.rope_deltas + position).view({1, batch, 1}).expand({3, batch, 1});
+  const RotaryTables rope = MultimodalRotary(config_, positions, h.scalar_type());
+  for (size_t i = 0; i < language_model->layer_list.size(); ++i) {
+    auto layer = language_model->layer_list[i];
+    LayerKvCache* layer_cache = &cache.layers[i];
+    h = RunUnit(
+        first_decoder_unit_ + i,
+        [layer, rope, allowed, layer_cache](const torch::Tensor& x) {
+          return layer->forward(x, rope, allowed, layer_cache);
+        },
+        h, /*checkpoint=*/false);
+  }
+  cache.length = position + 1;
+  return h;
+}
+
+torch::Tensor Qwen2VLForConditionalGeneration::ForwardPrompt(const ModelInputs& inputs,
+                                                             KvCache* cache) {
   const torch::Tensor& ids = inputs.input_ids;
   TORCH_CHECK(ids.defined() && ids.dim() == 2, "input_ids must be [batch, seq], got ",
               ids.defined() ? ids.sizes() : torch::IntArrayRef{});
@@ -370,19 +455,24 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardHidden(const ModelInputs& 
       inputs.attention_mask.defined() && inputs.attention_mask.eq(0).any().item<bool>();
   const torch::Tensor allowed =
       padded ? CausalPaddingMask(inputs.attention_mask, batch, seq, device) : torch::Tensor();
+  if (cache != nullptr) StartCache(inputs.attention_mask, positions, batch, seq, device, *cache);
   for (size_t i = 0; i < language_model->layer_list.size(); ++i) {
     auto layer = language_model->layer_list[i];
+    LayerKvCache* layer_cache = cache != nullptr ? &cache->layers[i] : nullptr;
     h = RunUnit(
         first_decoder_unit_ + i,
-        [layer, rope, allowed](const torch::Tensor& x) { return layer->forward(x, rope, allowed); },
-        h, checkpointing_.decoder_layers);
+        [layer, rope, allowed, layer_cache](const torch::Tensor& x) {
+          return layer->forward(x, rope, allowed, layer_cache);
+        },
+        h, checkpointing_.decoder_layers && cache == nullptr);
   }
   return h;
 }
 
 torch::Tensor Qwen2VLForConditionalGeneration::Head(const torch::Tensor& hidden) {
   auto norm = language_model->norm;
-  std::shared_ptr<torch::nn::LinearImpl> head = lm_head ? lm_head.ptr() : nullptr;
+  std::shared_ptr<torch::nn::LinearImpl> head =
+      score ? score.ptr() : (lm_head ? lm_head.ptr() : nullptr);
   auto embed = language_model->embed_tokens.ptr();
   return RunUnit(
       head_unit_,

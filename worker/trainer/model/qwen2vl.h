@@ -81,6 +81,18 @@ class UnitRunner {
                                 bool checkpoint) = 0;
 };
 
+// The state of incremental decoding (Prefill, then DecodeStep per token): every decoder layer's
+// keys and values, which cache positions hold tokens, and the rotary offset of each row.
+struct KvCache {
+  std::vector<LayerKvCache> layers;
+  torch::Tensor attention_mask;  // [B, >= length] int64 on the model's device; 1 = token
+  // [B] int64: a token at cache position s has rotary position s + rope_deltas[b] on all three
+  // axes. Prefill sets it to (largest prompt position + 1) - padded prompt length, as HF's
+  // rope_deltas, so generated tokens continue right after each row's prompt whatever its padding.
+  torch::Tensor rope_deltas;
+  int64_t length = 0;  // positions filled
+};
+
 struct GradientCheckpointing {
   bool decoder_layers = false;  // recompute each decoder layer in backward
   bool vision_blocks = false;   // recompute each vision block in backward
@@ -112,8 +124,21 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   // slices of it, to bound the memory of [.., vocab] logits) to logits. forward() is both.
   torch::Tensor ForwardHidden(const ModelInputs& inputs);
 
+  // ForwardHidden on a prompt that also starts incremental decoding: resets `cache` and fills it
+  // with the prompt's keys and values (room for `capacity` positions in all, the prompt
+  // included; grown when passed). The vision tower runs here, once. Every row needs at least one
+  // token (attention_mask 1); left padding keeps every row's last token at the end. Throws
+  // c10::Error as forward(), or when grad mode is on: Prefill and DecodeStep run under
+  // torch::NoGradGuard (a unit recomputed in backward would append to the cache twice).
+  torch::Tensor Prefill(const ModelInputs& inputs, int64_t capacity, KvCache& cache);
+
+  // One token per row, `ids` [B, 1] int64, appended after the cache's positions: returns the last
+  // decoder layer's output [B, 1, hidden] for Head(). The token attends to every cached token and
+  // itself. Every unit it uses (embeddings, decoder layers) runs through RunUnit as in forward.
+  torch::Tensor DecodeStep(const torch::Tensor& ids, KvCache& cache);
+
   // The head unit: final RMSNorm, then lm_head (or the tied embedding matrix): [.., hidden] ->
-  // [.., vocab].
+  // [.., vocab]; with a score head (config.num_labels > 0), `score`: [.., num_labels].
   torch::Tensor Head(const torch::Tensor& hidden);
 
   // Image features [N / merge^2, hidden] for pixel_values [N, patch_dim].
@@ -152,7 +177,10 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
 
   std::shared_ptr<Qwen2VisionTransformer> visual;
   std::shared_ptr<Qwen2VLTextModel> language_model;  // registered as "model"
-  torch::nn::Linear lm_head{nullptr};                // null when tie_word_embeddings
+  torch::nn::Linear lm_head{nullptr};                // null when tied or with a score head
+  // HF *ForSequenceClassification's `score` [num_labels, hidden], no bias; only when
+  // config.num_labels > 0, which replaces lm_head (and any tying) with it.
+  torch::nn::Linear score{nullptr};
 
  private:
   using UnitFn = std::function<torch::Tensor(const torch::Tensor&)>;
@@ -163,6 +191,8 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
                               const std::vector<std::pair<std::string, torch::nn::Module*>>& parts,
                               uint64_t base_seed, double std);
   torch::Tensor RunUnit(size_t unit, const UnitFn& fn, const torch::Tensor& input, bool checkpoint);
+  // ForwardHidden's body; with `cache`, Prefill's.
+  torch::Tensor ForwardPrompt(const ModelInputs& inputs, KvCache* cache);
 
   Qwen2VLConfig config_;
   std::vector<ModelUnit> units_;

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -237,6 +238,35 @@ absl::Status Validate(const Qwen2VLConfig& c) {
   return absl::OkStatus();
 }
 
+// A *ForSequenceClassification architecture's label count, as HF's PretrainedConfig derives it:
+// len(id2label) when present, else num_labels, else 2. 0 for any other architecture.
+absl::Status ReadNumLabels(const json& root, const std::string& source, int64_t* out) {
+  *out = 0;
+  const auto arch = root.find("architectures");
+  if (arch == root.end() || !arch->is_array()) return absl::OkStatus();
+  bool classifier = false;
+  for (const json& name : *arch) {
+    classifier |=
+        name.is_string() && absl::EndsWith(name.get<std::string>(), "ForSequenceClassification");
+  }
+  if (!classifier) return absl::OkStatus();
+  *out = 2;
+  if (const auto labels = root.find("id2label"); labels != root.end() && labels->is_object()) {
+    *out = static_cast<int64_t>(labels->size());
+  } else if (const auto n = root.find("num_labels"); n != root.end()) {
+    if (!n->is_number_integer()) {
+      return absl::InvalidArgumentError(source + ": num_labels: expected an integer");
+    }
+    *out = n->get<int64_t>();
+  }
+  if (*out < 1) {
+    return absl::InvalidArgumentError(source +
+                                      ": a *ForSequenceClassification model needs at "
+                                      "least one label (id2label / num_labels)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
@@ -298,6 +328,7 @@ absl::StatusOr<Qwen2VLConfig> ParseQwen2VLConfig(const std::string& json_text,
   RETURN_IF_ERROR(text.Optional("torch_dtype", &c.torch_dtype, ReadString));
 
   RETURN_IF_ERROR(ReadVision(root, c.source, &c.vision));
+  RETURN_IF_ERROR(ReadNumLabels(root, c.source, &c.num_labels));
   RETURN_IF_ERROR(Validate(c));
   return c;
 }
@@ -324,7 +355,21 @@ std::string Qwen2VLConfigToJson(const Qwen2VLConfig& c) {
     out.erase("text_config");
   }
   out.erase("rope_parameters");
-  out["architectures"] = json::array({"Qwen2VLForConditionalGeneration"});
+  if (c.num_labels > 0) {
+    out["architectures"] = json::array({"Qwen2VLForSequenceClassification"});
+    if (!out.contains("id2label") || !out["id2label"].is_object() ||
+        static_cast<int64_t>(out["id2label"].size()) != c.num_labels) {
+      json id2label = json::object(), label2id = json::object();
+      for (int64_t i = 0; i < c.num_labels; ++i) {
+        id2label[std::to_string(i)] = absl::StrCat("LABEL_", i);
+        label2id[absl::StrCat("LABEL_", i)] = i;
+      }
+      out["id2label"] = std::move(id2label);
+      out["label2id"] = std::move(label2id);
+    }
+  } else {
+    out["architectures"] = json::array({"Qwen2VLForConditionalGeneration"});
+  }
   out["model_type"] = "qwen2_vl";
   out["hidden_size"] = c.hidden_size;
   out["intermediate_size"] = c.intermediate_size;

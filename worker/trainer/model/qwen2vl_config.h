@@ -45,6 +45,11 @@ struct Qwen2VLConfig {
   std::vector<int64_t> mrope_section;  // t/h/w split of head_dim / 2
   int64_t vocab_size = 0;
   bool tie_word_embeddings = false;
+  // > 0: HF's *ForSequenceClassification layout, a bias-free `score` Linear [num_labels, hidden]
+  // in place of lm_head (a reward model has 1). Read from a config.json whose architectures name
+  // a *ForSequenceClassification class: len(id2label), else num_labels, else HF's default 2.
+  // 0: the causal LM head.
+  int64_t num_labels = 0;
   int64_t max_position_embeddings = 32768;
   std::string hidden_act = "silu";
 

@@ -1,6 +1,10 @@
 #include "worker/trainer/model/text_decoder.h"
 
+#include <algorithm>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 namespace trainctl::model {
 namespace {
@@ -55,6 +59,30 @@ torch::Tensor CausalPaddingMask(const torch::Tensor& attention_mask, int64_t bat
   return allowed;
 }
 
+std::pair<torch::Tensor, torch::Tensor> LayerKvCache::Append(const torch::Tensor& k,
+                                                             const torch::Tensor& v) {
+  const int64_t t = k.size(2);
+  const int64_t needed = length + t;
+  if (!key.defined() || needed > key.size(2)) {
+    const int64_t room =
+        key.defined() ? std::max(needed, 2 * key.size(2)) : std::max(needed, capacity);
+    std::vector<int64_t> shape = k.sizes().vec();
+    shape[2] = room;
+    torch::Tensor new_key = torch::empty(shape, k.options());
+    torch::Tensor new_value = torch::empty(shape, v.options());
+    if (length > 0) {
+      new_key.narrow(2, 0, length).copy_(key.narrow(2, 0, length));
+      new_value.narrow(2, 0, length).copy_(value.narrow(2, 0, length));
+    }
+    key = std::move(new_key);
+    value = std::move(new_value);
+  }
+  key.narrow(2, length, t).copy_(k);
+  value.narrow(2, length, t).copy_(v);
+  length = needed;
+  return {key.narrow(2, 0, length), value.narrow(2, 0, length)};
+}
+
 Qwen2RMSNorm::Qwen2RMSNorm(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
@@ -82,7 +110,7 @@ Qwen2VLAttention::Qwen2VLAttention(const Qwen2VLConfig& config)
 }
 
 torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& x, const RotaryTables& rope,
-                                        const torch::Tensor& allowed) {
+                                        const torch::Tensor& allowed, LayerKvCache* cache) {
   const int64_t batch = x.size(0);
   const int64_t seq = x.size(1);
   torch::Tensor q = q_proj->forward(x).view({batch, seq, num_heads_, head_dim_}).transpose(1, 2);
@@ -94,6 +122,11 @@ torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& x, const RotaryTabl
   q = q * cos + RotateHalf(q) * sin;
   k = k * cos + RotateHalf(k) * sin;
 
+  if (cache != nullptr) {
+    TORCH_CHECK(allowed.defined() || cache->length == 0,
+                "attention over a non-empty KV cache needs an explicit mask");
+    std::tie(k, v) = cache->Append(k, v);
+  }
   const torch::Tensor out = DotProductAttention(attention, q, k, v, allowed, /*causal=*/true)
                                 .transpose(1, 2)
                                 .reshape({batch, seq, num_heads_ * head_dim_});
@@ -126,8 +159,8 @@ Qwen2VLDecoderLayer::Qwen2VLDecoderLayer(const Qwen2VLConfig& config) {
 }
 
 torch::Tensor Qwen2VLDecoderLayer::forward(const torch::Tensor& x, const RotaryTables& rope,
-                                           const torch::Tensor& allowed) {
-  const torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rope, allowed);
+                                           const torch::Tensor& allowed, LayerKvCache* cache) {
+  const torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rope, allowed, cache);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "worker/trainer/model/attention.h"
@@ -31,6 +32,21 @@ struct RotaryTables {
 RotaryTables MultimodalRotary(const Qwen2VLConfig& config, const torch::Tensor& position_ids,
                               torch::ScalarType dtype);
 
+// The keys and values one decoder layer has seen, for incremental decoding: buffers
+// [B, Hkv, capacity, D] whose first `length` positions hold the tokens so far. Keys are stored
+// after rotary embedding, so a cached key never needs its position again.
+struct LayerKvCache {
+  torch::Tensor key;
+  torch::Tensor value;
+  int64_t length = 0;
+  int64_t capacity = 0;  // positions the first Append allocates room for (at least its own)
+
+  // Writes k, v [B, Hkv, t, D] at positions [length, length + t) and returns views of every
+  // cached key and value [B, Hkv, length + t, D]. Past the capacity the buffers are regrown
+  // (copied to twice the size).
+  std::pair<torch::Tensor, torch::Tensor> Append(const torch::Tensor& k, const torch::Tensor& v);
+};
+
 // x * rsqrt(mean(x^2) + eps) * weight, computed in float32.
 class Qwen2RMSNorm : public torch::nn::Module {
  public:
@@ -48,8 +64,12 @@ class Qwen2VLAttention : public torch::nn::Module {
   explicit Qwen2VLAttention(const Qwen2VLConfig& config);
   // `x` [B, T, hidden]; `allowed` bool [B, 1, T, T] (true where query may attend to key), or
   // undefined for plain causal attention (no padding).
+  //
+  // With `cache`, the new keys and values are appended to it and the queries read every cached
+  // position: `allowed` is then [B, 1, T, cache length + T], and may be undefined only while the
+  // cache is empty (causal over the T new tokens).
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope,
-                        const torch::Tensor& allowed);
+                        const torch::Tensor& allowed, LayerKvCache* cache = nullptr);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   AttentionImpl attention = AttentionImpl::kAuto;
@@ -72,8 +92,9 @@ class Qwen2MLP : public torch::nn::Module {
 class Qwen2VLDecoderLayer : public torch::nn::Module {
  public:
   explicit Qwen2VLDecoderLayer(const Qwen2VLConfig& config);
+  // As Qwen2VLAttention::forward, `cache` included.
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope,
-                        const torch::Tensor& allowed);
+                        const torch::Tensor& allowed, LayerKvCache* cache = nullptr);
 
   std::shared_ptr<Qwen2VLAttention> self_attn;
   std::shared_ptr<Qwen2MLP> mlp;

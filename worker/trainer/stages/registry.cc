@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "worker/trainer/stages/loop.h"
+#include "worker/trainer/stages/grpo.h"
 #include "worker/trainer/stages/sft.h"
 
 namespace trainctl::trainer {
@@ -11,6 +12,8 @@ absl::StatusOr<std::unique_ptr<Stage>> MakeStage(trainctl::v1::JobKind kind) {
   switch (kind) {
     case trainctl::v1::JOB_KIND_SFT:
       return MakeSftStage();
+    case trainctl::v1::JOB_KIND_GRPO:
+      return MakeGrpoStage();
     default:
       return absl::UnimplementedError(absl::StrCat("this trainer runs sft and grpo jobs; the ",
                                                    JobKindName(kind), " stage is not in it"));

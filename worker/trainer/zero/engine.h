@@ -147,7 +147,8 @@ class Engine {
   class HeldWeights {
    public:
     HeldWeights() = default;
-    HeldWeights(HeldWeights&& other) noexcept : engine_(std::exchange(other.engine_, nullptr)) {}
+    HeldWeights(HeldWeights&& other) noexcept
+        : engine_(std::exchange(other.engine_, nullptr)), bytes_(other.bytes_) {}
     HeldWeights& operator=(HeldWeights&& other) noexcept;
     ~HeldWeights();
     int64_t bytes() const { return bytes_; }  // working weights gathered for the hold

@@ -1,14 +1,18 @@
 // The byte layout of one shard file (little-endian; see README.md):
 //
-//   header   16 B   "TCSHARD1", uint32 version = 1, uint32 patch dtype (0 float32, 1 bfloat16)
+//   header   16 B   "TCSHARD1", uint32 version = 2, uint32 patch dtype (0 float32, 1 bfloat16)
 //   records         each at an 8-byte-aligned offset:
-//                     uint32 num_tokens, num_images, num_patches, reserved (0)
+//                     uint32 num_tokens, num_images, num_patches, solution_bytes
 //                     int32  input_ids[num_tokens], labels[num_tokens]
 //                     int32  image_grid_thw[num_images * 3]
 //                     patches[num_patches * 1176] as float32 or bfloat16
+//                     solution[solution_bytes]: UTF-8, no terminator
 //                     zero padding to a multiple of 8
 //   index           uint64 offsets[num_samples + 1]: record starts, then the index's own offset
 //   footer   24 B   uint64 num_samples, uint64 index offset, "TCSHEND1"
+//
+// Version 1 is the same with solution_bytes a reserved 0 and no solution: readers still accept it
+// (every solution empty) and refuse a version-1 record whose reserved field is not 0.
 //
 // The footer carries the counts so a writer streams the file front to back and checksums it as
 // it goes.
@@ -29,7 +33,8 @@ namespace trainctl::data::internal {
 
 inline constexpr char kShardMagic[8] = {'T', 'C', 'S', 'H', 'A', 'R', 'D', '1'};
 inline constexpr char kShardEndMagic[8] = {'T', 'C', 'S', 'H', 'E', 'N', 'D', '1'};
-inline constexpr uint32_t kShardVersion = 1;
+inline constexpr uint32_t kShardVersion = 2;            // what writers write
+inline constexpr uint32_t kShardVersionNoSolution = 1;  // oldest readers accept
 inline constexpr uint64_t kShardHeaderBytes = 16;
 inline constexpr uint64_t kShardFooterBytes = 24;
 inline constexpr uint64_t kRecordAlign = 8;
@@ -38,7 +43,7 @@ struct RecordHeader {
   uint32_t num_tokens = 0;
   uint32_t num_images = 0;
   uint32_t num_patches = 0;
-  uint32_t reserved = 0;
+  uint32_t solution_bytes = 0;  // version 1: reserved, always 0
 };
 static_assert(sizeof(RecordHeader) == 16);
 
@@ -46,10 +51,15 @@ inline uint64_t PatchElementBytes(PatchDtype dtype) {
   return dtype == PatchDtype::kBfloat16 ? 2 : 4;
 }
 
-// Bytes of a record before its padding.
-inline uint64_t RecordBytes(const RecordHeader& h, PatchDtype dtype) {
+// Bytes of a record before its solution.
+inline uint64_t RecordBytesBeforeSolution(const RecordHeader& h, PatchDtype dtype) {
   return sizeof(RecordHeader) + uint64_t{h.num_tokens} * 8 + uint64_t{h.num_images} * 12 +
          uint64_t{h.num_patches} * kPatchDim * PatchElementBytes(dtype);
+}
+
+// Bytes of a record before its padding.
+inline uint64_t RecordBytes(const RecordHeader& h, PatchDtype dtype) {
+  return RecordBytesBeforeSolution(h, dtype) + h.solution_bytes;
 }
 
 inline uint64_t AlignUp(uint64_t n) { return (n + kRecordAlign - 1) / kRecordAlign * kRecordAlign; }

@@ -1,0 +1,285 @@
+// GRPO with the real parts: JSONL made here, shards by `trainctl prepare` with the real Qwen
+// tokenizer, the tiny Qwen2-VL trained by real `trainctl-trainer` processes over Gloo.
+//
+// The task: "Which option is a vowel? A) b B) d C) e D) f" — the vowel is always option C, the
+// consonants vary. A brief SFT on answers drawn at random teaches the format
+// (<answer>L</answer><|im_end|>) and nothing of the answer, so the policy GRPO starts from
+// guesses one of four letters (accuracy ~0.25); the accuracy reward against the true solutions
+// can only rise by learning the answer. (A task whose answer depends on the question, "which
+// letter follows X", is beyond what the tiny model learns in a test's few dozen steps: its
+// SFT'd letter distribution is nearly the same for every question.)
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/grpc_probe.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/tokenizer/qwen_fixture.h"
+#include "tests/trainer/shapes_fixture.h"
+
+namespace trainctl {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::ReadEvents;
+using testing::RunResult;
+using testing::Subprocess;
+
+// step -> the metric values of that step (logging_steps 1).
+std::map<int64_t, json> Metrics(const std::vector<json>& events) {
+  std::map<int64_t, json> out;
+  for (const json& e : events) {
+    if (e["type"] == "metric") out[e["step"].get<int64_t>()] = e["values"];
+  }
+  return out;
+}
+
+double MeanOf(const std::map<int64_t, json>& metrics, const std::string& name, int64_t first,
+              int64_t last) {
+  double sum = 0;
+  int n = 0;
+  for (int64_t s = first; s <= last; ++s) {
+    sum += metrics.at(s).at(name).get<double>();
+    ++n;
+  }
+  return sum / n;
+}
+
+class GrpoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(tokenizer::testing::QwenFixturePresent());
+    const std::string letters = "ABCD";
+    const std::string consonants = "bdfghkmpst";
+    std::mt19937 random(3);
+    std::vector<std::string> problems;
+    for (int i = 0; i < 4; ++i) {
+      std::string c;
+      for (int j = 0; j < 3; ++j) c += consonants[random() % consonants.size()];
+      problems.push_back(absl::StrCat("Which option is a vowel? A) ", c.substr(0, 1), " B) ",
+                                      c.substr(1, 1), " C) e D) ", c.substr(2, 1),
+                                      " Answer with the letter."));
+    }
+    auto record = [](const std::string& problem, char answer) {
+      return absl::StrCat(
+          json{{"problem", problem},
+               {"solution", absl::StrCat("<answer>", std::string(1, answer), "</answer>")}}
+              .dump(),
+          "\n");
+    };
+    std::string sft, grpo;
+    for (int k = 0; k < 8; ++k) {
+      for (const std::string& problem : problems) {
+        absl::StrAppend(&sft, record(problem, letters[random() % 4]));
+        if (k < 4) absl::StrAppend(&grpo, record(problem, 'C'));
+      }
+    }
+    Prepare(dir_.Write("sft.jsonl", sft), sft_shards_);
+    Prepare(dir_.Write("grpo.jsonl", grpo), grpo_shards_);
+  }
+
+  void Prepare(const std::string& jsonl, const std::string& out) {
+    RunResult prep = testing::Run({TRAINCTL_CLI_BIN, "prepare", "--input", jsonl, "--out", out,
+                                   "--tokenizer", tokenizer::testing::QwenTokenizerDir()});
+    ASSERT_EQ(prep.exit_code, 0) << prep.err;
+  }
+
+  std::vector<std::string> TrainArgs(const std::string& spec, const std::string& events) {
+    return {TRAINCTL_TRAINER_BIN, "train", "--spec", spec, "--events", events, "--threads", "1"};
+  }
+
+  // The tiny model SFT'd on random answers: it writes the format and guesses the letter.
+  std::string SftModel() {
+    const json spec = {{"kind", "sft"},
+                       {"name", "format"},
+                       {"model_name_or_path", "tiny"},
+                       {"data_path", sft_shards_},
+                       {"output_dir", dir_.path() + "/sft"},
+                       {"training",
+                        {{"per_device_train_batch_size", 8},
+                         {"learning_rate", 1e-2},
+                         {"warmup_ratio", 0.1},
+                         {"max_steps", 80},
+                         {"logging_steps", 10},
+                         {"save_strategy", "steps"},
+                         {"save_steps", 80},
+                         {"seed", 7}}}};
+    RunResult r = testing::Run(TrainArgs(dir_.Write("sft.json", spec.dump()),
+                                         dir_.path() + "/sft.jsonl"),
+                               {}, absl::Minutes(10));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return dir_.path() + "/sft/checkpoint-80";
+  }
+
+  // A GRPO spec on the letters task; `training` and `extra` override the defaults.
+  std::string GrpoSpec(const std::string& name, const std::string& model, json training,
+                       const json& extra = json::object()) {
+    json t = {{"per_device_train_batch_size", 4},
+              {"gradient_accumulation_steps", 2},
+              {"num_generations", 8},
+              {"max_completion_length", 12},
+              {"learning_rate", 1e-3},
+              {"logging_steps", 1},
+              {"save_strategy", "steps"},
+              {"save_steps", 4},
+              {"seed", 11}};
+    t.update(training);
+    json spec = {{"kind", "grpo"},
+                 {"name", name},
+                 {"model_name_or_path", model},
+                 {"data_path", grpo_shards_},
+                 {"output_dir", dir_.path() + "/" + name},
+                 {"reward_funcs", {"accuracy"}},
+                 {"training", t}};
+    spec.update(extra);
+    return dir_.Write(name + ".json", spec.dump());
+  }
+
+  // Runs `world` ranks of `spec` to the end; rank 0's events.
+  std::vector<json> Train(int world, const std::string& spec, const std::string& tag) {
+    const int port = testing::FreeLoopbackPort();
+    std::vector<std::unique_ptr<Subprocess>> procs;
+    for (int r = 0; r < world; ++r) {
+      std::vector<std::string> argv = {"/usr/bin/env", absl::StrCat("RANK=", r),
+                                       absl::StrCat("LOCAL_RANK=", r),
+                                       absl::StrCat("WORLD_SIZE=", world),
+                                       "MASTER_ADDR=127.0.0.1", absl::StrCat("MASTER_PORT=", port)};
+      for (const std::string& a :
+           TrainArgs(spec, absl::StrCat(dir_.path(), "/", tag, ".", r, ".jsonl"))) {
+        argv.push_back(a);
+      }
+      procs.push_back(std::make_unique<Subprocess>(
+          argv, absl::StrCat(dir_.path(), "/", tag, ".", r, ".log")));
+    }
+    for (int r = 0; r < world; ++r) {
+      auto code = procs[static_cast<size_t>(r)]->Wait(absl::Minutes(15));
+      EXPECT_TRUE(code.ok() && *code == 0)
+          << tag << " rank " << r << ": "
+          << testing::ReadFileOrEmpty(absl::StrCat(dir_.path(), "/", tag, ".", r, ".log"));
+    }
+    return ReadEvents(absl::StrCat(dir_.path(), "/", tag, ".0.jsonl"));
+  }
+
+  testing::TempDir dir_;
+  std::string sft_shards_ = dir_.path() + "/sft-shards";
+  std::string grpo_shards_ = dir_.path() + "/grpo-shards";
+};
+
+// The issue's learning check: GRPO on 2 CPU ranks with the seed's DeepSpeed config (ZeRO-3, bf16)
+// raises the accuracy reward of the SFT'd policy clearly.
+TEST_F(GrpoTest, RaisesTheAccuracyRewardOnTwoRanksWithTheSeedsDeepSpeedConfig) {
+  const std::string model = SftModel();
+  const std::string path = std::string(TRAINCTL_SOURCE_DIR) + "/configs/ds_zero3_bf16.json";
+  const std::string text = testing::ReadFileOrEmpty(path);
+  ASSERT_FALSE(text.empty()) << path;
+  const std::string spec =
+      GrpoSpec("learn", model, {{"max_steps", 24}, {"bf16", true}, {"save_steps", 24}},
+               {{"deepspeed", path},
+                {"deepspeed_config_json", text},
+                {"resources", {{"nodes", 1}, {"slots_per_node", 2}}}});
+  const auto metrics = Metrics(Train(2, spec, "learn"));
+  ASSERT_EQ(metrics.size(), 24u);
+  const double before = MeanOf(metrics, "rewards/accuracy/mean", 1, 4);
+  const double after = MeanOf(metrics, "rewards/accuracy/mean", 21, 24);
+  std::cout << "accuracy reward: steps 1-4 " << before << ", steps 21-24 " << after << "\n";
+  // Measured: 0.375 -> 0.844.
+  EXPECT_LT(before, 0.5);
+  EXPECT_GT(after, before + 0.3);
+  for (const char* name : {"reward", "reward_std", "completions/mean_length",
+                           "completions/clipped_ratio", "clip_ratio/region_mean",
+                           "generation/tokens_per_second", "time/generation_seconds"}) {
+    EXPECT_TRUE(metrics.at(1).contains(name)) << name << ": " << metrics.at(1).dump();
+  }
+}
+
+// Sampling is seeded per completion, so one rank at stage 0 draws the same rollouts as two ranks
+// at stage 3; with one micro-batch per rank against two on one rank, the steps agree.
+TEST_F(GrpoTest, TwoRankStageThreeStepsEqualOneRankStageZero) {
+  const std::string model = SftModel();
+  const json common = {{"max_steps", 2}, {"beta", 0.04}, {"save_strategy", "no"}};
+  json one = common, two = common;
+  one["gradient_accumulation_steps"] = 2;
+  two["gradient_accumulation_steps"] = 1;
+  const auto ds = [](int stage) {
+    return json{{"zero_optimization", {{"stage", stage}}},
+                {"gradient_clipping", 1.0},
+                {"train_micro_batch_size_per_gpu", "auto"},
+                {"gradient_accumulation_steps", "auto"}}
+        .dump();
+  };
+  const auto a =
+      Metrics(Train(1, GrpoSpec("one", model, one, {{"deepspeed_config_json", ds(0)}}), "one"));
+  const auto b = Metrics(Train(2,
+                                GrpoSpec("two", model, two,
+                                         {{"deepspeed_config_json", ds(3)},
+                                          {"resources", {{"nodes", 1}, {"slots_per_node", 2}}}}),
+                                "two"));
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (int64_t step = 1; step <= 2; ++step) {
+    for (const char* name : {"loss", "grad_norm", "reward", "kl", "completions/mean_length"}) {
+      const double x = a.at(step).at(name).get<double>(), y = b.at(step).at(name).get<double>();
+      EXPECT_NEAR(x, y, 1e-5 * std::max(1.0, std::abs(x))) << name << " at step " << step;
+    }
+  }
+}
+
+TEST_F(GrpoTest, ResumeAfterAKillContinuesFromTheCheckpoint) {
+  const std::string model = SftModel();
+  const json training = {{"max_steps", 8}, {"per_device_train_batch_size", 8},
+                         {"gradient_accumulation_steps", 1}};
+  const auto straight = Metrics(Train(1, GrpoSpec("straight", model, training), "straight"));
+  ASSERT_EQ(straight.size(), 8u);
+
+  const std::string spec = GrpoSpec("killed", model, training);
+  {
+    Subprocess trainer(TrainArgs(spec, dir_.path() + "/killed-1.jsonl"),
+                       dir_.path() + "/killed-1.log");
+    ASSERT_TRUE(testing::WaitFor(
+        [&] { return fs::exists(dir_.path() + "/killed/checkpoint-4/manifest.json"); },
+        absl::Minutes(5)));
+    trainer.Kill(SIGKILL);
+    ASSERT_TRUE(trainer.Wait(absl::Seconds(30)).ok());
+  }
+  fs::remove_all(dir_.path() + "/killed/checkpoint-8");  // in case the kill came late
+  RunResult resumed =
+      testing::Run(TrainArgs(spec, dir_.path() + "/killed-2.jsonl"), {}, absl::Minutes(10));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto events = ReadEvents(dir_.path() + "/killed-2.jsonl");
+  const auto at = std::find_if(events.begin(), events.end(), [](const json& e) {
+    return e["type"] == "status" && e.value("state", "") == "resumed";
+  });
+  ASSERT_NE(at, events.end());
+  EXPECT_EQ((*at)["step"], 4);
+  const auto after = Metrics(events);
+  ASSERT_EQ(after.size(), 4u);
+  for (const auto& [step, values] : after) {
+    // Rollouts follow from the step number, weights and optimizer from the checkpoint.
+    EXPECT_EQ(values["loss"], straight.at(step)["loss"]) << "step " << step;
+    EXPECT_EQ(values["reward"], straight.at(step)["reward"]) << "step " << step;
+  }
+}
+
+TEST_F(GrpoTest, AnUnknownRewardIsRefusedNamingTheKnownOnes) {
+  const std::string spec =
+      GrpoSpec("unknown", "tiny", {{"max_steps", 1}}, {{"reward_funcs", {"accuracy", "bleu"}}});
+  RunResult r = testing::Run(TrainArgs(spec, dir_.path() + "/unknown.jsonl"), {},
+                             absl::Minutes(2));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("bleu"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("accuracy"), std::string::npos) << r.err;  // the known ones are listed
+}
+
+}  // namespace
+}  // namespace trainctl

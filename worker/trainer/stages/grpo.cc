@@ -1,0 +1,459 @@
+#include "worker/trainer/stages/grpo.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "worker/trainer/data/loader.h"
+#include "worker/trainer/data/shard_reader.h"
+#include "worker/trainer/model/generation.h"
+#include "worker/trainer/rewards/reward_model.h"
+#include "worker/trainer/rewards/rule_rewards.h"
+#include "worker/trainer/stages/grpo_loss.h"
+#include "worker/trainer/stages/internal/autocast.h"
+#include "worker/trainer/stages/internal/grpo_rows.h"
+#include "worker/trainer/tokenizer/bpe_tokenizer.h"
+
+namespace trainctl::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using internal::GrpoRow;
+
+double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+// Maps (seed, generation, completion) to a sampling seed: reproducible, and the same after a
+// resume.
+uint64_t SamplingSeed(int64_t seed, int64_t generation, int64_t completion) {
+  uint64_t z = static_cast<uint64_t>(seed) * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
+  z ^= static_cast<uint64_t>(generation) * 0xbf58476d1ce4e5b9ULL;
+  z ^= static_cast<uint64_t>(completion) * 0x94d049bb133111ebULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Runs `fn`, turning the exceptions of tensor code and collectives into a status.
+template <typename Fn>
+absl::Status Guarded(const std::string& what, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const zero::CollectiveError& e) {
+    return absl::UnavailableError(absl::StrCat(what, ": ", e.what()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
+  }
+}
+
+class GrpoStage final : public Stage {
+ public:
+  absl::StatusOr<int64_t> Setup(StageContext& ctx) override {
+    const auto& t = ctx.training;
+    ASSIGN_OR_RETURN(options_.loss_type, ParseGrpoLossType(t.loss_type()));
+    ASSIGN_OR_RETURN(options_.importance_sampling_level,
+                     ParseImportanceSamplingLevel(t.importance_sampling_level()));
+    ASSIGN_OR_RETURN(scale_, ParseScaleRewards(t.scale_rewards()));
+    options_.epsilon_low = t.epsilon();
+    options_.epsilon_high = t.has_epsilon_high() ? t.epsilon_high() : t.epsilon();
+    options_.beta = t.beta();
+    options_.max_completion_length = t.max_completion_length();
+
+    ASSIGN_OR_RETURN(reader_, data::ShardReader::Open(ctx.spec.data_path()));
+    ASSIGN_OR_RETURN(tokenizer_, LoadTokenizer(ctx));
+    pad_id_ = reader_->manifest().pad_token_id >= 0 ? reader_->manifest().pad_token_id
+                                                     : model::kEndOfTextTokenId;
+    for (const char* eos : {"<|im_end|>", "<|endoftext|>"}) {
+      if (auto id = tokenizer_->TokenToId(eos)) eos_ids_.push_back(*id);
+    }
+
+    // Rewards: the rule functions by name, then the reward model; one weight each.
+    for (const std::string& name : ctx.spec.reward_funcs()) {
+      ASSIGN_OR_RETURN(rewards::RuleReward fn, rewards::FindRuleReward(name));
+      reward_names_.push_back(name);
+      rule_rewards_.push_back(std::move(fn));
+    }
+    if (!ctx.spec.reward_model_name_or_path().empty()) {
+      ASSIGN_OR_RETURN(reward_model_, rewards::RewardModel::Load(
+                                          ctx.spec.reward_model_name_or_path(), ctx.options,
+                                          &ctx.comm));
+      reward_names_.push_back("reward_model");
+    }
+    weights_.assign(reward_names_.size(), 1.0);
+    if (t.reward_weights_size() > 0) {
+      if (t.reward_weights_size() != static_cast<int>(reward_names_.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "training.reward_weights: one per reward (", reward_names_.size(), "), got ",
+            t.reward_weights_size()));
+      }
+      weights_.assign(t.reward_weights().begin(), t.reward_weights().end());
+    }
+    if (reward_names_.empty()) {
+      return absl::InvalidArgumentError("grpo needs at least one reward (reward_funcs or "
+                                        "reward_model_name_or_path)");
+    }
+
+    // The reference: the starting policy, frozen, sharded like the policy.
+    if (options_.beta != 0) {
+      ASSIGN_OR_RETURN(auto resolved, ResolveModel(ctx.spec.model_name_or_path()));
+      ASSIGN_OR_RETURN(reference_, zero::Engine::CreateFrozen(resolved.first, ctx.options,
+                                                              &ctx.comm, t.seed(),
+                                                              resolved.second));
+      reference_->model().SetAttentionImpl(ctx.engine.model().attention_impl());
+    }
+
+    // The step's shape.
+    world_ = ctx.comm.world_size();
+    rank_ = ctx.comm.rank();
+    micro_rows_ = t.per_device_train_batch_size();
+    accumulation_ = t.gradient_accumulation_steps();
+    group_ = t.num_generations();
+    const int64_t global = micro_rows_ * accumulation_ * world_;
+    if (global % group_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.num_generations: must divide the completions of one step (world ", world_,
+          " x per_device_train_batch_size ", micro_rows_, " x gradient_accumulation_steps ",
+          accumulation_, " = ", global, "), got ", group_));
+    }
+    prompts_per_generation_ = global / group_;
+    data::LoaderOptions order;
+    order.seed = static_cast<uint64_t>(t.seed());
+    order.prefetch_batches = 0;
+    ASSIGN_OR_RETURN(order_, data::Loader::Create(reader_, order));
+    generations_per_epoch_ =
+        std::max<int64_t>(1, order_->UnitsInEpoch(0) / prompts_per_generation_);
+    if (order_->UnitsInEpoch(0) < prompts_per_generation_) {
+      ctx.Warn(absl::StrCat("the data has ", order_->UnitsInEpoch(0),
+                            " prompts, fewer than one step's ", prompts_per_generation_,
+                            "; prompts repeat within a step"));
+    }
+    return generations_per_epoch_ * std::max(1, t.num_iterations());
+  }
+
+  absl::StatusOr<StageStep> Step(StageContext& ctx, int64_t step) override {
+    const int64_t mu = std::max(1, ctx.training.num_iterations());
+    const int64_t generation = (step - 1) / mu;
+    StageStep out;
+    nlohmann::json& m = out.metrics;
+    double generation_seconds = 0, scoring_seconds = 0;
+    if (generation != rollout_generation_) {
+      absl::Time start = absl::Now();
+      RETURN_IF_ERROR(Rollout(ctx, generation));
+      generation_seconds = Seconds(start);
+      start = absl::Now();
+      RETURN_IF_ERROR(Score(ctx));
+      if (mu > 1) RETURN_IF_ERROR(OldLogProbs(ctx));
+      scoring_seconds = Seconds(start);
+      rollout_generation_ = generation;
+    }
+    const absl::Time start = absl::Now();
+    RETURN_IF_ERROR(Train(ctx, &out));
+    m.update(rollout_metrics_);
+    m["time/generation_seconds"] = generation_seconds;
+    m["time/scoring_seconds"] = scoring_seconds;
+    m["time/training_seconds"] = Seconds(start);
+    return out;
+  }
+
+  data::LoaderState DataState() const override {
+    const int64_t next = rollout_generation_ + 1;
+    return {next / generations_per_epoch_, next % generations_per_epoch_};
+  }
+
+  absl::Status RestoreDataState(const data::LoaderState& /*state*/, int64_t /*step*/) override {
+    // The prompts and sampling seeds of a step follow from its number alone.
+    rollout_generation_ = -1;
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::StatusOr<std::unique_ptr<tokenizer::BpeTokenizer>> LoadTokenizer(StageContext& ctx) {
+    std::string path;
+    if (!ctx.tokenizer_dir.empty() && fs::exists(fs::path(ctx.tokenizer_dir) / "tokenizer.json")) {
+      path = ctx.tokenizer_dir;
+    } else if (!reader_->manifest().tokenizer.empty()) {
+      path = reader_->manifest().tokenizer;
+    } else {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "grpo decodes completions for the rewards: neither the model (",
+          ctx.spec.model_name_or_path(), ") nor the data's manifest (", ctx.spec.data_path(),
+          ") names a tokenizer"));
+    }
+    auto loaded = tokenizer::BpeTokenizer::Load(path);
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("the tokenizer to decode completions: ",
+                                       loaded.status().message()));
+    }
+    return std::move(*loaded);
+  }
+
+  // This rank's rows of generation `generation`: prompts in the shared order, each repeated
+  // num_generations times, rank r taking rows [r B, (r + 1) B); then the policy samples them.
+  absl::Status Rollout(StageContext& ctx, int64_t generation) {
+    const auto& t = ctx.training;
+    const int64_t rows_here = micro_rows_ * accumulation_;
+    rows_.clear();
+    for (int64_t j = rank_ * rows_here; j < (rank_ + 1) * rows_here; ++j) {
+      const int64_t q = j / group_;
+      const int64_t epoch = generation / generations_per_epoch_;
+      const int64_t at = (generation % generations_per_epoch_) * prompts_per_generation_ + q;
+      if (plan_.epoch != epoch) plan_ = order_->Plan(epoch);
+      const int64_t sample =
+          plan_.samples[static_cast<size_t>(at % static_cast<int64_t>(plan_.samples.size()))];
+      ASSIGN_OR_RETURN(GrpoRow row, internal::PromptRow(*reader_, sample, t.max_prompt_length()));
+      if (row.prompt_cut_images && !warned_long_prompt_) {
+        ctx.Warn(absl::StrCat("sample ", sample, ": its prompt (", row.prompt.size(),
+                              " tokens) is longer than max_prompt_length ",
+                              t.max_prompt_length(), " but holds images; kept whole"));
+        warned_long_prompt_ = true;
+      }
+      rows_.push_back(std::move(row));
+    }
+
+    model::GenerationOptions g;
+    g.max_new_tokens = t.max_completion_length();
+    g.temperature = t.temperature();
+    g.top_p = t.top_p();
+    g.top_k = t.top_k();
+    // One seed per completion, from its place in the generation batch: the same rollouts on any
+    // number of ranks.
+    for (int64_t j = rank_ * rows_here; j < (rank_ + 1) * rows_here; ++j) {
+      g.row_seeds.push_back(SamplingSeed(t.seed(), generation, j));
+    }
+    g.eos_token_ids = eos_ids_;
+    g.pad_token_id = pad_id_;
+    const bool sharded = ctx.options.stage == 3 && world_ > 1;
+    const bool hold = sharded && t.gather_for_generation();
+    if (sharded && !hold) {
+      g.all_done = [&ctx](bool done) {
+        torch::Tensor open = torch::tensor({done ? 0.0 : 1.0}, torch::kFloat64);
+        ctx.comm.AllReduce(open, "generation lock-step").Wait();
+        return open.item<double>() == 0;
+      };
+    }
+    const model::ModelInputs prompts = internal::PromptInputs(rows_, pad_id_, ctx.device);
+    const absl::Time start = absl::Now();
+    model::GenerationOutput generated;
+    const uint64_t sent_before = ctx.comm.bytes_sent();
+    int64_t held_bytes = 0;
+    double gather_seconds = 0;
+    RETURN_IF_ERROR(Guarded("generation", [&]() -> absl::Status {
+      zero::Engine::HeldWeights held;
+      if (hold) {
+        const absl::Time gather_start = absl::Now();
+        ASSIGN_OR_RETURN(held, ctx.engine.HoldWeights());
+        gather_seconds = Seconds(gather_start);
+        held_bytes = held.bytes();
+      }
+      internal::AutocastGuard autocast(ctx.options.compute_dtype == torch::kBFloat16,
+                                       ctx.device.type(), torch::kBFloat16);
+      ASSIGN_OR_RETURN(generated, model::Generate(ctx.engine.model(), prompts, g));
+      return absl::OkStatus();
+    }));
+    const double seconds = Seconds(start);
+    int64_t new_tokens = 0, truncated = 0;
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      rows_[i].completion = generated.tokens[i];
+      rows_[i].truncated = !generated.stopped[i];
+      new_tokens += static_cast<int64_t>(rows_[i].completion.size());
+      truncated += rows_[i].truncated ? 1 : 0;
+    }
+    torch::Tensor sums = torch::tensor(
+        {static_cast<double>(new_tokens), static_cast<double>(truncated), seconds},
+        torch::kFloat64);
+    RETURN_IF_ERROR(ctx.comm.AllReduceSum(sums, "completion lengths"));
+    const double total_rows = static_cast<double>(rows_here * world_);
+    rollout_metrics_ = nlohmann::json::object();
+    rollout_metrics_["completions/mean_length"] = sums[0].item<double>() / total_rows;
+    rollout_metrics_["completions/clipped_ratio"] = sums[1].item<double>() / total_rows;
+    rollout_metrics_["generation/tokens_per_second"] =
+        sums[0].item<double>() / std::max(1e-9, sums[2].item<double>() / world_);
+    if (ctx.lead() && !announced_generation_) {
+      ctx.events.Emit("generation",
+                      {{"weights", hold      ? "gathered once per rollout"
+                                   : sharded ? "gathered per unit on every decoding step"
+                                             : "whole on every rank"},
+                       {"gather_for_generation", t.gather_for_generation()},
+                       {"zero_stage", ctx.options.stage},
+                       {"held_bytes", held_bytes},
+                       {"gather_seconds", gather_seconds},
+                       {"seconds", seconds},
+                       {"comm_bytes", ctx.comm.bytes_sent() - sent_before},
+                       {"new_tokens", new_tokens},
+                       {"decode_steps", generated.decode_steps}});
+      announced_generation_ = true;
+    }
+    return absl::OkStatus();
+  }
+
+  // Rewards of this rank's rows, shared with every rank, and this rank's advantages.
+  absl::Status Score(StageContext& ctx) {
+    const int64_t k = static_cast<int64_t>(reward_names_.size());
+    const int64_t rows_here = static_cast<int64_t>(rows_.size());
+    // [world * rows, k]: this rank's block filled, the rest zero, then summed over ranks.
+    torch::Tensor all = torch::zeros({world_ * rows_here, k}, torch::kFloat64);
+    for (int64_t i = 0; i < rows_here; ++i) {
+      GrpoRow& row = rows_[static_cast<size_t>(i)];
+      std::vector<int32_t> ids(row.completion.begin(), row.completion.end());
+      ASSIGN_OR_RETURN(row.text, tokenizer_->Decode(ids, /*skip_special_tokens=*/true));
+      for (size_t f = 0; f < rule_rewards_.size(); ++f) {
+        all[rank_ * rows_here + i][static_cast<int64_t>(f)] =
+            rule_rewards_[f](row.text, row.solution);
+      }
+    }
+    if (reward_model_) {
+      for (int64_t a = 0; a < rows_here; a += micro_rows_) {
+        const int64_t b = std::min(rows_here, a + micro_rows_);
+        const internal::TrainInputs in =
+            internal::MakeTrainInputs(rows_, a, b, pad_id_, false, ctx.device);
+        ASSIGN_OR_RETURN(std::vector<double> scores, reward_model_->Score(in.inputs));
+        for (int64_t i = a; i < b; ++i) all[rank_ * rows_here + i][k - 1] = scores[i - a];
+      }
+    }
+    RETURN_IF_ERROR(ctx.comm.AllReduceSum(all, "rewards"));
+    torch::Tensor weights = torch::tensor(weights_, torch::kFloat64);
+    torch::Tensor total = (all * weights).sum(1);
+    ASSIGN_OR_RETURN(Advantages adv, ComputeAdvantages(total, group_, scale_));
+    for (int64_t i = 0; i < rows_here; ++i) {
+      rows_[static_cast<size_t>(i)].advantage =
+          adv.advantages[rank_ * rows_here + i].item<double>();
+    }
+    rollout_metrics_["reward"] = adv.reward_mean;
+    rollout_metrics_["reward_std"] = adv.reward_std;
+    rollout_metrics_["frac_reward_zero_std"] = adv.frac_reward_zero_std;
+    const torch::Tensor means = all.mean(0);
+    for (int64_t f = 0; f < k; ++f) {
+      rollout_metrics_[absl::StrCat("rewards/", reward_names_[static_cast<size_t>(f)], "/mean")] =
+          means[f].item<double>();
+    }
+    return absl::OkStatus();
+  }
+
+  // With num_iterations > 1: the log-probabilities of the policy that generated the rollout.
+  absl::Status OldLogProbs(StageContext& ctx) {
+    torch::NoGradGuard no_grad;
+    old_logps_.clear();
+    for (int64_t a = 0; a < static_cast<int64_t>(rows_.size()); a += micro_rows_) {
+      const int64_t b = std::min<int64_t>(static_cast<int64_t>(rows_.size()), a + micro_rows_);
+      ASSIGN_OR_RETURN(torch::Tensor logps, LogProbs(ctx, ctx.engine, a, b));
+      old_logps_.push_back(logps);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<torch::Tensor> LogProbs(StageContext& ctx, zero::Engine& engine, int64_t a,
+                                         int64_t b) {
+    torch::Tensor logps;
+    RETURN_IF_ERROR(Guarded("log-probabilities", [&]() -> absl::Status {
+      const internal::TrainInputs in =
+          internal::MakeTrainInputs(rows_, a, b, pad_id_, false, ctx.device);
+      internal::AutocastGuard autocast(ctx.options.compute_dtype == torch::kBFloat16,
+                                       ctx.device.type(), torch::kBFloat16);
+      logps = model::CompletionLogProbs(engine.model(), in.inputs, in.completion_start);
+      return absl::OkStatus();
+    }));
+    return logps;
+  }
+
+  // The micro-batches of this rank: policy log-probabilities with grad, the reference's without,
+  // the loss, backward.
+  absl::Status Train(StageContext& ctx, StageStep* out) {
+    const auto& t = ctx.training;
+    const int64_t rows_here = static_cast<int64_t>(rows_.size());
+    const bool mask_truncated = t.mask_truncated_completions();
+    double active = 0;
+    int64_t tokens = 0;
+    for (const GrpoRow& row : rows_) {
+      if (!(mask_truncated && row.truncated)) active += static_cast<double>(row.completion.size());
+      tokens += static_cast<int64_t>(row.prompt.size() + row.completion.size());
+    }
+    torch::Tensor counts =
+        torch::tensor({active, static_cast<double>(tokens)}, torch::kFloat64);
+    RETURN_IF_ERROR(ctx.comm.AllReduceSum(counts, "completion tokens"));
+    GrpoStepShape shape;
+    shape.world_size = world_;
+    shape.grad_accum_steps = accumulation_;
+    shape.global_active_tokens = counts[0].item<double>();
+    out->tokens = static_cast<int64_t>(counts[1].item<double>());
+    out->samples = rows_here * world_;
+
+    GrpoLossStats stats;
+    double loss = 0;
+    for (int64_t a = 0, micro = 0; a < rows_here; a += micro_rows_, ++micro) {
+      const int64_t b = std::min(rows_here, a + micro_rows_);
+      const internal::TrainInputs in =
+          internal::MakeTrainInputs(rows_, a, b, pad_id_, mask_truncated, ctx.device);
+      GrpoLossInputs li;
+      li.advantages = in.advantages;
+      li.completion_mask = in.completion_mask;
+      if (reference_) {
+        torch::NoGradGuard no_grad;
+        ASSIGN_OR_RETURN(li.ref_per_token_logps, LogProbs(ctx, *reference_, a, b));
+      }
+      if (!old_logps_.empty()) li.old_per_token_logps = old_logps_[static_cast<size_t>(micro)];
+      ASSIGN_OR_RETURN(li.per_token_logps, LogProbs(ctx, ctx.engine, a, b));
+      ASSIGN_OR_RETURN(GrpoLossOutput lo, GrpoLoss(li, options_, shape));
+      RETURN_IF_ERROR(ctx.engine.Backward(lo.contribution));
+      loss += lo.contribution.item<double>();
+      stats.Add(lo.stats);
+    }
+    torch::Tensor sums = torch::tensor({loss, stats.kl_sum, stats.kl_count, stats.clip_low_sum,
+                                        stats.clip_high_sum, stats.clip_region_sum,
+                                        stats.clip_count},
+                                       torch::kFloat64);
+    RETURN_IF_ERROR(ctx.comm.AllReduceSum(sums, "grpo statistics"));
+    GrpoLossStats global;
+    global.kl_sum = sums[1].item<double>();
+    global.kl_count = sums[2].item<double>();
+    global.clip_low_sum = sums[3].item<double>();
+    global.clip_high_sum = sums[4].item<double>();
+    global.clip_region_sum = sums[5].item<double>();
+    global.clip_count = sums[6].item<double>();
+    out->loss = sums[0].item<double>();
+    if (options_.beta != 0) out->metrics["kl"] = global.KlMean();
+    out->metrics["clip_ratio/low_mean"] = global.ClipLowMean();
+    out->metrics["clip_ratio/high_mean"] = global.ClipHighMean();
+    out->metrics["clip_ratio/region_mean"] = global.ClipRegionMean();
+    return absl::OkStatus();
+  }
+
+  GrpoLossOptions options_;
+  ScaleRewards scale_ = ScaleRewards::kGroup;
+  std::shared_ptr<const data::ShardReader> reader_;
+  std::unique_ptr<data::Loader> order_;  // the prompts' order (one rank's view: every rank's)
+  data::Loader::EpochPlan plan_;
+  std::unique_ptr<tokenizer::BpeTokenizer> tokenizer_;
+  std::vector<int64_t> eos_ids_;
+  int64_t pad_id_ = model::kEndOfTextTokenId;
+  std::vector<std::string> reward_names_;
+  std::vector<rewards::RuleReward> rule_rewards_;
+  std::unique_ptr<rewards::RewardModel> reward_model_;
+  std::vector<double> weights_;
+  std::unique_ptr<zero::Engine> reference_;
+
+  int world_ = 1, rank_ = 0;
+  int64_t micro_rows_ = 1, accumulation_ = 1, group_ = 2;
+  int64_t prompts_per_generation_ = 1, generations_per_epoch_ = 1;
+
+  int64_t rollout_generation_ = -1;
+  std::vector<GrpoRow> rows_;
+  std::vector<torch::Tensor> old_logps_;
+  nlohmann::json rollout_metrics_ = nlohmann::json::object();
+  bool announced_generation_ = false;
+  bool warned_long_prompt_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Stage> MakeGrpoStage() { return std::make_unique<GrpoStage>(); }
+
+}  // namespace trainctl::trainer
