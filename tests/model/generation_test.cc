@@ -182,6 +182,23 @@ TEST_F(GenerationTest, SeededSamplingRepeatsAndSeedsDiffer) {
   EXPECT_NE(a.tokens, c.tokens);
 }
 
+// Per-row seeds: a row samples the same tokens whichever rows share its batch (GRPO relies on
+// it for the same rollouts on any number of ranks).
+TEST_F(GenerationTest, RowSeedsMakeARowIndependentOfItsBatch) {
+  GenerationOptions options = Greedy(10);
+  options.temperature = 1.3;
+  options.row_seeds = {41, 42};
+  const GenerationOutput both = Run(Batch({text_, one_image_}), options);
+  options.row_seeds = {42};
+  const GenerationOutput alone = Run(Batch({one_image_}), options);
+  EXPECT_EQ(both.tokens[1], alone.tokens[0]);
+  options.row_seeds = {42, 42};
+  const GenerationOutput twice = Run(Batch({one_image_, one_image_}), options);
+  EXPECT_EQ(twice.tokens[0], twice.tokens[1]);
+  options.row_seeds = {1, 2, 3};  // one per row, or none
+  EXPECT_FALSE(Generate(*model_, Batch({text_, one_image_}), options).ok());
+}
+
 TEST_F(GenerationTest, TopKOneEqualsGreedy) {
   GenerationOptions options = Greedy(8);
   const ModelInputs inputs = Batch({text_, two_images_});

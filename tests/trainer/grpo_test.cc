@@ -26,6 +26,8 @@
 #include "tests/testing/temp_dir.h"
 #include "tests/tokenizer/qwen_fixture.h"
 #include "tests/trainer/shapes_fixture.h"
+#include "worker/trainer/model/qwen2vl.h"
+#include "worker/trainer/model/state_dict_adapter.h"
 
 namespace trainctl {
 namespace {
@@ -204,13 +206,16 @@ TEST_F(GrpoTest, RaisesTheAccuracyRewardOnTwoRanksWithTheSeedsDeepSpeedConfig) {
 }
 
 // Sampling is seeded per completion, so one rank at stage 0 draws the same rollouts as two ranks
-// at stage 3; with one micro-batch per rank against two on one rank, the steps agree.
+// at stage 3 (here gathering each unit on every decoding step, in lock-step); with one
+// micro-batch per rank against two on one rank, the steps agree.
 TEST_F(GrpoTest, TwoRankStageThreeStepsEqualOneRankStageZero) {
   const std::string model = SftModel();
   const json common = {{"max_steps", 2}, {"beta", 0.04}, {"save_strategy", "no"}};
   json one = common, two = common;
   one["gradient_accumulation_steps"] = 2;
   two["gradient_accumulation_steps"] = 1;
+  // Per-unit gathers on every decoding step: the two ranks decode in lock-step.
+  two["gather_for_generation"] = false;
   const auto ds = [](int stage) {
     return json{{"zero_optimization", {{"stage", stage}}},
                 {"gradient_clipping", 1.0},
@@ -268,6 +273,62 @@ TEST_F(GrpoTest, ResumeAfterAKillContinuesFromTheCheckpoint) {
     // Rollouts follow from the step number, weights and optimizer from the checkpoint.
     EXPECT_EQ(values["loss"], straight.at(step)["loss"]) << "step " << step;
     EXPECT_EQ(values["reward"], straight.at(step)["reward"]) << "step " << step;
+  }
+}
+
+// num_iterations (mu) = 2: each rollout serves two optimizer steps, the second with the ratio to
+// the policy that generated it.
+TEST_F(GrpoTest, EachRolloutServesNumIterationsSteps) {
+  const std::string model = SftModel();
+  const auto m = Metrics(Train(
+      1,
+      GrpoSpec("mu", model,
+               {{"max_steps", 4}, {"num_iterations", 2}, {"save_strategy", "no"}, {"beta", 0.04}}),
+      "mu"));
+  ASSERT_EQ(m.size(), 4u);
+  for (int64_t step : {1, 3}) {
+    // The same rollout: the same rewards and lengths; generation ran only on the first.
+    EXPECT_EQ(m.at(step)["reward"], m.at(step + 1)["reward"]) << step;
+    EXPECT_EQ(m.at(step)["completions/mean_length"], m.at(step + 1)["completions/mean_length"]);
+    EXPECT_GT(m.at(step)["time/generation_seconds"].get<double>(), 0) << step;
+    EXPECT_EQ(m.at(step + 1)["time/generation_seconds"].get<double>(), 0) << step;
+    // The first step of a rollout trains the policy that generated it: ratios exactly 1,
+    // nothing clipped.
+    EXPECT_EQ(m.at(step)["clip_ratio/region_mean"].get<double>(), 0) << step;
+  }
+}
+
+// A reward model next to a rule reward, weighted: the reported reward is the weighted sum of
+// the per-function means (each completion's reward is the weighted sum of its rewards).
+TEST_F(GrpoTest, RewardModelScoresAreWeightedWithTheRuleRewards) {
+  const std::string model = SftModel();
+  // A reward model of the policy's architecture with a score head: the SFT checkpoint's config
+  // with num_labels 1, weights from a seed.
+  const std::string rm = dir_.path() + "/rm";
+  {
+    auto config = model::LoadQwen2VLConfig(model);
+    ASSERT_TRUE(config.ok()) << config.status();
+    config->num_labels = 1;
+    torch::manual_seed(3);
+    model::Qwen2VLForConditionalGeneration net(*config);
+    ASSERT_TRUE(model::SaveHfCheckpoint(net, rm).ok());
+  }
+  const auto m = Metrics(Train(
+      2,
+      GrpoSpec("rm", model,
+               {{"max_steps", 2}, {"save_strategy", "no"}, {"reward_weights", {1.0, 0.5}}},
+               {{"reward_funcs", {"accuracy"}},
+                {"reward_model_name_or_path", rm},
+                {"resources", {{"nodes", 1}, {"slots_per_node", 2}}}}),
+      "rm"));
+  ASSERT_EQ(m.size(), 2u);
+  for (const auto& [step, v] : m) {
+    const double scored = v.at("rewards/reward_model/mean").get<double>();
+    EXPECT_TRUE(std::isfinite(scored)) << v.dump();
+    EXPECT_NE(scored, 0) << v.dump();
+    EXPECT_NEAR(v.at("reward").get<double>(),
+                v.at("rewards/accuracy/mean").get<double>() + 0.5 * scored, 1e-9)
+        << v.dump();
   }
 }
 
