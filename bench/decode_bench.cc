@@ -1,7 +1,7 @@
 // decode_bench: greedy decoding throughput with the KV cache (model/generation.h) against full
 // recompute (one full forward over prompt + tokens so far per new token, argmax of the last
 // position), same model, same prompts, same run. Two configs: the tiny registry config and a
-// ~30M-parameter one built in code (sft_bench's).
+// ~30M-parameter one (configs/models/bench-30m).
 //
 // Per config it prints, for --batch rows of --prompt random tokens and --new_tokens new ones:
 //   KV cache: prefill seconds, decode seconds, decode tokens/s (batch * decode steps / seconds)
@@ -35,29 +35,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using trainctl::model::Qwen2VLConfig;
 using trainctl::model::Qwen2VLForConditionalGeneration;
-
-// ~30M parameters: hidden 512, 6 layers, 8 heads (4 kv), MLP 1024, vocab 32000, tied.
-constexpr char kConfig30M[] = R"({
-  "architectures": ["Qwen2VLForConditionalGeneration"],
-  "model_type": "qwen2_vl",
-  "hidden_act": "silu",
-  "hidden_size": 512,
-  "intermediate_size": 1024,
-  "num_hidden_layers": 6,
-  "num_attention_heads": 8,
-  "num_key_value_heads": 4,
-  "rms_norm_eps": 1e-06,
-  "rope_theta": 1000000.0,
-  "tie_word_embeddings": true,
-  "torch_dtype": "float32",
-  "vision_config": {
-    "depth": 1, "embed_dim": 32, "mlp_ratio": 2, "num_heads": 2, "in_chans": 3,
-    "hidden_size": 512, "hidden_act": "quick_gelu", "patch_size": 14,
-    "spatial_merge_size": 2, "temporal_patch_size": 2
-  },
-  "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]},
-  "vocab_size": 32000
-})";
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -152,7 +129,9 @@ int main(int argc, char** argv) {
   auto tiny_path = trainctl::model::FindModelConfig("tiny");
   auto tiny = tiny_path.ok() ? trainctl::model::LoadQwen2VLConfig(*tiny_path)
                              : absl::StatusOr<Qwen2VLConfig>(tiny_path.status());
-  auto medium = trainctl::model::ParseQwen2VLConfig(kConfig30M, "decode_bench");
+  auto medium_path = trainctl::model::FindModelConfig("bench-30m");  // configs/models
+  absl::StatusOr<Qwen2VLConfig> medium =
+      medium_path.ok() ? trainctl::model::LoadQwen2VLConfig(*medium_path) : absl::StatusOr<Qwen2VLConfig>(medium_path.status());
   if (!tiny.ok() || !medium.ok()) {
     std::cerr << "decode_bench: " << (tiny.ok() ? medium.status() : tiny.status()) << "\n";
     return 1;

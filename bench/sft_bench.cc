@@ -36,30 +36,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// ~30M parameters: hidden 512, 6 layers, 8 heads (head_dim 64), 4 kv heads, MLP 1024, vocab
-// 32000, tied embeddings. The vision tower is required by the class; it is kept minimal and
-// unused (text-only batches).
-constexpr char kConfig[] = R"({
-  "architectures": ["Qwen2VLForConditionalGeneration"],
-  "model_type": "qwen2_vl",
-  "hidden_act": "silu",
-  "hidden_size": 512,
-  "intermediate_size": 1024,
-  "num_hidden_layers": 6,
-  "num_attention_heads": 8,
-  "num_key_value_heads": 4,
-  "rms_norm_eps": 1e-06,
-  "rope_theta": 1000000.0,
-  "tie_word_embeddings": true,
-  "torch_dtype": "float32",
-  "vision_config": {
-    "depth": 1, "embed_dim": 32, "mlp_ratio": 2, "num_heads": 2, "in_chans": 3,
-    "hidden_size": 512, "hidden_act": "quick_gelu", "patch_size": 14,
-    "spatial_merge_size": 2, "temporal_patch_size": 2
-  },
-  "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]},
-  "vocab_size": 32000
-})";
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -109,7 +85,11 @@ int main(int argc, char** argv) {
   const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
   torch::manual_seed(0);
 
-  auto config = trainctl::model::ParseQwen2VLConfig(kConfig, "sft_bench");
+  // configs/models/bench-30m: ~30M parameters, hidden 512, 6 layers, 8 heads (4 kv), MLP 1024,
+  // vocab 32000, tied; a minimal vision tower, unused by text-only batches.
+  auto path = trainctl::model::FindModelConfig("bench-30m");
+  absl::StatusOr<trainctl::model::Qwen2VLConfig> config =
+      path.ok() ? trainctl::model::LoadQwen2VLConfig(*path) : absl::StatusOr<trainctl::model::Qwen2VLConfig>(path.status());
   if (!config.ok()) {
     std::cerr << "sft_bench: " << config.status() << "\n";
     return 1;

@@ -1,0 +1,213 @@
+// grpo_bench: where one GRPO step's time goes, in one process with the trainer's own pieces: the
+// KV-cached generator samples num_generations completions of each prompt (generation), the rule
+// rewards score them and advantages are normalised per group (scoring), then the policy's
+// log-probabilities with grad, the clipped loss and a ZeRO engine step (training); with
+// --beta > 0 a frozen reference engine adds its log-probabilities (scoring).
+//
+// It prints each phase's seconds and share, generation tokens/s, and the same tokens' forward
+// throughput (one no-grad forward over prompt + completion, as the reference pays) with the ratio
+// between them: how much slower token-by-token sampling is than scoring the same tokens at once.
+// Configs: the tiny registry model and configs/models/bench-30m; random prompts, random weights
+// (the tokens are random too, so rewards are computed on the decoded ids' text form).
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "worker/trainer/model/generation.h"
+#include "worker/trainer/model/qwen2vl_config.h"
+#include "worker/trainer/rewards/rule_rewards.h"
+#include "worker/trainer/stages/grpo_loss.h"
+#include "worker/trainer/zero/comm.h"
+#include "worker/trainer/zero/engine.h"
+
+ABSL_FLAG(int, prompts, 2, "prompts per step");
+ABSL_FLAG(int, num_generations, 8, "completions per prompt");
+ABSL_FLAG(int, prompt, 64, "tokens per prompt");
+ABSL_FLAG(int, completion, 32, "max_completion_length");
+ABSL_FLAG(int, steps, 3, "steps measured (after one warm-up step)");
+ABSL_FLAG(double, beta, 0.04, "KL coefficient; > 0 adds a frozen reference model");
+ABSL_FLAG(int, threads, 0, "LibTorch intra-op threads (0: LibTorch's default)");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using trainctl::model::Qwen2VLConfig;
+namespace model = trainctl::model;
+namespace trainer = trainctl::trainer;
+namespace zero = trainctl::zero;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+struct Split {
+  double generation = 0, scoring = 0, training = 0, forward = 0;
+  int64_t new_tokens = 0, scored_tokens = 0;
+};
+
+// Prompt block (left-padded; all prompts have one length here) + right-padded completions.
+model::ModelInputs Joined(const torch::Tensor& prompts, const model::GenerationOutput& out,
+                          int64_t pad, torch::Tensor* mask) {
+  const int64_t rows = prompts.size(0), p = prompts.size(1);
+  int64_t c = 1;
+  for (const auto& t : out.tokens) c = std::max<int64_t>(c, static_cast<int64_t>(t.size()));
+  torch::Tensor ids = torch::full({rows, p + c}, pad, torch::kInt64);
+  torch::Tensor attention = torch::zeros({rows, p + c}, torch::kInt64);
+  *mask = torch::zeros({rows, c}, torch::kFloat32);
+  ids.slice(1, 0, p).copy_(prompts);
+  attention.slice(1, 0, p).fill_(1);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto& t = out.tokens[static_cast<size_t>(r)];
+    const int64_t n = static_cast<int64_t>(t.size());
+    if (n == 0) continue;
+    ids[r].slice(0, p, p + n).copy_(torch::tensor(t, torch::kInt64));
+    attention[r].slice(0, p, p + n).fill_(1);
+    (*mask)[r].slice(0, 0, n).fill_(1);
+  }
+  model::ModelInputs in;
+  in.input_ids = ids;
+  in.attention_mask = attention;
+  return in;
+}
+
+Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& config,
+           int step) {
+  const int64_t group = absl::GetFlag(FLAGS_num_generations);
+  const int64_t rows = absl::GetFlag(FLAGS_prompts) * group;
+  Split split;
+  torch::manual_seed(step);
+  const torch::Tensor unique = torch::randint(
+      1000, config.vocab_size - 1000, {absl::GetFlag(FLAGS_prompts), absl::GetFlag(FLAGS_prompt)},
+      torch::kInt64);
+  const torch::Tensor prompts = unique.repeat_interleave(group, 0);
+
+  Clock::time_point start = Clock::now();
+  model::GenerationOptions g;
+  g.max_new_tokens = absl::GetFlag(FLAGS_completion);
+  g.temperature = 1.0;
+  for (int64_t r = 0; r < rows; ++r) g.row_seeds.push_back(static_cast<uint64_t>(step * 1000 + r));
+  model::ModelInputs in;
+  in.input_ids = prompts;
+  auto out = model::Generate(policy.model(), in, g);
+  if (!out.ok()) {
+    std::cerr << "grpo_bench: " << out.status() << "\n";
+    std::exit(1);
+  }
+  split.generation = Seconds(start);
+  split.new_tokens = out->new_tokens;
+
+  start = Clock::now();
+  std::vector<double> rewards;
+  for (const auto& t : out->tokens) {
+    const std::string text = absl::StrCat("<answer>", absl::StrJoin(t, " "), "</answer>");
+    rewards.push_back(trainctl::rewards::AccuracyReward(text, "<answer>7</answer>") +
+                      trainctl::rewards::FormatReward(text, ""));
+  }
+  auto adv = trainer::ComputeAdvantages(torch::tensor(rewards, torch::kFloat64), group,
+                                        trainer::ScaleRewards::kGroup);
+  torch::Tensor mask;
+  const model::ModelInputs joined = Joined(prompts, *out, 0, &mask);
+  const int64_t p = prompts.size(1);
+  torch::Tensor ref;
+  if (reference != nullptr) {
+    torch::NoGradGuard no_grad;
+    ref = model::CompletionLogProbs(reference->model(), joined, p);
+  }
+  split.scoring = Seconds(start);
+
+  // The same tokens through one forward: what scoring them at once costs.
+  start = Clock::now();
+  {
+    torch::NoGradGuard no_grad;
+    (void)policy.model().ForwardHidden(joined);
+  }
+  split.forward = Seconds(start);
+  split.scored_tokens = joined.attention_mask.sum().item<int64_t>();
+
+  start = Clock::now();
+  trainer::GrpoLossInputs li;
+  li.per_token_logps = model::CompletionLogProbs(policy.model(), joined, p);
+  li.ref_per_token_logps = ref;
+  li.advantages = adv->advantages;
+  li.completion_mask = mask;
+  trainer::GrpoLossOptions lo;
+  lo.beta = absl::GetFlag(FLAGS_beta);
+  lo.max_completion_length = absl::GetFlag(FLAGS_completion);
+  trainer::GrpoStepShape shape;
+  shape.global_active_tokens = mask.sum().item<double>();
+  auto loss = trainer::GrpoLoss(li, lo, shape);
+  if (!loss.ok() || !policy.Backward(loss->contribution).ok() || !policy.Step(1e-5).ok()) {
+    std::cerr << "grpo_bench: the training step failed\n";
+    std::exit(1);
+  }
+  split.training = Seconds(start);
+  return split;
+}
+
+void Bench(const std::string& name, const Qwen2VLConfig& config) {
+  auto comm = zero::Comm::Create(zero::CommOptions{});
+  zero::EngineOptions options;
+  auto policy = zero::Engine::Create(config, options, comm->get(), /*seed=*/1);
+  std::unique_ptr<zero::Engine> reference;
+  if (absl::GetFlag(FLAGS_beta) > 0) {
+    reference = std::move(*zero::Engine::CreateFrozen(config, options, comm->get(), 1));
+  }
+  (void)Step(**policy, reference.get(), config, 0);  // warm-up
+  Split total;
+  const int steps = absl::GetFlag(FLAGS_steps);
+  for (int s = 1; s <= steps; ++s) {
+    const Split one = Step(**policy, reference.get(), config, s);
+    total.generation += one.generation;
+    total.scoring += one.scoring;
+    total.training += one.training;
+    total.forward += one.forward;
+    total.new_tokens += one.new_tokens;
+    total.scored_tokens += one.scored_tokens;
+  }
+  const double step = total.generation + total.scoring + total.training;
+  std::cout << absl::StrFormat(
+      "%s: %d prompts x %d generations, prompt %d, up to %d new tokens, beta %g, %d steps\n",
+      name, absl::GetFlag(FLAGS_prompts), absl::GetFlag(FLAGS_num_generations),
+      absl::GetFlag(FLAGS_prompt), absl::GetFlag(FLAGS_completion), absl::GetFlag(FLAGS_beta),
+      steps);
+  std::cout << absl::StrFormat(
+      "  step %.3f s: generation %.3f s (%.0f%%), scoring %.3f s (%.0f%%), training %.3f s "
+      "(%.0f%%)\n",
+      step / steps, total.generation / steps, 100 * total.generation / step,
+      total.scoring / steps, 100 * total.scoring / step, total.training / steps,
+      100 * total.training / step);
+  const double gen_rate = total.new_tokens / total.generation;
+  const double fwd_rate = total.scored_tokens / total.forward;
+  std::cout << absl::StrFormat(
+      "  generation %.0f new tokens/s; one forward over the same prompt + completion tokens "
+      "%.0f tokens/s; forward / generation = %.1fx\n\n",
+      gen_rate, fwd_rate, fwd_rate / gen_rate);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_threads) > 0) torch::set_num_threads(absl::GetFlag(FLAGS_threads));
+  for (const char* name : {"tiny", "bench-30m"}) {
+    auto path = model::FindModelConfig(name);
+    absl::StatusOr<Qwen2VLConfig> config =
+        path.ok() ? model::LoadQwen2VLConfig(*path) : absl::StatusOr<Qwen2VLConfig>(path.status());
+    if (!config.ok()) {
+      std::cerr << "grpo_bench: " << config.status() << "\n";
+      return 1;
+    }
+    Bench(name, *config);
+  }
+  return 0;
+}
