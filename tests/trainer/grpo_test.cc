@@ -248,25 +248,12 @@ TEST_F(GrpoTest, ResumeAfterAKillContinuesFromTheCheckpoint) {
   ASSERT_EQ(straight.size(), 8u);
 
   const std::string spec = GrpoSpec("killed", model, training);
-  {
-    Subprocess trainer(TrainArgs(spec, dir_.path() + "/killed-1.jsonl"),
-                       dir_.path() + "/killed-1.log");
-    ASSERT_TRUE(testing::WaitFor(
-        [&] { return fs::exists(dir_.path() + "/killed/checkpoint-4/manifest.json"); },
-        absl::Minutes(5)));
-    trainer.Kill(SIGKILL);
-    ASSERT_TRUE(trainer.Wait(absl::Seconds(30)).ok());
-  }
-  fs::remove_all(dir_.path() + "/killed/checkpoint-8");  // in case the kill came late
-  RunResult resumed =
-      testing::Run(TrainArgs(spec, dir_.path() + "/killed-2.jsonl"), {}, absl::Minutes(10));
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  const auto events = ReadEvents(dir_.path() + "/killed-2.jsonl");
-  const auto at = std::find_if(events.begin(), events.end(), [](const json& e) {
-    return e["type"] == "status" && e.value("state", "") == "resumed";
-  });
-  ASSERT_NE(at, events.end());
-  EXPECT_EQ((*at)["step"], 4);
+  const std::string second_events = dir_.path() + "/killed-2.jsonl";
+  const auto events = testing::KillOnceAndResume(
+      TrainArgs(spec, dir_.path() + "/killed-1.jsonl"), TrainArgs(spec, second_events),
+      second_events, dir_.path() + "/killed/checkpoint-4", dir_.path() + "/killed/checkpoint-8",
+      dir_.path() + "/killed-1.log");
+  EXPECT_EQ(testing::ResumedFrom(events), 4);
   const auto after = Metrics(events);
   ASSERT_EQ(after.size(), 4u);
   for (const auto& [step, values] : after) {

@@ -68,25 +68,12 @@ TEST_F(SftTest, ResumeAfterAKillReproducesTheLossesExactly) {
 
   // Same job, killed once its step-4 checkpoint is complete, then started again.
   const std::string spec = WriteSpec("killed", dir_.path() + "/killed", training);
-  const std::string first_events = dir_.path() + "/killed-1.jsonl";
-  {
-    testing::Subprocess trainer(TrainArgs(spec, first_events), dir_.path() + "/killed-1.log");
-    ASSERT_TRUE(testing::WaitFor(
-        [&] { return fs::exists(dir_.path() + "/killed/checkpoint-4/manifest.json"); },
-        absl::Minutes(5)));
-    trainer.Kill(SIGKILL);
-    ASSERT_TRUE(trainer.Wait(absl::Seconds(30)).ok());
-  }
-  fs::remove_all(dir_.path() + "/killed/checkpoint-8");  // in case the kill came late
   const std::string second_events = dir_.path() + "/killed-2.jsonl";
-  RunResult resumed = testing::Run(TrainArgs(spec, second_events), {}, absl::Minutes(10));
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  const auto events = ReadEvents(second_events);
-  const auto resumed_event = std::find_if(events.begin(), events.end(), [](const auto& e) {
-    return e["type"] == "status" && e.value("state", "") == "resumed";
-  });
-  ASSERT_NE(resumed_event, events.end());
-  EXPECT_EQ((*resumed_event)["step"], 4);
+  const auto events = testing::KillOnceAndResume(
+      TrainArgs(spec, dir_.path() + "/killed-1.jsonl"), TrainArgs(spec, second_events),
+      second_events, dir_.path() + "/killed/checkpoint-4", dir_.path() + "/killed/checkpoint-8",
+      dir_.path() + "/killed-1.log");
+  EXPECT_EQ(testing::ResumedFrom(events), 4);
   const auto after = Losses(events);
   ASSERT_EQ(after.size(), 4u);
   for (const auto& [step, loss] : after) {

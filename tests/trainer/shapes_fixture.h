@@ -4,6 +4,9 @@
 #ifndef TRAINCTL_TESTS_TRAINER_SHAPES_FIXTURE_H_
 #define TRAINCTL_TESTS_TRAINER_SHAPES_FIXTURE_H_
 
+#include <signal.h>
+
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +37,36 @@ inline std::map<int64_t, double> Losses(const std::vector<nlohmann::json>& event
     if (e["type"] == "metric") losses[e["step"].get<int64_t>()] = e["values"]["loss"].get<double>();
   }
   return losses;
+}
+
+// A run killed with SIGKILL once `checkpoint` (a checkpoint directory) is complete, then started
+// again with the same arguments after `stale` (a later checkpoint the kill may have let finish) is
+// removed. Returns the second run's events (from `events` of the second run's arguments).
+inline std::vector<nlohmann::json> KillOnceAndResume(const std::vector<std::string>& first,
+                                                     const std::vector<std::string>& second,
+                                                     const std::string& second_events,
+                                                     const std::string& checkpoint,
+                                                     const std::string& stale,
+                                                     const std::string& log) {
+  {
+    Subprocess trainer(first, log);
+    EXPECT_TRUE(WaitFor([&] { return std::filesystem::exists(checkpoint + "/manifest.json"); },
+                        absl::Minutes(5)));
+    trainer.Kill(SIGKILL);
+    EXPECT_TRUE(trainer.Wait(absl::Seconds(30)).ok());
+  }
+  std::filesystem::remove_all(stale);
+  RunResult resumed = Run(second, {}, absl::Minutes(10));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  return ReadEvents(second_events);
+}
+
+// The step of the run's `resumed` status event; -1 when it did not resume.
+inline int64_t ResumedFrom(const std::vector<nlohmann::json>& events) {
+  for (const nlohmann::json& e : events) {
+    if (e["type"] == "status" && e.value("state", "") == "resumed") return e["step"].get<int64_t>();
+  }
+  return -1;
 }
 
 class ShapesTrainingTest : public ::testing::Test {
