@@ -329,5 +329,29 @@ TEST_F(GrpoTest, AnUnknownRewardIsRefusedNamingTheKnownOnes) {
   EXPECT_NE(r.err.find("accuracy"), std::string::npos) << r.err;  // the known ones are listed
 }
 
+// Samples without a solution (here an empty one; shards older than format 2 have none) would
+// make every accuracy reward 0: the job is refused, saying how many and what to do.
+TEST_F(GrpoTest, SamplesWithoutSolutionsAreRefusedForAnswerRewards) {
+  std::string jsonl;
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppend(&jsonl,
+                    json{{"messages", {{{"role", "user"}, {"content", absl::StrCat("q", i)}},
+                                      {{"role", "assistant"}, {"content", "<answer>1</answer>"}}}},
+                         {"solution", ""}}
+                        .dump(),
+                    "\n");
+  }
+  const std::string shards = dir_.path() + "/no-solutions";
+  Prepare(dir_.Write("no-solutions.jsonl", jsonl), shards);
+  const std::string spec =
+      GrpoSpec("nosol", "tiny", {{"max_steps", 1}, {"per_device_train_batch_size", 8},
+                                 {"gradient_accumulation_steps", 1}},
+               {{"data_path", shards}});
+  RunResult r = testing::Run(TrainArgs(spec, dir_.path() + "/nosol.jsonl"), {}, absl::Minutes(2));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("4 of 4 samples have no solution"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("trainctl prepare"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace trainctl

@@ -76,10 +76,23 @@ class GrpoStage final : public Stage {
     }
 
     // Rewards: the rule functions by name, then the reward model; one weight each.
+    bool needs_solution = false;
     for (const std::string& name : ctx.spec.reward_funcs()) {
       ASSIGN_OR_RETURN(rewards::RuleReward fn, rewards::FindRuleReward(name));
       reward_names_.push_back(name);
       rule_rewards_.push_back(std::move(fn));
+      if (name != "format") needs_solution = true;
+    }
+    if (needs_solution) {
+      // Shards written before format version 2 carry no solutions: every answer would score 0.
+      int64_t missing = 0;
+      for (int64_t i = 0; i < reader_->size(); ++i) missing += reader_->View(i).solution.empty();
+      if (missing > 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            ctx.spec.data_path(), ": ", missing, " of ", reader_->size(),
+            " samples have no solution for the rewards to compare with (shards prepared before "
+            "shard format 2 carry none: run `trainctl prepare` again)"));
+      }
     }
     if (!ctx.spec.reward_model_name_or_path().empty()) {
       ASSIGN_OR_RETURN(reward_model_, rewards::RewardModel::Load(
