@@ -41,6 +41,8 @@ constexpr const char* kSchedulers[] = {"linear",
 constexpr const char* kLossTypes[] = {"grpo", "bnpo", "dr_grpo", "dapo"};
 constexpr const char* kScaleRewards[] = {"group", "batch", "none"};
 constexpr const char* kImportanceSamplingLevels[] = {"token", "sequence"};
+// Logit distillation's divergences (worker/trainer/stages/distill_loss.h).
+constexpr const char* kDistillLosses[] = {"forward_kl", "reverse_kl", "jsd"};
 // Set by the worker for every rank; a job may not override them.
 constexpr const char* kReservedEnv[] = {
     "RANK",        "LOCAL_RANK",  "WORLD_SIZE",           "LOCAL_WORLD_SIZE", "NODE_RANK",
@@ -114,6 +116,11 @@ void ApplyTrainingDefaults(TrainingArguments* t) {
   if (!t->has_importance_sampling_level()) t->set_importance_sampling_level("token");
   if (!t->has_mask_truncated_completions()) t->set_mask_truncated_completions(false);
   if (!t->has_gather_for_generation()) t->set_gather_for_generation(true);
+  // Logit distillation: TRL GKDConfig's beta (0.5); its loss runs at temperature 1; pure KD.
+  // distill_loss stays unset unless given: unset selects trace distillation.
+  if (!t->has_jsd_beta()) t->set_jsd_beta(0.5);
+  if (!t->has_kd_temperature()) t->set_kd_temperature(1.0);
+  if (!t->has_kd_alpha()) t->set_kd_alpha(1.0);
 }
 
 bool UsesRewards(const JobSpec& spec) {
@@ -195,6 +202,25 @@ void CheckGrpoTraining(const std::string& path, const TrainingArguments& t, int 
   }
 }
 
+// Eval's generation knobs: greedy (temperature 0) gives one completion per prompt.
+void CheckEvalTraining(const std::string& path, const TrainingArguments& t, Checker& c) {
+  c.AtLeast(path + ".num_generations", t.num_generations(), 1);
+  c.AtLeast(path + ".max_prompt_length", t.max_prompt_length(), 1);
+  c.AtLeast(path + ".max_completion_length", t.max_completion_length(), 1);
+  if (!(t.temperature() >= 0) || !std::isfinite(t.temperature())) {
+    c.Fail(path + ".temperature", absl::StrCat("must be >= 0, got ", t.temperature()));
+  } else if (t.temperature() == 0 && t.num_generations() > 1) {
+    c.Fail(path + ".num_generations",
+           absl::StrCat("greedy decoding (temperature 0) gives one completion per prompt; set "
+                        "temperature > 0 to sample ",
+                        t.num_generations(), ", got ", t.num_generations()));
+  }
+  if (!(t.top_p() > 0 && t.top_p() <= 1)) {
+    c.Fail(path + ".top_p", absl::StrCat("must be in (0, 1], got ", t.top_p()));
+  }
+  c.AtLeast(path + ".top_k", t.top_k(), 0);
+}
+
 // reward_funcs: known names, each once.
 void CheckRewardFuncs(const JobSpec& spec, Checker& c) {
   const std::vector<std::string>& known = RewardFuncNames();
@@ -245,6 +271,13 @@ void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind 
            absl::StrCat("must be >= min_pixels (", t.min_pixels(), "), got ", t.max_pixels()));
   }
   c.AtLeast(path + ".ddp_timeout", t.ddp_timeout(), 1);
+  if (kind == trainctl::v1::JOB_KIND_DISTILL && t.has_distill_loss()) {
+    c.OneOf(path + ".distill_loss", t.distill_loss(), kDistillLosses);
+    c.InRange(path + ".jsd_beta", t.jsd_beta(), 0, 1, /*hi_open=*/false);
+    c.Positive(path + ".kd_temperature", t.kd_temperature());
+    c.InRange(path + ".kd_alpha", t.kd_alpha(), 0, 1, /*hi_open=*/false);
+  }
+  if (kind == trainctl::v1::JOB_KIND_EVAL) CheckEvalTraining(path, t, c);
   if (kind == trainctl::v1::JOB_KIND_GRPO) {
     c.AtLeast(path + ".num_generations", t.num_generations(), 2);
     c.AtLeast(path + ".max_prompt_length", t.max_prompt_length(), 1);
@@ -406,6 +439,15 @@ std::optional<nlohmann::json> ResolveFor(const nlohmann::json& doc, const JobSpe
   return resolved->json;
 }
 
+// Logit distillation (distill_loss set) needs the teacher whose logits the student learns.
+void CheckTeacher(const JobSpec& spec, JobKind kind, const TrainingArguments& t, Checker& c) {
+  if (kind == trainctl::v1::JOB_KIND_DISTILL && t.has_distill_loss() &&
+      spec.teacher_model_name_or_path().empty()) {
+    c.Fail("spec.teacher_model_name_or_path",
+           absl::StrCat("required for logit distillation (distill_loss '", t.distill_loss(), "')"));
+  }
+}
+
 void CheckStages(JobSpec& spec, int world, Checker& c) {
   std::set<std::string> names;
   for (int i = 0; i < spec.stages_size(); ++i) {
@@ -426,6 +468,7 @@ void CheckStages(JobSpec& spec, int world, Checker& c) {
       c.Fail(path + ".data_path", "required for the first stage (and spec.data_path is empty)");
     }
     CheckTraining(path + ".training", stage.training(), stage.kind(), world, NumRewards(spec), c);
+    CheckTeacher(spec, stage.kind(), stage.training(), c);
   }
 }
 
@@ -530,6 +573,18 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
       if (t->has_epsilon() && !t->has_epsilon_high()) t->set_epsilon_high(t->epsilon());
     }
   }
+  // Eval decodes greedily, one completion per prompt, unless the spec asks to sample.
+  const bool job_sets_temperature = spec->training().has_temperature();
+  const bool job_sets_generations = spec->training().has_num_generations();
+  auto eval_defaults = [&](trainctl::v1::JobKind kind, TrainingArguments* t) {
+    if (kind != trainctl::v1::JOB_KIND_EVAL) return;
+    if (!job_sets_temperature && !t->has_temperature()) t->set_temperature(0);
+    if (!job_sets_generations && !t->has_num_generations()) t->set_num_generations(1);
+  };
+  for (PipelineStage& stage : *spec->mutable_stages()) {
+    eval_defaults(stage.kind(), stage.mutable_training());
+  }
+  eval_defaults(spec->kind(), spec->mutable_training());
   ApplyTrainingDefaults(spec->mutable_training());
   if (UsesRewards(*spec) && spec->reward_funcs_size() == 0 &&
       spec->reward_model_name_or_path().empty()) {
@@ -603,9 +658,15 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
   const int world = static_cast<int>(std::min(world64, kMaxWorld));
   if (!pipeline) {
     CheckTraining("spec.training", spec.training(), spec.kind(), world, NumRewards(spec), c);
+    CheckTeacher(spec, spec.kind(), spec.training(), c);
   }
   CheckStages(spec, world, c);
   if (UsesRewards(spec)) CheckRewardFuncs(spec, c);
+  if (!spec.baseline_model_name_or_path().empty() && spec.kind() != trainctl::v1::JOB_KIND_EVAL) {
+    c.Fail("spec.baseline_model_name_or_path",
+           absl::StrCat("only an eval job measures a baseline; this job is ",
+                        JobKindName(spec.kind())));
+  }
   CheckMaps(spec, c);
   CheckSizes(input, c);
   if (!spec.deepspeed().empty() && spec.deepspeed_config_json().empty()) {

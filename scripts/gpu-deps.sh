@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Gathers the trainer's non-torch dependencies (protobuf with protoc, Abseil, yaml-cpp,
-# nlohmann_json, PCRE2, ICU, stb, GoogleTest) from this machine's Debian packages into one
+# nlohmann_json, PCRE2, ICU, stb, libjpeg-turbo, GoogleTest) from this machine's Debian packages into one
 # relocatable prefix laid out like /usr, for building the CUDA trainer on a machine that has a CUDA
 # LibTorch but none of these (the GPU machine: see scripts/gpu-check.sh).
 #
@@ -33,7 +33,8 @@ copy() {  # copy SRC... into DIR, keeping symlinks
 }
 
 # Headers.
-for h in absl google nlohmann yaml-cpp unicode stb gtest gmock pcre2.h; do
+for h in absl google nlohmann yaml-cpp unicode stb gtest gmock pcre2.h jpeglib.h jerror.h \
+  jmorecfg.h "$ARCH/jconfig.h"; do
   [[ -e /usr/include/$h ]] || { echo "gpu-deps: /usr/include/$h missing: run scripts/setup.sh" >&2; exit 1; }
   copy "/usr/include/$h" "$OUT/include"
 done
@@ -53,6 +54,7 @@ copy "$SYS"/libyaml-cpp.so* "$LIB"
 copy "$SYS"/libpcre2-8.so* "$LIB"
 copy "$SYS"/libicuuc.so* "$SYS"/libicudata.so* "$LIB"
 copy "$SYS"/libstb.so* "$LIB"
+copy "$SYS"/libjpeg.so* "$LIB"
 copy "$SYS"/libgtest*.a "$SYS"/libgmock*.a "$LIB"
 
 # CMake package configs (they locate their files relative to themselves).
@@ -78,7 +80,7 @@ chmod +x "$OUT/bin/protoc"
   echo "# trainctl GPU-build dependencies, gathered by scripts/gpu-deps.sh on $(date -u +%F)"
   echo "arch $ARCH"
   for pkg in libprotobuf-dev protobuf-compiler libabsl-dev libyaml-cpp-dev nlohmann-json3-dev \
-    libpcre2-dev libicu-dev libstb-dev libgtest-dev libgmock-dev; do
+    libpcre2-dev libicu-dev libstb-dev libjpeg62-turbo-dev libgtest-dev libgmock-dev; do
     dpkg-query -W -f='${Package} ${Version}\n' "$pkg"
   done
 } >"$OUT/trainctl-deps.txt"

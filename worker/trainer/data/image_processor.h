@@ -36,8 +36,11 @@ struct RgbImage {
 };
 
 // Decodes a JPEG or PNG (or anything else stb_image reads) to RGB: grey is replicated, alpha is
-// dropped as PIL's convert("RGB") drops it. INVALID_ARGUMENT naming `source` when the bytes are
-// not an image it can decode. EXIF orientation is not applied (PIL's Image.open does not either).
+// dropped as PIL's convert("RGB") drops it. JPEG goes through libjpeg-turbo with Pillow's settings
+// (internal/jpeg_decode.h), so its pixels are Pillow's exactly. INVALID_ARGUMENT naming `source`
+// when the bytes are not an image it can decode, or hold more pixels than Pillow opens (its
+// decompression-bomb limit, 178956970). EXIF orientation is not applied (PIL's Image.open does not
+// either).
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view source);
 
 // Reads and decodes the file at `path`. NOT_FOUND when it cannot be read; otherwise as DecodeImage.

@@ -21,6 +21,7 @@
 #include "worker/trainer/stages/grpo_loss.h"
 #include "worker/trainer/stages/internal/autocast.h"
 #include "worker/trainer/stages/internal/grpo_rows.h"
+#include "worker/trainer/stages/internal/rollout.h"
 #include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
 namespace trainctl::trainer {
@@ -31,28 +32,8 @@ using internal::GrpoRow;
 
 double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
 
-// Maps (seed, generation, completion) to a sampling seed: reproducible, and the same after a
-// resume.
-uint64_t SamplingSeed(int64_t seed, int64_t generation, int64_t completion) {
-  uint64_t z = static_cast<uint64_t>(seed) * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
-  z ^= static_cast<uint64_t>(generation) * 0xbf58476d1ce4e5b9ULL;
-  z ^= static_cast<uint64_t>(completion) * 0x94d049bb133111ebULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// Runs `fn`, turning the exceptions of tensor code and collectives into a status.
-template <typename Fn>
-absl::Status Guarded(const std::string& what, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const zero::CollectiveError& e) {
-    return absl::UnavailableError(absl::StrCat(what, ": ", e.what()));
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
-  }
-}
+using internal::Guarded;
+using internal::SamplingSeed;
 
 class GrpoStage final : public Stage {
  public:
@@ -68,12 +49,9 @@ class GrpoStage final : public Stage {
     options_.max_completion_length = t.max_completion_length();
 
     ASSIGN_OR_RETURN(reader_, data::ShardReader::Open(ctx.spec.data_path()));
-    ASSIGN_OR_RETURN(tokenizer_, LoadTokenizer(ctx));
-    pad_id_ = reader_->manifest().pad_token_id >= 0 ? reader_->manifest().pad_token_id
-                                                     : model::kEndOfTextTokenId;
-    for (const char* eos : {"<|im_end|>", "<|endoftext|>"}) {
-      if (auto id = tokenizer_->TokenToId(eos)) eos_ids_.push_back(*id);
-    }
+    ASSIGN_OR_RETURN(tokenizer_, internal::LoadCompletionTokenizer(ctx, *reader_, "grpo"));
+    pad_id_ = internal::PadId(*reader_);
+    eos_ids_ = internal::EosIds(*tokenizer_);
 
     // Rewards: the rule functions by name, then the reward model; one weight each.
     bool needs_solution = false;
@@ -188,27 +166,6 @@ class GrpoStage final : public Stage {
   }
 
  private:
-  absl::StatusOr<std::unique_ptr<tokenizer::BpeTokenizer>> LoadTokenizer(StageContext& ctx) {
-    std::string path;
-    if (!ctx.tokenizer_dir.empty() && fs::exists(fs::path(ctx.tokenizer_dir) / "tokenizer.json")) {
-      path = ctx.tokenizer_dir;
-    } else if (!reader_->manifest().tokenizer.empty()) {
-      path = reader_->manifest().tokenizer;
-    } else {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "grpo decodes completions for the rewards: neither the model (",
-          ctx.spec.model_name_or_path(), ") nor the data's manifest (", ctx.spec.data_path(),
-          ") names a tokenizer"));
-    }
-    auto loaded = tokenizer::BpeTokenizer::Load(path);
-    if (!loaded.ok()) {
-      return absl::Status(loaded.status().code(),
-                          absl::StrCat("the tokenizer to decode completions: ",
-                                       loaded.status().message()));
-    }
-    return std::move(*loaded);
-  }
-
   // This rank's rows of generation `generation`: prompts in the shared order, each repeated
   // num_generations times, rank r taking rows [r B, (r + 1) B); then the policy samples them.
   absl::Status Rollout(StageContext& ctx, int64_t generation) {
@@ -246,33 +203,13 @@ class GrpoStage final : public Stage {
     g.pad_token_id = pad_id_;
     const bool sharded = ctx.options.stage == 3 && world_ > 1;
     const bool hold = sharded && t.gather_for_generation();
-    if (sharded && !hold) {
-      g.all_done = [&ctx](bool done) {
-        torch::Tensor open = torch::tensor({done ? 0.0 : 1.0}, torch::kFloat64);
-        ctx.comm.AllReduce(open, "generation lock-step").Wait();
-        return open.item<double>() == 0;
-      };
-    }
-    const model::ModelInputs prompts = internal::PromptInputs(rows_, pad_id_, ctx.device);
-    const absl::Time start = absl::Now();
-    model::GenerationOutput generated;
     const uint64_t sent_before = ctx.comm.bytes_sent();
-    int64_t held_bytes = 0;
-    double gather_seconds = 0;
-    RETURN_IF_ERROR(Guarded("generation", [&]() -> absl::Status {
-      zero::Engine::HeldWeights held;
-      if (hold) {
-        const absl::Time gather_start = absl::Now();
-        ASSIGN_OR_RETURN(held, ctx.engine.HoldWeights());
-        gather_seconds = Seconds(gather_start);
-        held_bytes = held.bytes();
-      }
-      internal::AutocastGuard autocast(ctx.options.compute_dtype == torch::kBFloat16,
-                                       ctx.device.type(), torch::kBFloat16);
-      ASSIGN_OR_RETURN(generated, model::Generate(ctx.engine.model(), prompts, g));
-      return absl::OkStatus();
-    }));
-    const double seconds = Seconds(start);
+    internal::RolloutCost cost;
+    ASSIGN_OR_RETURN(model::GenerationOutput generated,
+                     internal::GenerateCompletions(ctx, ctx.engine, rows_, g, &cost));
+    const double seconds = cost.seconds;
+    const int64_t held_bytes = cost.held_bytes;
+    const double gather_seconds = cost.gather_seconds;
     int64_t new_tokens = 0, truncated = 0;
     for (size_t i = 0; i < rows_.size(); ++i) {
       rows_[i].completion = generated.tokens[i];

@@ -46,6 +46,10 @@ class Loop {
   absl::StatusOr<TrainResult> Run(bool resume) {
     RETURN_IF_ERROR(Setup());
     TrainResult result;
+    if (!stage_->trains()) {
+      RETURN_IF_ERROR(stage_->Evaluate(*ctx_));
+      return result;
+    }
     if (resume) {
       std::vector<std::string> skipped;
       auto latest = FindLatestCheckpoint(spec_.output_dir(), &skipped);
@@ -134,11 +138,16 @@ class Loop {
     options_ = zero::EngineOptionsFrom(ds, t_, config_.hidden_size, &warnings);
     options_.device = device;
     gather_on_save_ = options_.stage < 3 || (ds && ds->stage3_gather_16bit_weights_on_model_save);
-    ASSIGN_OR_RETURN(engine_, zero::Engine::Create(config_, options_, comm_.get(), t_.seed(),
-                                                   resolved_model.second));
-    model::GradientCheckpointing checkpointing;
-    checkpointing.decoder_layers = checkpointing.vision_blocks = t_.gradient_checkpointing();
-    engine_->model().SetGradientCheckpointing(checkpointing);
+    if (stage_->trains()) {
+      ASSIGN_OR_RETURN(engine_, zero::Engine::Create(config_, options_, comm_.get(), t_.seed(),
+                                                     resolved_model.second));
+      model::GradientCheckpointing checkpointing;
+      checkpointing.decoder_layers = checkpointing.vision_blocks = t_.gradient_checkpointing();
+      engine_->model().SetGradientCheckpointing(checkpointing);
+    } else {
+      ASSIGN_OR_RETURN(engine_, zero::Engine::CreateFrozen(config_, options_, comm_.get(),
+                                                           t_.seed(), resolved_model.second));
+    }
     // TRAINCTL_ATTENTION=eager|sdpa overrides the default (fused on CUDA in LibTorch 2.x builds).
     model::AttentionImpl attention = model::AttentionImpl::kAuto;
     if (const char* name = std::getenv("TRAINCTL_ATTENTION"); name != nullptr && *name) {
@@ -162,6 +171,7 @@ class Loop {
     }
 
     ASSIGN_OR_RETURN(steps_per_epoch_, stage_->Setup(*ctx_));
+    if (!stage_->trains()) return absl::OkStatus();
     steps_per_epoch_ = std::max<int64_t>(1, steps_per_epoch_);
     total_steps_ = t_.max_steps() > 0
                        ? t_.max_steps()

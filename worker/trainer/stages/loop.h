@@ -14,6 +14,9 @@
 //   shutdown  a final checkpoint when the strategy saves, and a failed collective's process
 //             group left alone (its threads may wait on a dead peer).
 //
+// A stage that does not train (Stage::trains() false, eval) shares the set-up and events, with a
+// frozen engine, and runs Stage::Evaluate in place of resume, steps and saves.
+//
 // A stage (sft.h, grpo.h, ...) supplies only what differs: its set-up, its step's micro-batches,
 // and its data position. MakeStage chooses one by JobKind (stages/registry.cc).
 #ifndef TRAINCTL_WORKER_TRAINER_STAGES_LOOP_H_
@@ -92,6 +95,15 @@ class Stage {
   // done) when resuming.
   virtual data::LoaderState DataState() const = 0;
   virtual absl::Status RestoreDataState(const data::LoaderState& state, int64_t global_step) = 0;
+
+  // False for a stage that only measures (eval): the loop then builds the model as a frozen
+  // (forward-only) engine, calls Setup and then Evaluate once, and runs no optimizer step,
+  // learning-rate schedule, checkpoint or resume (Step and the data state are never called).
+  virtual bool trains() const { return true; }
+  // The whole work of a stage that does not train, after Setup.
+  virtual absl::Status Evaluate(StageContext& /*ctx*/) {
+    return absl::UnimplementedError("this stage trains; it has no Evaluate");
+  }
 };
 
 // The stage for `kind`: UNIMPLEMENTED naming the kind when this trainer has none.

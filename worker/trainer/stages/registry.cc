@@ -3,6 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "worker/trainer/stages/loop.h"
+#include "worker/trainer/stages/distill.h"
+#include "worker/trainer/stages/eval.h"
 #include "worker/trainer/stages/grpo.h"
 #include "worker/trainer/stages/sft.h"
 
@@ -14,8 +16,12 @@ absl::StatusOr<std::unique_ptr<Stage>> MakeStage(trainctl::v1::JobKind kind) {
       return MakeSftStage();
     case trainctl::v1::JOB_KIND_GRPO:
       return MakeGrpoStage();
+    case trainctl::v1::JOB_KIND_EVAL:
+      return MakeEvalStage();
+    case trainctl::v1::JOB_KIND_DISTILL:
+      return MakeDistillStage();
     default:
-      return absl::UnimplementedError(absl::StrCat("this trainer runs sft and grpo jobs; the ",
+      return absl::UnimplementedError(absl::StrCat("this trainer runs sft, grpo, distill and eval jobs; the ",
                                                    JobKindName(kind), " stage is not in it"));
   }
 }

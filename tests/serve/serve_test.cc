@@ -1,0 +1,364 @@
+// `trainctl-trainer serve` on the tiny model with the real Qwen tokenizer: OpenAI's Node client
+// (tests/serve/chat_client.cjs) asks about a PNG sent as a data: URL and gets model::Generate's
+// greedy tokens for the prompt `trainctl prepare` builds from the same chat; /v1/models; n with a
+// seed; max_tokens and finish_reason; OpenAI error objects for bad requests; concurrent requests
+// batched into one Generate call with the tokens each gets alone; the verb's binary.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "tests/data/qwen_tokenizer.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "worker/trainer/data/batch.h"
+#include "worker/trainer/data/image_processor.h"
+#include "worker/trainer/data/prepare.h"
+#include "worker/trainer/model/generation.h"
+#include "worker/trainer/model/qwen2vl_config.h"
+#include "worker/trainer/model/state_dict_adapter.h"
+#include "worker/trainer/serve/generation_queue.h"
+#include "worker/trainer/serve/openai_server.h"
+
+namespace trainctl::serve {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Tokens = std::vector<int64_t>;
+
+constexpr char kModelName[] = "tiny-vl";
+
+class ServeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    torch::manual_seed(0);
+    auto config_path = model::FindModelConfig("tiny");
+    ASSERT_TRUE(config_path.ok());
+    auto config = model::LoadQwen2VLConfig(*config_path);
+    ASSERT_TRUE(config.ok());
+    model::Qwen2VLForConditionalGeneration tiny(*config);
+    tiny.InitWeights(0.15);  // peaked logits: no near-ties in the argmax chains
+    ASSERT_TRUE(model::SaveHfCheckpoint(tiny, ModelDir()).ok());
+    dir_->Write("model/generation_config.json",
+                R"({"eos_token_id": [151645], "pad_token_id": 151643})");
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+      std::error_code ec;
+      fs::copy_file(data::testing::QwenTokenizerPath() + "/" + file, ModelDir() + "/" + file,
+                    fs::copy_options::overwrite_existing, ec);
+      ASSERT_FALSE(ec) << file << ": " << ec.message() << " (run scripts/setup.sh)";
+    }
+    data::RgbImage image{56, 84, {}};
+    for (int i = 0; i < 56 * 84 * 3; ++i)
+      image.pixels.push_back(static_cast<uint8_t>(i * 37 % 251));
+    png_ = new std::string(*data::EncodePng(image));
+    dir_->Write("images/cat.png", *png_);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    delete png_;
+  }
+  static std::string ModelDir() { return dir_->path() + "/model"; }
+
+  void SetUp() override {
+    auto tokenizer = tokenizer::BpeTokenizer::Load(ModelDir());
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = *std::move(tokenizer);
+    reference_ = LoadModel();
+  }
+
+  static std::shared_ptr<model::Qwen2VLForConditionalGeneration> LoadModel() {
+    auto model = model::LoadHfModel(ModelDir(), torch::kFloat32);
+    EXPECT_TRUE(model.ok()) << model.status();
+    (*model)->eval();
+    return *model;
+  }
+
+  // A server on a free port, over its own copy of the model.
+  void StartServer(int64_t max_batch, absl::Duration window) {
+    GenerationQueueOptions q;
+    q.max_batch = max_batch;
+    q.batch_window = window;
+    q.eos_token_ids = {model::kImEndTokenId};
+    q.pad_token_id = model::kEndOfTextTokenId;
+    queue_ = std::make_unique<GenerationQueue>(LoadModel(), q);
+    OpenAiServerOptions options;
+    options.model_name = kModelName;
+    options.limits.image_root = dir_->path() + "/images";
+    server_ = std::make_unique<OpenAiServer>(tokenizer_.get(), queue_.get(), options);
+    auto port = server_->Start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok()) << port.status();
+    port_ = *port;
+  }
+
+  void TearDown() override {
+    server_.reset();
+    queue_.reset();
+  }
+
+  httplib::Result Post(const std::string& body) {
+    httplib::Client client("127.0.0.1", port_);
+    client.set_read_timeout(120, 0);
+    return client.Post("/v1/chat/completions", body, "application/json");
+  }
+
+  // Greedy tokens of model::Generate for one prompt alone.
+  Tokens GenerateAlone(const ChatPrompt& prompt, int64_t max_new_tokens) {
+    auto inputs = model::LeftPadPrompts({prompt.ids}, model::kEndOfTextTokenId);
+    EXPECT_TRUE(inputs.ok());
+    if (!prompt.grid_thw.empty()) {
+      const int64_t patches = static_cast<int64_t>(prompt.pixel_values.size()) / data::kPatchDim;
+      inputs->pixel_values =
+          torch::tensor(prompt.pixel_values, torch::kFloat32).view({patches, data::kPatchDim});
+      inputs->image_grid_thw = torch::tensor(prompt.grid_thw, torch::kInt64).view({-1, 3});
+    }
+    model::GenerationOptions options;
+    options.temperature = 0;
+    options.max_new_tokens = max_new_tokens;
+    options.eos_token_ids = {model::kImEndTokenId};
+    options.pad_token_id = model::kEndOfTextTokenId;
+    auto out = model::Generate(*reference_, *inputs, options);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out->tokens[0];
+  }
+
+  static json TextChat(const std::string& text, int64_t max_tokens) {
+    return {{"model", kModelName},
+            {"messages", {{{"role", "user"}, {"content", text}}}},
+            {"temperature", 0},
+            {"max_tokens", max_tokens}};
+  }
+
+  static testing::TempDir* dir_;
+  static std::string* png_;
+  std::unique_ptr<tokenizer::BpeTokenizer> tokenizer_;
+  std::shared_ptr<model::Qwen2VLForConditionalGeneration> reference_;
+  std::unique_ptr<GenerationQueue> queue_;
+  std::unique_ptr<OpenAiServer> server_;
+  int port_ = 0;
+};
+
+testing::TempDir* ServeTest::dir_ = nullptr;
+std::string* ServeTest::png_ = nullptr;
+
+// The prompt is prepare's (data::BuildSample: the tokens before the first trained one, and the
+// same patches), and the answer's tokens are Generate's on it.
+TEST_F(ServeTest, OpenAiClientGetsGenerateGreedyTokens) {
+  const std::string node = TRAINCTL_NODE_BIN;
+  ASSERT_FALSE(node.empty()) << "node was not found when CMake configured (run scripts/setup.sh)";
+  StartServer(16, absl::Milliseconds(2));
+  const std::string question = "What shape is in the picture?";
+  const std::string record = json{
+      {"messages",
+       {{{"role", "user"},
+         {"content", {{{"type", "image"}}, {{"type", "text"}, {"text", question}}}}},
+        {{"role", "assistant"}, {"content", "x"}}}},
+      {"images", {"cat.png"}}}.dump();
+  auto parsed = data::ParseRecord(record);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto sample = data::BuildSample(*parsed, dir_->path() + "/images", {}, *tokenizer_);
+  ASSERT_TRUE(sample.ok()) << sample.status();
+  ChatPrompt prepared;
+  for (size_t i = 0; i < sample->labels.size() && sample->labels[i] < 0; ++i) {
+    prepared.ids.push_back(sample->input_ids[i]);
+  }
+  prepared.pixel_values = sample->pixel_values;
+  for (const auto& g : sample->image_grid_thw)
+    prepared.grid_thw.insert(prepared.grid_thw.end(), g.begin(), g.end());
+  const Tokens expected = GenerateAlone(prepared, 8);
+
+  const std::string png_path = dir_->Write("client/cat.png", *png_);
+  const auto run = trainctl::testing::Run(
+      {node, TRAINCTL_SOURCE_DIR "/tests/serve/chat_client.cjs",
+       TRAINCTL_SOURCE_DIR "/.fixtures/npm/node_modules",
+       absl::StrCat("http://127.0.0.1:", port_, "/v1"), kModelName, png_path, question, "8"},
+      {}, absl::Seconds(120));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json answer = json::parse(run.out);
+  EXPECT_EQ(answer["token_ids"].get<Tokens>(), expected);
+  Tokens shown = expected;
+  if (!shown.empty() && shown.back() == model::kImEndTokenId) shown.pop_back();
+  std::vector<int32_t> ids;
+  for (int64_t t : shown)
+    if (t < tokenizer_->vocab_size()) ids.push_back(static_cast<int32_t>(t));
+  EXPECT_EQ(answer["text"], *tokenizer_->Decode(ids, true));
+  EXPECT_EQ(answer["finish_reason"],
+            expected.size() == 8 && expected.back() != model::kImEndTokenId ? "length" : "stop");
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], prepared.ids.size());
+  EXPECT_EQ(answer["usage"]["completion_tokens"], expected.size());
+  EXPECT_EQ(answer["model"], kModelName);
+  EXPECT_EQ(answer["models"], json::array({kModelName}));
+  EXPECT_EQ(answer["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  std::cout << "openai client got: " << run.out;
+}
+
+TEST_F(ServeTest, ModelsChoicesSeedsAndLength) {
+  StartServer(16, absl::Milliseconds(2));
+  httplib::Client client("127.0.0.1", port_);
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  ASSERT_EQ(models->status, 200);
+  const json list = json::parse(models->body);
+  EXPECT_EQ(list["object"], "list");
+  EXPECT_EQ(list["data"][0]["id"], kModelName);
+
+  json sampled = TextChat("Tell me a story.", 6);
+  sampled["n"] = 2;
+  sampled["temperature"] = 1.0;
+  sampled["seed"] = 1234;
+  auto first = Post(sampled.dump());
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  const json a = json::parse(first->body);
+  ASSERT_EQ(a["choices"].size(), 2u);
+  EXPECT_EQ(a["choices"][0]["index"], 0);
+  EXPECT_EQ(a["choices"][1]["index"], 1);
+  EXPECT_NE(a["choices"][0]["token_ids"], a["choices"][1]["token_ids"]);
+  EXPECT_EQ(a["object"], "chat.completion");
+  EXPECT_TRUE(a["created"].is_number_integer());
+  auto again = Post(sampled.dump());  // the same seed: the same choices
+  ASSERT_TRUE(again);
+  EXPECT_EQ(json::parse(again->body)["choices"], a["choices"]);
+
+  auto cut = Post(TextChat("Count to ten.", 3).dump());
+  ASSERT_TRUE(cut);
+  ASSERT_EQ(cut->status, 200) << cut->body;
+  const json c = json::parse(cut->body);
+  EXPECT_EQ(c["choices"][0]["token_ids"].size(), 3u);
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(c["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(c["usage"]["total_tokens"], c["usage"]["prompt_tokens"].get<int64_t>() + 3);
+}
+
+TEST_F(ServeTest, BadRequestsGetOpenAiErrors) {
+  StartServer(16, absl::Milliseconds(2));
+  json unknown_role = TextChat("hi", 2);
+  unknown_role["messages"][0]["role"] = "wizard";
+  json bad_image = TextChat("hi", 2);
+  bad_image["messages"][0]["content"] = {
+      {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,iVBORw0KGgoAAAA"}}}},
+      {{"type", "text"}, {"text", "what?"}}};
+  json bad_base64 = bad_image;
+  bad_base64["messages"][0]["content"][0]["image_url"]["url"] = "data:image/png;base64,@@@";
+  json web_image = bad_image;
+  web_image["messages"][0]["content"][0]["image_url"]["url"] = "https://example.com/a.png";
+  json escaping = bad_image;
+  escaping["messages"][0]["content"][0]["image_url"]["url"] = "file://../model/config.json";
+  json stream = TextChat("hi", 2);
+  stream["stream"] = true;
+  json zero_n = TextChat("hi", 2);
+  zero_n["n"] = 0;
+  json hot = TextChat("hi", 2);
+  hot["temperature"] = 7;
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"{\"messages\": [", nullptr},
+      {"[1, 2]", nullptr},
+      {R"({"model": "tiny-vl"})", "messages"},
+      {unknown_role.dump(), "messages[0].role"},
+      {bad_image.dump(), "messages[0].content[0]"},
+      {bad_base64.dump(), "messages[0].content[0]"},
+      {web_image.dump(), "messages[0].content[0]"},
+      {escaping.dump(), "messages[0].content[0]"},
+      {stream.dump(), "stream"},
+      {zero_n.dump(), "n"},
+      {hot.dump(), "temperature"},
+  };
+  for (const auto& [body, param] : cases) {
+    auto res = Post(body);
+    ASSERT_TRUE(res) << body;
+    EXPECT_EQ(res->status, 400) << body << " -> " << res->body;
+    const json error = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(error.contains("error")) << res->body;
+    EXPECT_EQ(error["error"]["type"], "invalid_request_error") << res->body;
+    EXPECT_FALSE(error["error"]["message"].get<std::string>().empty());
+    EXPECT_EQ(error["error"]["param"], param) << res->body;
+    EXPECT_TRUE(error["error"].contains("code"));
+  }
+  json other_model = TextChat("hi", 2);
+  other_model["model"] = "gpt-4o";
+  auto wrong = Post(other_model.dump());
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 404);
+  EXPECT_EQ(json::parse(wrong->body)["error"]["code"], "model_not_found");
+  httplib::Client client("127.0.0.1", port_);
+  auto nowhere = client.Get("/v1/nothing");
+  ASSERT_TRUE(nowhere);
+  EXPECT_EQ(nowhere->status, 404);
+  EXPECT_TRUE(json::parse(nowhere->body).contains("error"));
+  // The server still answers.
+  auto fine = Post(TextChat("hi", 2).dump());
+  ASSERT_TRUE(fine);
+  EXPECT_EQ(fine->status, 200) << fine->body;
+}
+
+// Four clients at once, max_batch 4, a batch window long enough for all to arrive: one Generate
+// call of 4 rows (the queue's counters say so), and each answer is what its prompt gets alone.
+TEST_F(ServeTest, ConcurrentRequestsAreBatched) {
+  StartServer(4, absl::Seconds(5));
+  const std::vector<std::string> questions = {"Hello there.", "What is 2 + 2?",
+                                              "Name a colour, please, quickly.", "Why?"};
+  std::vector<Tokens> expected;
+  for (const std::string& q : questions) {
+    auto request = ParseChatRequest(TextChat(q, 6).dump(), {});
+    ASSERT_TRUE(request.ok());
+    auto prompt = BuildChatPrompt(*request, *tokenizer_, {});
+    ASSERT_TRUE(prompt.ok());
+    expected.push_back(GenerateAlone(*prompt, 6));
+  }
+  std::vector<json> answers(questions.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < questions.size(); ++i) {
+    clients.emplace_back([&, i] {
+      auto res = Post(TextChat(questions[i], 6).dump());
+      if (res && res->status == 200) answers[i] = json::parse(res->body);
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (size_t i = 0; i < questions.size(); ++i) {
+    ASSERT_FALSE(answers[i].is_null()) << "request " << i << " failed";
+    EXPECT_EQ(answers[i]["choices"][0]["token_ids"].get<Tokens>(), expected[i]) << questions[i];
+  }
+  const QueueStats stats = queue_->stats();
+  EXPECT_EQ(stats.generate_calls, 1);
+  EXPECT_EQ(stats.largest_batch, 4);
+  EXPECT_EQ(stats.rows, 4);
+}
+
+// The verb itself: listens on a free port, lists its model, stops on SIGTERM with exit code 0.
+TEST_F(ServeTest, TrainerServeVerb) {
+  const std::string log = dir_->path() + "/serve.log";
+  trainctl::testing::Subprocess serve({TRAINCTL_TRAINER_BIN, "serve", "--model", ModelDir(),
+                                       "--listen", "127.0.0.1:0", "--max_batch", "4"},
+                                      log);
+  int port = 0;
+  ASSERT_TRUE(trainctl::testing::WaitFor(
+      [&] {
+        const std::string text = trainctl::testing::ReadFileOrEmpty(log);
+        const size_t at = text.find("http://127.0.0.1:");
+        if (at == std::string::npos || text.find('\n', at) == std::string::npos) return false;
+        port = std::stoi(text.substr(at + 17));
+        return true;
+      },
+      absl::Seconds(60)))
+      << trainctl::testing::ReadFileOrEmpty(log);
+  httplib::Client client("127.0.0.1", port);
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "model");
+  serve.Kill(SIGTERM);
+  auto code = serve.Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0) << trainctl::testing::ReadFileOrEmpty(log);
+}
+
+}  // namespace
+}  // namespace trainctl::serve

@@ -1,0 +1,317 @@
+#include "worker/trainer/serve/chat_request.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/utf8.h"
+#include "nlohmann/json.hpp"
+
+namespace trainctl::serve {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using tokenizer::ChatPart;
+
+absl::Status Invalid(const std::string& param, absl::string_view message) {
+  absl::Status status = absl::InvalidArgumentError(
+      param.empty() ? std::string(message) : absl::StrCat(param, ": ", message));
+  if (!param.empty()) status.SetPayload(kParamPayload, absl::Cord(param));
+  return status;
+}
+
+// Adds `param` to an INVALID_ARGUMENT that has none.
+absl::Status WithParam(absl::Status status, const std::string& param) {
+  if (status.code() != absl::StatusCode::kInvalidArgument || !ErrorParam(status).empty()) {
+    return status;
+  }
+  return Invalid(param, status.message());
+}
+
+absl::StatusOr<std::string> Text(const json& value, const std::string& param) {
+  if (!value.is_string()) return Invalid(param, "expected a string");
+  std::string text = value.get<std::string>();
+  if (!IsValidUtf8(text)) return Invalid(param, "not valid UTF-8");
+  return text;
+}
+
+absl::Status ParseContent(const json& content, const std::string& param, ChatRequest& out,
+                          tokenizer::ChatMessage& message) {
+  if (content.is_null() && message.role == "assistant") return absl::OkStatus();
+  if (content.is_string()) {
+    absl::StatusOr<std::string> text = Text(content, param);
+    if (!text.ok()) return text.status();
+    message.content.push_back(ChatPart::Text(*std::move(text)));
+    return absl::OkStatus();
+  }
+  if (!content.is_array()) return Invalid(param, "expected a string or an array of parts");
+  for (size_t j = 0; j < content.size(); ++j) {
+    const std::string part_param = absl::StrCat(param, "[", j, "]");
+    const json& part = content[j];
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+      return Invalid(part_param, "expected an object with a string \"type\"");
+    }
+    const std::string type = part["type"].get<std::string>();
+    if (type == "text") {
+      if (!part.contains("text")) return Invalid(part_param + ".text", "required");
+      absl::StatusOr<std::string> text = Text(part["text"], part_param + ".text");
+      if (!text.ok()) return text.status();
+      message.content.push_back(ChatPart::Text(*std::move(text)));
+    } else if (type == "image_url") {
+      const json* url = part.contains("image_url") ? &part["image_url"] : nullptr;
+      if (url != nullptr && url->is_object()) url = url->contains("url") ? &(*url)["url"] : nullptr;
+      if (url == nullptr || !url->is_string()) {
+        return Invalid(part_param + ".image_url", "expected {\"url\": \"data:...\"}");
+      }
+      out.image_urls.push_back(url->get<std::string>());
+      out.image_params.push_back(part_param);
+      message.content.push_back(ChatPart::Image(0));
+    } else {
+      return Invalid(part_param + ".type",
+                     absl::StrCat("unsupported part type '", type, "' (text and image_url are)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseMessages(const json& messages, ChatRequest& out) {
+  if (!messages.is_array() || messages.empty()) {
+    return Invalid("messages", "expected a non-empty array");
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string param = absl::StrCat("messages[", i, "]");
+    const json& m = messages[i];
+    if (!m.is_object()) return Invalid(param, "expected an object");
+    if (!m.contains("role") || !m["role"].is_string()) return Invalid(param + ".role", "required");
+    tokenizer::ChatMessage message;
+    message.role = m["role"].get<std::string>();
+    if (message.role == "developer") message.role = "system";  // OpenAI's newer name for it
+    if (message.role != "system" && message.role != "user" && message.role != "assistant") {
+      return Invalid(param + ".role", absl::StrCat("unsupported role '", m["role"].dump(),
+                                                   "' (system, developer, user, assistant)"));
+    }
+    if (!m.contains("content")) return Invalid(param + ".content", "required");
+    if (absl::Status s = ParseContent(m["content"], param + ".content", out, message); !s.ok()) {
+      return s;
+    }
+    out.messages.push_back(std::move(message));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Number(const json& body, const char* key, double low, double high) {
+  const json& v = body[key];
+  if (!v.is_number() || !(v.get<double>() >= low && v.get<double>() <= high)) {
+    return Invalid(key, absl::StrCat("expected a number in [", low, ", ", high, "]"));
+  }
+  return v.get<double>();
+}
+
+absl::StatusOr<int64_t> Integer(const json& body, const char* key, int64_t low, int64_t high) {
+  const json& v = body[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < low || v.get<int64_t>() > high) {
+    return Invalid(key, absl::StrCat("expected an integer in [", low, ", ", high, "]"));
+  }
+  return v.get<int64_t>();
+}
+
+bool Present(const json& body, const char* key) {
+  return body.contains(key) && !body[key].is_null();
+}
+
+absl::Status ParseSampling(const json& body, const RequestLimits& limits, SamplingParams& s) {
+  if (Present(body, "n")) {
+    absl::StatusOr<int64_t> n = Integer(body, "n", 1, limits.max_n);
+    if (!n.ok()) return n.status();
+    s.n = *n;
+  }
+  if (Present(body, "temperature")) {
+    absl::StatusOr<double> t = Number(body, "temperature", 0, 2);
+    if (!t.ok()) return t.status();
+    s.temperature = *t;
+  }
+  if (Present(body, "top_p")) {
+    absl::StatusOr<double> p = Number(body, "top_p", 0, 1);
+    if (!p.ok()) return p.status();
+    if (*p <= 0) return Invalid("top_p", "must be above 0");
+    s.top_p = *p;
+  }
+  const char* max_key =
+      Present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  s.max_tokens = limits.max_tokens_default;
+  if (Present(body, max_key)) {
+    absl::StatusOr<int64_t> m = Integer(body, max_key, 1, limits.max_context);
+    if (!m.ok()) return m.status();
+    s.max_tokens = *m;
+  }
+  if (Present(body, "seed")) {
+    absl::StatusOr<int64_t> seed = Integer(body, "seed", std::numeric_limits<int64_t>::min(),
+                                           std::numeric_limits<int64_t>::max());
+    if (!seed.ok()) return seed.status();
+    s.seed = static_cast<uint64_t>(*seed);
+  }
+  if (Present(body, "stop")) {
+    const json& stop = body["stop"];
+    const std::vector<json> items =
+        stop.is_array() ? stop.get<std::vector<json>>() : std::vector<json>(1, stop);
+    if (static_cast<int64_t>(items.size()) > limits.max_stop_sequences) {
+      return Invalid("stop", absl::StrCat("at most ", limits.max_stop_sequences, " sequences"));
+    }
+    for (const json& item : items) {
+      absl::StatusOr<std::string> text = Text(item, "stop");
+      if (!text.ok()) return text.status();
+      if (text->empty()) return Invalid("stop", "empty stop sequence");
+      s.stop.push_back(*std::move(text));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Options clients send with their defaults; anything else is refused rather than ignored.
+absl::Status CheckUnsupported(const json& body) {
+  if (Present(body, "stream") && body["stream"] != false) {
+    return Invalid("stream", "streaming is not supported; send stream: false");
+  }
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    if (Present(body, key) && (!body[key].is_number() || body[key].get<double>() != 0)) {
+      return Invalid(key, "only 0 is supported");
+    }
+  }
+  if (Present(body, "logprobs") && body["logprobs"] != false) {
+    return Invalid("logprobs", "log-probabilities are not supported");
+  }
+  for (const char* key : {"tools", "functions", "response_format", "logit_bias"}) {
+    if (Present(body, key)) return Invalid(key, "not supported by this server");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadUnder(const std::string& root, const std::string& path,
+                                      const std::string& param) {
+  if (root.empty()) {
+    return Invalid(param, "file:// image URLs are not enabled on this server (--image_root)");
+  }
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(root, ec);
+  const fs::path file = fs::weakly_canonical(fs::path(root) / fs::path(path).relative_path(), ec);
+  const std::string b = base.string(), f = file.string();
+  if (ec || f.size() <= b.size() || f.compare(0, b.size(), b) != 0 || f[b.size()] != '/') {
+    return Invalid(param, absl::StrCat("'", path, "' is not inside the image root"));
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Invalid(param, absl::StrCat("cannot read '", path, "'"));
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// The bytes an image URL names.
+absl::StatusOr<std::string> FetchImage(const std::string& url, const RequestLimits& limits,
+                                       const std::string& param) {
+  if (absl::StartsWith(url, "data:")) {
+    const size_t comma = url.find(',');
+    if (comma == std::string::npos || !absl::EndsWith(url.substr(0, comma), ";base64")) {
+      return Invalid(param, "a data: URL must be data:<mime>;base64,<data>");
+    }
+    std::string bytes;
+    if (!absl::Base64Unescape(absl::string_view(url).substr(comma + 1), &bytes)) {
+      return Invalid(param, "the data: URL's base64 is malformed");
+    }
+    return bytes;
+  }
+  if (absl::StartsWith(url, "file://")) return ReadUnder(limits.image_root, url.substr(7), param);
+  return Invalid(param, "only data: and file:// image URLs are supported");
+}
+
+}  // namespace
+
+std::string ErrorParam(const absl::Status& status) {
+  const auto param = status.GetPayload(kParamPayload);
+  return param ? std::string(*param) : std::string();
+}
+
+absl::StatusOr<ChatRequest> ParseChatRequest(absl::string_view body, const RequestLimits& limits) {
+  const json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return Invalid("", "the body is not a JSON object");
+  }
+  ChatRequest out;
+  if (Present(doc, "model")) {
+    absl::StatusOr<std::string> model = Text(doc["model"], "model");
+    if (!model.ok()) return model.status();
+    out.model = *model;
+  }
+  if (!doc.contains("messages")) return Invalid("messages", "required");
+  if (absl::Status s = ParseMessages(doc["messages"], out); !s.ok()) return s;
+  if (static_cast<int64_t>(out.image_urls.size()) > limits.max_images) {
+    return Invalid("messages", absl::StrCat("at most ", limits.max_images, " images"));
+  }
+  if (absl::Status s = CheckUnsupported(doc); !s.ok()) return s;
+  if (absl::Status s = ParseSampling(doc, limits, out.sampling); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<ChatPrompt> BuildChatPrompt(const ChatRequest& request,
+                                           const tokenizer::BpeTokenizer& tokenizer,
+                                           const RequestLimits& limits) {
+  ChatPrompt prompt;
+  std::vector<tokenizer::ChatMessage> messages = request.messages;
+  size_t k = 0;
+  for (tokenizer::ChatMessage& m : messages) {
+    for (ChatPart& part : m.content) {
+      if (part.kind != ChatPart::Kind::kImage) continue;
+      const std::string& param = request.image_params[k];
+      absl::StatusOr<std::string> bytes = FetchImage(request.image_urls[k++], limits, param);
+      if (!bytes.ok()) return bytes.status();
+      absl::StatusOr<data::RgbImage> image = data::DecodeImage(*bytes, param);
+      if (!image.ok()) return WithParam(image.status(), param);
+      absl::StatusOr<data::ProcessedImage> processed = data::PreprocessImage(*image, limits.image);
+      if (!processed.ok()) return Invalid(param, processed.status().message());
+      part.image_tokens = processed->num_merged_tokens();
+      prompt.pixel_values.insert(prompt.pixel_values.end(), processed->pixel_values.begin(),
+                                 processed->pixel_values.end());
+      prompt.grid_thw.insert(prompt.grid_thw.end(), processed->grid_thw.begin(),
+                             processed->grid_thw.end());
+    }
+  }
+  const auto vision_start = tokenizer.TokenToId("<|vision_start|>");
+  const auto image_pad = tokenizer.TokenToId("<|image_pad|>");
+  if (!tokenizer.TokenToId("<|im_start|>") || !tokenizer.TokenToId("<|im_end|>") || !vision_start ||
+      !image_pad) {
+    return absl::FailedPreconditionError("the tokenizer lacks Qwen2-VL's chat special tokens");
+  }
+  tokenizer::ChatTemplateOptions options;
+  options.add_generation_prompt = true;
+  absl::StatusOr<tokenizer::RenderedChat> rendered = tokenizer::RenderChat(messages, options);
+  if (!rendered.ok()) return WithParam(rendered.status(), "messages");
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(rendered->text);
+  if (!ids.ok()) return WithParam(ids.status(), "messages");
+  int64_t starts = 0, pads = 0, expected = 0;
+  for (const tokenizer::ChatMessage& m : messages) {
+    for (const ChatPart& p : m.content) expected += p.image_tokens;
+  }
+  for (const int32_t id : *ids) {
+    starts += id == *vision_start;
+    pads += id == *image_pad;
+    prompt.ids.push_back(id);
+  }
+  if (starts != static_cast<int64_t>(k) || pads != expected) {
+    return Invalid("messages", "the text holds vision special tokens of its own");
+  }
+  if (static_cast<int64_t>(prompt.ids.size()) + request.sampling.max_tokens > limits.max_context) {
+    return Invalid("messages", absl::StrCat("the prompt's ", prompt.ids.size(), " tokens and ",
+                                            request.sampling.max_tokens, " new ones exceed the ",
+                                            limits.max_context, "-token context"));
+  }
+  return prompt;
+}
+
+}  // namespace trainctl::serve

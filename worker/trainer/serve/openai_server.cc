@@ -1,0 +1,182 @@
+#include "worker/trainer/serve/openai_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace trainctl::serve {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kJson[] = "application/json";
+
+std::string Dump(const json& doc) {
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void SendError(httplib::Response& res, int status, const std::string& message,
+               const std::string& type, const std::string& param, const std::string& code) {
+  json error = {{"message", message},
+                {"type", type},
+                {"param", param.empty() ? json(nullptr) : json(param)},
+                {"code", code.empty() ? json(nullptr) : json(code)}};
+  res.status = status;
+  res.set_content(Dump(json{{"error", error}}), kJson);
+}
+
+void SendStatus(httplib::Response& res, const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      SendError(res, 400, std::string(status.message()), "invalid_request_error",
+                ErrorParam(status), "");
+      break;
+    case absl::StatusCode::kNotFound:
+      SendError(res, 404, std::string(status.message()), "invalid_request_error",
+                ErrorParam(status), "model_not_found");
+      break;
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kUnavailable:
+      SendError(res, 503, std::string(status.message()), "server_error", "", "");
+      break;
+    default:
+      SendError(res, 500, std::string(status.message()), "server_error", "", "");
+  }
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The assistant's text of `tokens`: special tokens and ids outside the tokenizer (the model's
+// embedding may be larger) left out, as HF's decode does.
+std::string ChoiceText(const tokenizer::BpeTokenizer& tokenizer,
+                       const std::vector<int64_t>& tokens) {
+  std::vector<int32_t> ids;
+  for (const int64_t t : tokens) {
+    if (t >= 0 && t < tokenizer.vocab_size()) ids.push_back(static_cast<int32_t>(t));
+  }
+  absl::StatusOr<std::string> text = tokenizer.Decode(ids, /*skip_special_tokens=*/true);
+  return text.ok() ? *text : std::string();
+}
+
+}  // namespace
+
+OpenAiServer::OpenAiServer(const tokenizer::BpeTokenizer* tokenizer, GenerationQueue* queue,
+                           OpenAiServerOptions options)
+    : tokenizer_(tokenizer),
+      queue_(queue),
+      options_(std::move(options)),
+      http_(std::make_unique<httplib::Server>()) {
+  Route();
+}
+
+OpenAiServer::~OpenAiServer() { Stop(); }
+
+void OpenAiServer::Route() {
+  const int threads = options_.http_threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  http_->set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 413) {
+          SendError(res, 413, "the request body is too large", "invalid_request_error", "", "");
+        } else if (res.status == 404) {
+          SendError(res, 404, absl::StrCat("no route ", req.method, " ", req.path),
+                    "invalid_request_error", "", "unknown_url");
+        } else {
+          SendError(res, res.status, absl::StrCat("HTTP ", res.status), "invalid_request_error", "",
+                    "");
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+        SendError(res, 500, "internal error", "server_error", "", "");
+      });
+
+  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    json model = {
+        {"id", options_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "trainctl"}};
+    res.set_content(Dump(json{{"object", "list"}, {"data", json::array({model})}}), kJson);
+  });
+
+  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<ChatRequest> request = ParseChatRequest(req.body, options_.limits);
+    if (!request.ok()) return SendStatus(res, request.status());
+    if (!request->model.empty() && request->model != options_.model_name) {
+      return SendError(res, 404,
+                       absl::StrCat("The model '", request->model, "' does not exist (this server ",
+                                    "serves '", options_.model_name, "')"),
+                       "invalid_request_error", "model", "model_not_found");
+    }
+    absl::StatusOr<ChatPrompt> prompt = BuildChatPrompt(*request, *tokenizer_, options_.limits);
+    if (!prompt.ok()) return SendStatus(res, prompt.status());
+    const int64_t prompt_tokens = static_cast<int64_t>(prompt->ids.size());
+    auto future =
+        queue_->Submit(std::make_shared<const ChatPrompt>(*std::move(prompt)), request->sampling);
+    absl::StatusOr<std::vector<Choice>> choices = future.get();
+    if (!choices.ok()) return SendStatus(res, choices.status());
+
+    json out_choices = json::array();
+    int64_t completion_tokens = 0;
+    for (size_t i = 0; i < choices->size(); ++i) {
+      const Choice& c = (*choices)[i];
+      completion_tokens += static_cast<int64_t>(c.tokens.size());
+      std::string text = ChoiceText(*tokenizer_, c.tokens);
+      bool stopped = c.eos;
+      size_t cut = std::string::npos;
+      for (const std::string& stop : request->sampling.stop) cut = std::min(cut, text.find(stop));
+      if (cut != std::string::npos) {
+        text.resize(cut);
+        stopped = true;
+      }
+      out_choices.push_back({{"index", i},
+                             {"message", {{"role", "assistant"}, {"content", text}}},
+                             {"finish_reason", stopped ? "stop" : "length"},
+                             {"logprobs", nullptr},
+                             {"token_ids", c.tokens}});
+    }
+    const json body = {{"id", absl::StrFormat("chatcmpl-%016x", next_id_.fetch_add(1))},
+                       {"object", "chat.completion"},
+                       {"created", UnixSeconds()},
+                       {"model", options_.model_name},
+                       {"choices", out_choices},
+                       {"usage",
+                        {{"prompt_tokens", prompt_tokens},
+                         {"completion_tokens", completion_tokens},
+                         {"total_tokens", prompt_tokens + completion_tokens}}}};
+    res.set_content(Dump(body), kJson);
+  });
+}
+
+absl::StatusOr<int> OpenAiServer::Start(const std::string& host, int port) {
+  int bound = port;
+  if (port == 0) {
+    bound = http_->bind_to_any_port(host);
+  } else if (!http_->bind_to_port(host, port)) {
+    bound = -1;
+  }
+  if (bound <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port));
+  }
+  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return bound;
+}
+
+void OpenAiServer::Stop() {
+  if (!thread_.joinable()) return;
+  http_->stop();
+  thread_.join();
+}
+
+}  // namespace trainctl::serve

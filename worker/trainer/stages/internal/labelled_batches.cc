@@ -1,0 +1,63 @@
+#include "worker/trainer/stages/internal/labelled_batches.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/status_macros.h"
+#include "worker/trainer/data/shard_reader.h"
+#include "worker/trainer/stages/batch_inputs.h"
+#include "worker/trainer/stages/internal/autocast.h"
+
+namespace trainctl::trainer::internal {
+
+absl::StatusOr<std::unique_ptr<data::Loader>> RankLoader(const StageContext& ctx) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const data::ShardReader> reader,
+                   data::ShardReader::Open(ctx.spec.data_path()));
+  data::LoaderOptions options;
+  options.batch_size = ctx.training.per_device_train_batch_size();
+  options.seed = static_cast<uint64_t>(ctx.training.seed());
+  options.rank = ctx.comm.rank();
+  options.world_size = ctx.comm.world_size();
+  return data::Loader::Create(reader, options);
+}
+
+absl::StatusOr<MicroBatches> NextMicroBatches(StageContext& ctx, data::Loader& loader) {
+  MicroBatches out;
+  int64_t label_tokens = 0, tokens = 0, samples = 0;
+  for (int i = 0; i < ctx.training.gradient_accumulation_steps(); ++i) {
+    ASSIGN_OR_RETURN(data::Batch batch, loader.Next());
+    label_tokens += ShiftedLabels(batch, torch::kCPU).ne(-100).sum().item<int64_t>();
+    for (int32_t m : batch.attention_mask) tokens += m;
+    samples += batch.batch_size;
+    out.batches.push_back(std::move(batch));
+  }
+  torch::Tensor counts =
+      torch::tensor({static_cast<double>(label_tokens), static_cast<double>(tokens),
+                     static_cast<double>(samples)},
+                    torch::kFloat64);
+  RETURN_IF_ERROR(ctx.comm.AllReduceSum(counts, "token counts"));
+  out.label_tokens = std::max(1.0, counts[0].item<double>());
+  out.tokens = static_cast<int64_t>(counts[1].item<double>());
+  out.samples = static_cast<int64_t>(counts[2].item<double>());
+  return out;
+}
+
+TrainedPositions Trained(const StageContext& ctx, const data::Batch& batch) {
+  TrainedPositions t;
+  t.labels = ShiftedLabels(batch, ctx.device).reshape({-1});
+  t.positions = t.labels.ne(-100).nonzero().squeeze(1);
+  return t;
+}
+
+torch::Tensor LogitsAt(const StageContext& ctx, model::Qwen2VLForConditionalGeneration& net,
+                       const data::Batch& batch, const torch::Tensor& positions) {
+  const bool bf16 = ctx.options.compute_dtype == torch::kBFloat16;
+  internal::AutocastGuard autocast(bf16, ctx.device.type(), torch::kBFloat16);
+  const torch::Tensor hidden = net.ForwardHidden(ToModelInputs(batch, ctx.device));
+  const int64_t width = hidden.size(-1);
+  const torch::Tensor trained =
+      hidden.slice(1, 0, batch.seq_len - 1).reshape({-1, width}).index_select(0, positions);
+  return net.Head(trained).to(torch::kFloat32);
+}
+
+}  // namespace trainctl::trainer::internal

@@ -1,0 +1,98 @@
+#include "worker/trainer/stages/internal/rollout.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "worker/trainer/stages/internal/autocast.h"
+
+namespace trainctl::trainer::internal {
+namespace {
+
+namespace fs = std::filesystem;
+
+double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+}  // namespace
+
+uint64_t SamplingSeed(int64_t seed, int64_t generation, int64_t completion) {
+  uint64_t z = static_cast<uint64_t>(seed) * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
+  z ^= static_cast<uint64_t>(generation) * 0xbf58476d1ce4e5b9ULL;
+  z ^= static_cast<uint64_t>(completion) * 0x94d049bb133111ebULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+absl::StatusOr<std::unique_ptr<tokenizer::BpeTokenizer>> LoadCompletionTokenizer(
+    const StageContext& ctx, const data::ShardReader& reader, const std::string& kind) {
+  std::string path;
+  if (!ctx.tokenizer_dir.empty() && fs::exists(fs::path(ctx.tokenizer_dir) / "tokenizer.json")) {
+    path = ctx.tokenizer_dir;
+  } else if (!reader.manifest().tokenizer.empty()) {
+    path = reader.manifest().tokenizer;
+  } else {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kind, " decodes completions for the rewards: neither the model (",
+                     ctx.spec.model_name_or_path(), ") nor the data's manifest (",
+                     ctx.spec.data_path(), ") names a tokenizer"));
+  }
+  auto loaded = tokenizer::BpeTokenizer::Load(path);
+  if (!loaded.ok()) {
+    return absl::Status(
+        loaded.status().code(),
+        absl::StrCat("the tokenizer to decode completions: ", loaded.status().message()));
+  }
+  return std::move(*loaded);
+}
+
+std::vector<int64_t> EosIds(const tokenizer::BpeTokenizer& tokenizer) {
+  std::vector<int64_t> ids;
+  for (const char* eos : {"<|im_end|>", "<|endoftext|>"}) {
+    if (auto id = tokenizer.TokenToId(eos)) ids.push_back(*id);
+  }
+  return ids;
+}
+
+int64_t PadId(const data::ShardReader& reader) {
+  return reader.manifest().pad_token_id >= 0 ? reader.manifest().pad_token_id
+                                             : model::kEndOfTextTokenId;
+}
+
+absl::StatusOr<model::GenerationOutput> GenerateCompletions(StageContext& ctx, zero::Engine& engine,
+                                                            const std::vector<GrpoRow>& rows,
+                                                            model::GenerationOptions options,
+                                                            RolloutCost* cost) {
+  const bool sharded = engine.options().stage == 3 && ctx.comm.world_size() > 1;
+  const bool hold = sharded && ctx.training.gather_for_generation();
+  if (sharded && !hold) {
+    options.all_done = [&ctx](bool done) {
+      torch::Tensor open = torch::tensor({done ? 0.0 : 1.0}, torch::kFloat64);
+      ctx.comm.AllReduce(open, "generation lock-step").Wait();
+      return open.item<double>() == 0;
+    };
+  }
+  RolloutCost here;
+  model::GenerationOutput generated;
+  const absl::Time start = absl::Now();
+  RETURN_IF_ERROR(Guarded("generation", [&]() -> absl::Status {
+    const model::ModelInputs prompts = PromptInputs(rows, options.pad_token_id, ctx.device);
+    zero::Engine::HeldWeights held;
+    if (hold) {
+      const absl::Time gather_start = absl::Now();
+      ASSIGN_OR_RETURN(held, engine.HoldWeights());
+      here.gather_seconds = Seconds(gather_start);
+      here.held_bytes = held.bytes();
+    }
+    AutocastGuard autocast(engine.options().compute_dtype == torch::kBFloat16, ctx.device.type(),
+                           torch::kBFloat16);
+    ASSIGN_OR_RETURN(generated, model::Generate(engine.model(), prompts, options));
+    return absl::OkStatus();
+  }));
+  here.seconds = Seconds(start);
+  if (cost != nullptr) *cost = here;
+  return generated;
+}
+
+}  // namespace trainctl::trainer::internal

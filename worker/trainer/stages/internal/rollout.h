@@ -1,0 +1,68 @@
+// What GRPO's rollout and eval share: the tokenizer that decodes completions, the eos ids, each
+// completion's sampling seed, and generation over a (possibly ZeRO-3 sharded) engine with its
+// weights held or in lock-step.
+#ifndef TRAINCTL_WORKER_TRAINER_STAGES_INTERNAL_ROLLOUT_H_
+#define TRAINCTL_WORKER_TRAINER_STAGES_INTERNAL_ROLLOUT_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "worker/trainer/data/shard_reader.h"
+#include "worker/trainer/model/generation.h"
+#include "worker/trainer/stages/internal/grpo_rows.h"
+#include "worker/trainer/stages/loop.h"
+#include "worker/trainer/tokenizer/bpe_tokenizer.h"
+
+namespace trainctl::trainer::internal {
+
+// Runs `fn`, turning the exceptions of tensor code and collectives into a status.
+template <typename Fn>
+absl::Status Guarded(const std::string& what, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const zero::CollectiveError& e) {
+    return absl::UnavailableError(absl::StrCat(what, ": ", e.what()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
+  }
+}
+
+// Maps (seed, generation, completion) to a sampling seed: reproducible, the same on any number of
+// ranks and after a resume.
+uint64_t SamplingSeed(int64_t seed, int64_t generation, int64_t completion);
+
+// The tokenizer of the model directory (ctx.tokenizer_dir), else the one the data's manifest
+// names. FAILED_PRECONDITION when neither has one (`kind` names the job kind in the message);
+// the loader's error otherwise.
+absl::StatusOr<std::unique_ptr<tokenizer::BpeTokenizer>> LoadCompletionTokenizer(
+    const StageContext& ctx, const data::ShardReader& reader, const std::string& kind);
+
+// <|im_end|> and <|endoftext|> as `tokenizer` spells them.
+std::vector<int64_t> EosIds(const tokenizer::BpeTokenizer& tokenizer);
+
+// The data's pad id, else <|endoftext|>.
+int64_t PadId(const data::ShardReader& reader);
+
+struct RolloutCost {
+  double seconds = 0;         // generation, gathers included
+  double gather_seconds = 0;  // holding the weights (stage 3, gather_for_generation)
+  int64_t held_bytes = 0;
+};
+
+// Generates completions of `rows`' prompts with `engine`'s model. Collective when `engine` is
+// sharded (stage 3, world > 1): with ctx.training.gather_for_generation the weights are held for
+// the call, else the ranks decode in lock-step; every rank must call it equally often.
+absl::StatusOr<model::GenerationOutput> GenerateCompletions(StageContext& ctx, zero::Engine& engine,
+                                                            const std::vector<GrpoRow>& rows,
+                                                            model::GenerationOptions options,
+                                                            RolloutCost* cost = nullptr);
+
+}  // namespace trainctl::trainer::internal
+
+#endif  // TRAINCTL_WORKER_TRAINER_STAGES_INTERNAL_ROLLOUT_H_
