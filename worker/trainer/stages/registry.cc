@@ -2,10 +2,10 @@
 // translation units nothing refers to, and with them any registration side effects.
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
-#include "worker/trainer/stages/loop.h"
 #include "worker/trainer/stages/distill.h"
 #include "worker/trainer/stages/eval.h"
 #include "worker/trainer/stages/grpo.h"
+#include "worker/trainer/stages/loop.h"
 #include "worker/trainer/stages/sft.h"
 
 namespace trainctl::trainer {
@@ -21,8 +21,9 @@ absl::StatusOr<std::unique_ptr<Stage>> MakeStage(trainctl::v1::JobKind kind) {
     case trainctl::v1::JOB_KIND_DISTILL:
       return MakeDistillStage();
     default:
-      return absl::UnimplementedError(absl::StrCat("this trainer runs sft, grpo, distill and eval jobs; the ",
-                                                   JobKindName(kind), " stage is not in it"));
+      return absl::UnimplementedError(
+          absl::StrCat("this trainer runs sft, grpo, distill and eval jobs; the ",
+                       JobKindName(kind), " stage is not in it"));
   }
 }
 
