@@ -161,27 +161,7 @@ class EvalTest : public ::testing::Test {
 
   // Runs `world` ranks of `spec` to the end; rank 0's events.
   std::vector<json> Run(int world, const std::string& spec, const std::string& tag) {
-    const int port = testing::FreeLoopbackPort();
-    std::vector<std::unique_ptr<Subprocess>> procs;
-    for (int r = 0; r < world; ++r) {
-      std::vector<std::string> argv = {"/usr/bin/env",
-                                       absl::StrCat("RANK=", r),
-                                       absl::StrCat("LOCAL_RANK=", r),
-                                       absl::StrCat("WORLD_SIZE=", world),
-                                       "MASTER_ADDR=127.0.0.1",
-                                       absl::StrCat("MASTER_PORT=", port)};
-      for (const std::string& a : TrainArgs(spec, absl::StrCat(Path(tag), ".", r, ".jsonl"))) {
-        argv.push_back(a);
-      }
-      procs.push_back(std::make_unique<Subprocess>(argv, absl::StrCat(Path(tag), ".", r, ".log")));
-    }
-    for (int r = 0; r < world; ++r) {
-      auto code = procs[static_cast<size_t>(r)]->Wait(absl::Minutes(10));
-      EXPECT_TRUE(code.ok() && *code == 0)
-          << tag << " rank " << r << ": "
-          << testing::ReadFileOrEmpty(absl::StrCat(Path(tag), ".", r, ".log"));
-    }
-    return ReadEvents(absl::StrCat(Path(tag), ".0.jsonl"));
+    return testing::TrainRanks(world, TRAINCTL_TRAINER_BIN, spec, Path(tag), absl::Minutes(10));
   }
 
   static testing::TempDir* dir_;
