@@ -14,12 +14,17 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/deepspeed_config.h"
+#include "common/internal/spec_checker.h"
 #include "common/json_proto.h"
 #include "common/model_catalog.h"
 #include "common/status_macros.h"
 
 namespace trainctl {
 namespace {
+
+using internal::Checker;
+using internal::CheckMaps;
+using internal::CheckSizes;
 
 using trainctl::v1::JobKind;
 using trainctl::v1::PipelineStage;
@@ -43,10 +48,6 @@ constexpr const char* kScaleRewards[] = {"group", "batch", "none"};
 constexpr const char* kImportanceSamplingLevels[] = {"token", "sequence"};
 // Logit distillation's divergences (worker/trainer/stages/distill_loss.h).
 constexpr const char* kDistillLosses[] = {"forward_kl", "reverse_kl", "jsd"};
-// Set by the worker for every rank; a job may not override them.
-constexpr const char* kReservedEnv[] = {
-    "RANK",        "LOCAL_RANK",  "WORLD_SIZE",           "LOCAL_WORLD_SIZE", "NODE_RANK",
-    "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "TRAINCTL_EVENT_FD"};
 
 // The file's bytes; INVALID_ARGUMENT naming the limit when it holds more than `max_bytes` (checked
 // before reading, so a huge file costs nothing).
@@ -137,39 +138,6 @@ std::string BaseName(std::string path) {
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
-
-// Collects "path: message" errors with small typed helpers, so checks read as one line each.
-class Checker {
- public:
-  explicit Checker(std::vector<std::string>* errors) : errors_(errors) {}
-
-  void Fail(const std::string& path, const std::string& message) {
-    errors_->push_back(absl::StrCat(path, ": ", message));
-  }
-  template <typename T>
-  void AtLeast(const std::string& path, T value, T min) {
-    if (!(value >= min)) Fail(path, absl::StrCat("must be >= ", min, ", got ", value));
-  }
-  void Positive(const std::string& path, double value) {
-    if (!(value > 0) || !std::isfinite(value)) Fail(path, absl::StrCat("must be > 0, got ", value));
-  }
-  void InRange(const std::string& path, double value, double lo, double hi, bool hi_open) {
-    const bool ok = value >= lo && (hi_open ? value < hi : value <= hi);
-    if (!ok) {
-      Fail(path, absl::StrCat("must be in [", lo, ", ", hi, hi_open ? ")" : "]", ", got ", value));
-    }
-  }
-  template <size_t N>
-  void OneOf(const std::string& path, const std::string& value, const char* const (&choices)[N]) {
-    for (const char* choice : choices) {
-      if (value == choice) return;
-    }
-    Fail(path, absl::StrCat("must be one of ", absl::StrJoin(choices, "|"), ", got '", value, "'"));
-  }
-
- private:
-  std::vector<std::string>* errors_;
-};
 
 // The GRPO knobs; `num_rewards` counts the reward functions and the reward model.
 void CheckGrpoTraining(const std::string& path, const TrainingArguments& t, int num_rewards,
@@ -286,8 +254,8 @@ void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind 
     CheckGrpoTraining(path, t, num_rewards, c);
     // Each prompt's group of completions must fit in one generation batch: TRL's
     // per_device_train_batch_size x processes x steps_per_generation (= gradient accumulation).
-    const int64_t global = int64_t{world} * t.per_device_train_batch_size() *
-                           t.gradient_accumulation_steps();
+    const int64_t global =
+        int64_t{world} * t.per_device_train_batch_size() * t.gradient_accumulation_steps();
     if (t.num_generations() >= 2 && global % t.num_generations() != 0) {
       c.Fail(path + ".num_generations",
              absl::StrCat("must divide the completions of one step (world ", world,
@@ -295,100 +263,6 @@ void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind 
                           " x gradient_accumulation_steps ", t.gradient_accumulation_steps(), " = ",
                           global, "), got ", t.num_generations()));
     }
-  }
-}
-
-bool IsEnvName(const std::string& name) {
-  if (name.empty() || absl::ascii_isdigit(name[0])) return false;
-  for (char ch : name) {
-    if (!absl::ascii_isalnum(ch) && ch != '_') return false;
-  }
-  return true;
-}
-
-// Every string field of `msg` (nested messages included) but `exempt` within kMaxSpecStringBytes.
-void CheckStringSizes(const google::protobuf::Message& msg, const std::string& path,
-                      const google::protobuf::FieldDescriptor* exempt, Checker& c) {
-  using google::protobuf::FieldDescriptor;
-  const auto* r = msg.GetReflection();
-  std::vector<const FieldDescriptor*> fields;
-  r->ListFields(msg, &fields);
-  for (const FieldDescriptor* field : fields) {
-    if (field == exempt || field->is_map()) continue;  // maps: CheckMaps
-    const std::string field_path = absl::StrCat(path, ".", field->name());
-    const int count = field->is_repeated() ? r->FieldSize(msg, field) : 1;
-    for (int i = 0; i < count; ++i) {
-      const std::string item_path =
-          field->is_repeated() ? absl::StrCat(field_path, "[", i, "]") : field_path;
-      if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-        CheckStringSizes(
-            field->is_repeated() ? r->GetRepeatedMessage(msg, field, i) : r->GetMessage(msg, field),
-            item_path, exempt, c);
-      } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
-        const std::string value =
-            field->is_repeated() ? r->GetRepeatedString(msg, field, i) : r->GetString(msg, field);
-        if (value.size() > kMaxSpecStringBytes) {
-          c.Fail(item_path,
-                 absl::StrCat(value.size(), " bytes, over the limit of ", kMaxSpecStringBytes));
-        }
-      }
-    }
-  }
-}
-
-// Entry count, key and value sizes of one of the spec's string maps.
-void CheckMapSizes(const std::string& path,
-                   const google::protobuf::Map<std::string, std::string>& map, int max_entries,
-                   Checker& c) {
-  if (map.size() > static_cast<size_t>(max_entries)) {
-    c.Fail(path, absl::StrCat(map.size(), " entries, over the limit of ", max_entries));
-  }
-  for (const auto& [key, value] : map) {
-    const std::string shown = key.size() > 40 ? key.substr(0, 37) + "..." : key;
-    if (key.size() > kMaxMapKeyBytes) {
-      c.Fail(absl::StrCat(path, ".", shown),
-             absl::StrCat("key is ", key.size(), " bytes, over the limit of ", kMaxMapKeyBytes));
-    }
-    if (value.size() > kMaxSpecStringBytes) {
-      c.Fail(absl::StrCat(path, ".", shown),
-             absl::StrCat(value.size(), " bytes, over the limit of ", kMaxSpecStringBytes));
-    }
-  }
-}
-
-// The limits above: a spec that passes them has a bounded size in every list and message.
-void CheckSizes(const JobSpec& spec, Checker& c) {
-  if (spec.ByteSizeLong() > kMaxSpecBytes) {
-    c.Fail("spec", absl::StrCat(spec.ByteSizeLong(), " bytes serialized, over the limit of ",
-                                kMaxSpecBytes));
-  }
-  if (spec.deepspeed_config_json().size() > kMaxDeepSpeedConfigBytes) {
-    c.Fail("spec.deepspeed_config_json",
-           absl::StrCat(spec.deepspeed_config_json().size(), " bytes, over the limit of ",
-                        kMaxDeepSpeedConfigBytes));
-  }
-  CheckStringSizes(spec, "spec", JobSpec::descriptor()->FindFieldByName("deepspeed_config_json"),
-                   c);
-  CheckMapSizes("spec.env", spec.env(), kMaxEnvEntries, c);
-  CheckMapSizes("spec.labels", spec.labels(), kMaxLabelEntries, c);
-  CheckMapSizes("spec.node_selector", spec.node_selector(), kMaxLabelEntries, c);
-  if (spec.stages_size() > kMaxStages) {
-    c.Fail("spec.stages",
-           absl::StrCat(spec.stages_size(), " stages, over the limit of ", kMaxStages));
-  }
-}
-
-void CheckMaps(const JobSpec& spec, Checker& c) {
-  for (const auto& [key, value] : spec.env()) {
-    if (!IsEnvName(key)) {
-      c.Fail("spec.env." + key, "not a valid environment variable name");
-    }
-    for (const char* reserved : kReservedEnv) {
-      if (key == reserved) c.Fail("spec.env." + key, "set by the worker for each rank; remove it");
-    }
-  }
-  for (const auto& [key, value] : spec.node_selector()) {
-    if (value.empty()) c.Fail("spec.node_selector." + key, "value must not be empty");
   }
 }
 

@@ -339,5 +339,11 @@ TEST(JobKindNameTest, ShortLowerCaseNames) {
   EXPECT_EQ(JobKindName(trainctl::v1::JOB_KIND_PIPELINE), "pipeline");
 }
 
+TEST(ValidateJobSpecTest, StagesOnlyForPipelines) {
+  absl::StatusOr<ValidatedJobSpec> v =
+      ValidateYaml(std::string(kMinimalSpec) + "stages:\n  - {name: a, kind: sft}\n");
+  EXPECT_THAT(ErrorLines(v.status()), ElementsAre("spec.stages: only a pipeline job has stages"));
+}
+
 }  // namespace
 }  // namespace trainctl

@@ -618,12 +618,6 @@ TEST(ValidateJobSpecTest, MaxPixelsBelowMinPixels) {
               ElementsAre("spec.training.max_pixels: must be >= min_pixels (1000), got 999"));
 }
 
-TEST(ValidateJobSpecTest, StagesOnlyForPipelines) {
-  absl::StatusOr<ValidatedJobSpec> v =
-      ValidateYaml(std::string(kMinimalSpec) + "stages:\n  - {name: a, kind: sft}\n");
-  EXPECT_THAT(ErrorLines(v.status()), ElementsAre("spec.stages: only a pipeline job has stages"));
-}
-
 TEST(ValidateJobSpecTest, DeepSpeedPathThatWasNotEmbeddedIsAnError) {
   absl::StatusOr<ValidatedJobSpec> v =
       ValidateYaml(std::string(kMinimalSpec) + "deepspeed: ./ds.json\n");
@@ -632,67 +626,6 @@ TEST(ValidateJobSpecTest, DeepSpeedPathThatWasNotEmbeddedIsAnError) {
               StartsWith("spec.deepspeed_config_json: empty: the DeepSpeed file './ds.json'"));
   EXPECT_THAT(Lines(v.status().message()), SizeIs(1));
 }
-
-// GRPO: each prompt's group of completions must fill whole global batches.
-TEST(ValidateJobSpecTest, GrpoNumGenerationsMustDivideTheGlobalBatch) {
-  const std::string grpo = R"(
-kind: grpo
-model_name_or_path: Qwen/Qwen2-VL-2B-Instruct
-data_path: ./prompts
-output_dir: ./out
-resources: {slots_per_node: 8}
-)";
-  // 8 ranks x 4 per device = 32 completions per step.
-  EXPECT_TRUE(
-      ValidateYaml(grpo + "training: {per_device_train_batch_size: 4, num_generations: 8}").ok());
-  EXPECT_TRUE(
-      ValidateYaml(grpo + "training: {per_device_train_batch_size: 4, num_generations: 32}").ok());
-  absl::StatusOr<ValidatedJobSpec> v =
-      ValidateYaml(grpo + "training: {per_device_train_batch_size: 4, num_generations: 6}");
-  EXPECT_THAT(ErrorLines(v.status()),
-              ElementsAre("spec.training.num_generations: must divide the completions of one step "
-                          "(world 8 x per_device_train_batch_size 4 x gradient_accumulation_steps "
-                          "1 = 32), got 6"));
-  absl::StatusOr<ValidatedJobSpec> one =
-      ValidateYaml(grpo + "training: {per_device_train_batch_size: 4, num_generations: 1}");
-  EXPECT_THAT(ErrorLines(one.status()),
-              ElementsAre("spec.training.num_generations: must be >= 2, got 1"));
-  // Accumulation counts: one step generates for all its micro-batches (TRL's
-  // generation_batch_size = per device x processes x steps_per_generation).
-  EXPECT_TRUE(ValidateYaml(grpo +
-                           "training: {per_device_train_batch_size: 1, "
-                           "gradient_accumulation_steps: 16, num_generations: 16}")
-                  .ok());
-  absl::StatusOr<ValidatedJobSpec> accum =
-      ValidateYaml(grpo +
-                   "training: {per_device_train_batch_size: 1, gradient_accumulation_steps: 2, "
-                   "num_generations: 32}");
-  EXPECT_THAT(ErrorLines(accum.status()),
-              ElementsAre(HasSubstr("spec.training.num_generations: must divide the completions of "
-                                    "one step (world 8 x per_device_train_batch_size 1 x "
-                                    "gradient_accumulation_steps 2 = 16), got 32")));
-  // The rule is GRPO's only.
-  absl::StatusOr<ValidatedJobSpec> sft =
-      ValidateYaml(std::string(kMinimalSpec) + "training: {num_generations: 7}\n");
-  EXPECT_TRUE(sft.ok()) << sft.status();
-}
-
-TEST(ValidateJobSpecTest, MultiNodeWorldCountsEveryNode) {
-  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(R"(
-kind: grpo
-model_name_or_path: m
-data_path: d
-output_dir: o
-resources: {nodes: 2, slots_per_node: 3}
-training: {per_device_train_batch_size: 1, num_generations: 4}
-)");
-  EXPECT_THAT(ErrorLines(v.status()),
-              ElementsAre("spec.training.num_generations: must divide the completions of one step "
-                          "(world 6 x per_device_train_batch_size 1 x gradient_accumulation_steps "
-                          "1 = 6), got 4"));
-}
-
-// --- Pipelines -------------------------------------------------------------------------------
 
 TEST(ValidateJobSpecTest, FieldErrorsComeFirstWithTheChecksOfEveryOtherField) {
   std::vector<std::string> field_errors;

@@ -11,111 +11,12 @@
 #include "worker/trainer/model/autocast_state.h"
 #include "worker/trainer/model/safetensors.h"
 #include "worker/trainer/model/state_dict_adapter.h"
+#include "worker/trainer/zero/internal/engine_unit.h"
 
 namespace trainctl::zero {
 
-using trainctl::v1::TrainingArguments;
-
-EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
-                                const TrainingArguments& t, int64_t hidden_size,
-                                std::vector<std::string>* warnings) {
-  EngineOptions o;
-  o.lr = t.learning_rate();
-  o.beta1 = t.adam_beta1();
-  o.beta2 = t.adam_beta2();
-  o.eps = t.adam_epsilon();
-  o.weight_decay = t.weight_decay();
-  o.gradient_clipping = t.max_grad_norm();
-  o.compute_dtype = t.bf16() ? torch::kBFloat16 : t.fp16() ? torch::kHalf : torch::kFloat32;
-  o.fp16 = t.fp16();
-  if (!ds.has_value()) return o;
-
-  // The HF Trainer's "auto" rules for the sizes that depend on the model.
-  const int64_t h2 = hidden_size * hidden_size;
-  o.stage = ds->stage;
-  o.reduce_bucket_size = ds->reduce_bucket_size.value_or(h2);
-  o.prefetch_bucket_size =
-      ds->stage3_prefetch_bucket_size.value_or(static_cast<int64_t>(0.9 * static_cast<double>(h2)));
-  o.param_persistence_threshold = ds->stage3_param_persistence_threshold.value_or(10 * hidden_size);
-  o.max_live_parameters = ds->stage3_max_live_parameters;
-  o.overlap_comm = ds->overlap_comm;
-  o.offload_optimizer = ds->stage >= 1 && ds->offload_optimizer.device == OffloadDevice::kCpu;
-  o.offload_param = ds->stage == 3 && ds->offload_param.device == OffloadDevice::kCpu;
-  o.pin_memory = (o.offload_optimizer && ds->offload_optimizer.pin_memory) ||
-                 (o.offload_param && ds->offload_param.pin_memory);
-  o.gradient_clipping = ds->gradient_clipping;
-  if (ds->bf16_enabled) {
-    o.compute_dtype = torch::kBFloat16;
-    o.fp16 = false;
-  } else if (ds->fp16.enabled) {
-    o.compute_dtype = torch::kHalf;
-    o.fp16 = true;
-    o.static_loss_scale = ds->fp16.loss_scale;
-    o.initial_scale_power = ds->fp16.initial_scale_power;
-    o.loss_scale_window = ds->fp16.loss_scale_window;
-    o.hysteresis = ds->fp16.hysteresis;
-    o.min_loss_scale = ds->fp16.min_loss_scale;
-  } else {
-    o.compute_dtype = torch::kFloat32;
-    o.fp16 = false;
-  }
-  if (ds->optimizer.has_value()) {
-    o.lr = ds->optimizer->lr;
-    o.beta1 = ds->optimizer->betas[0];
-    o.beta2 = ds->optimizer->betas[1];
-    o.eps = ds->optimizer->eps;
-    o.weight_decay = ds->optimizer->weight_decay;
-    o.adam_w_mode = ds->optimizer->adam_w_mode;
-  }
-  if (warnings != nullptr) {
-    if (!ds->contiguous_gradients) {
-      warnings->push_back(
-          "deepspeed.zero_optimization.contiguous_gradients: false is ignored; each unit's "
-          "gradients always live in one contiguous buffer");
-    }
-    if (ds->scheduler.has_value()) {
-      warnings->push_back(
-          "deepspeed.scheduler: ignored; trainctl's engine takes the learning-rate schedule from "
-          "the job's lr_scheduler_type");
-    }
-  }
-  return o;
-}
-
 // ---------------------------------------------------------------------------------------------
-// Units
-
-struct Engine::Unit {
-  struct Slot {
-    std::string name;
-    torch::Tensor param;  // the model's parameter; its data is bound to a view of `full`
-    std::vector<int64_t> shape;
-    int64_t offset = 0;
-    int64_t numel = 0;
-    bool decay = true;
-  };
-  std::string name;
-  std::vector<Slot> slots;
-  int64_t numel = 0;                                      // F, unpadded
-  int64_t shard = 0;                                      // S: elements per rank (stage 0: F)
-  int64_t begin = 0;                                      // this rank's first element
-  int64_t padded = 0;                                     // S * W (stage 0: F)
-  std::vector<std::pair<int64_t, int64_t>> decay_ranges;  // local [begin, end) in master
-
-  torch::Tensor master;  // fp32 [S] (frozen: compute dtype); stage 3: the autograd leaf
-  size_t optimizer_slice = 0;  // its index in the optimizer
-  torch::Tensor grad32;     // stages 1-2: fp32 [S]
-  torch::Tensor full;       // working weights [padded], compute dtype; undefined when freed
-  torch::Tensor full_grad;  // stages 0-2: [padded]; the parameters' .grad are views of it
-  Handle gather;
-  bool gathering = false;
-  int refs = 0;
-  bool persistent = false;
-  std::vector<Unit*> borrowed;               // stage 3: units whose weights this one reads
-  std::vector<std::string> borrowed_params;  // their parameter names
-
-  int64_t local() const { return std::max<int64_t>(0, std::min(shard, numel - begin)); }
-};
+// Units: internal/engine_unit.h
 
 namespace {
 
@@ -493,16 +394,6 @@ absl::Status Engine::Build(const model::Qwen2VLConfig& config, int64_t seed,
   return absl::OkStatus();
 }
 
-nlohmann::json Engine::Layout() const {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& u : units_) {
-    nlohmann::json params = nlohmann::json::array();
-    for (const Unit::Slot& slot : u->slots) params.push_back({slot.name, slot.shape});
-    out.push_back({{"unit", u->name}, {"numel", u->numel}, {"params", params}});
-  }
-  return out;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Working weights
 
@@ -609,42 +500,6 @@ void Engine::RefreshWorkingWeights() {
     }
   }
   for (Handle& h : pending) h.Wait();
-}
-
-Engine::HeldWeights& Engine::HeldWeights::operator=(HeldWeights&& other) noexcept {
-  if (this != &other) {
-    HeldWeights dropped(std::move(*this));
-    engine_ = std::exchange(other.engine_, nullptr);
-    bytes_ = other.bytes_;
-  }
-  return *this;
-}
-
-Engine::HeldWeights::~HeldWeights() {
-  if (engine_ == nullptr) return;
-  for (auto& u : engine_->units_) engine_->ReleaseOne(*u);
-}
-
-absl::StatusOr<Engine::HeldWeights> Engine::HoldWeights() {
-  HeldWeights held;
-  if (options_.stage < 3) return held;
-  try {
-    // Every gather in flight at once, then bound.
-    for (auto& u : units_) {
-      if (!u->persistent) StartGather(*u);
-    }
-    for (auto& u : units_) {
-      AcquireOne(*u);
-      held.bytes_ += u->padded * static_cast<int64_t>(torch::elementSize(options_.compute_dtype));
-    }
-  } catch (const CollectiveError& e) {
-    return absl::UnavailableError(absl::StrCat("gathering the weights for generation: ", e.what()));
-  } catch (const c10::Error& e) {
-    return absl::ResourceExhaustedError(absl::StrCat("gathering the weights for generation: ",
-                                                     e.what_without_backtrace()));
-  }
-  held.engine_ = this;
-  return held;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -805,97 +660,6 @@ StepResult Engine::StepOrThrow(double lr) {
     }
   }
   return result;
-}
-
-MemoryStats Engine::Memory() const {
-  MemoryStats m;
-  auto bytes = [](const torch::Tensor& t) {
-    return t.defined() ? static_cast<int64_t>(t.numel() * t.element_size()) : int64_t{0};
-  };
-  for (const auto& u : units_) {
-    m.parameters += u->numel;
-    m.master_bytes += bytes(u->master);
-    const bool aliased = u->full.defined() && u->full.is_same(u->master);
-    m.gradient_bytes += bytes(u->full_grad) + bytes(u->grad32);
-    // Stage 3: the fp32 gradient slice exists from the first backward to the step.
-    if (options_.stage == 3 && !frozen_) m.gradient_bytes += u->shard * int64_t{4};
-    if (!aliased) m.working_bytes += bytes(u->full);
-  }
-  if (optimizer_) m.optimizer_bytes = optimizer_->bytes();
-  const int64_t element = torch::elementSize(options_.compute_dtype);
-  m.peak_working_bytes = peak_live_numel_ * element;
-  if (options_.stage == 0 && options_.compute_dtype == torch::kFloat32) m.peak_working_bytes = 0;
-  return m;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Checkpoint state
-
-Engine::ShardState Engine::SaveShards() const {
-  ShardState s;
-  s.ranges = nlohmann::json::object();
-  for (const auto& u : units_) {
-    // Stage 0 keeps the whole on every rank; rank 0 alone saves it.
-    const bool saves = options_.stage >= 1 || rank_ == 0;
-    const int64_t n = saves ? u->local() : 0;
-    s.ranges[u->name] = {u->begin, u->begin + n};
-    if (n == 0) continue;
-    s.tensors.emplace_back(u->name + ".master", u->master.detach().narrow(0, 0, n).cpu());
-    if (!optimizer_) continue;
-    for (const std::string& kind : ShardedAdamW::MomentKinds()) {
-      s.tensors.emplace_back(u->name + "." + kind,
-                             optimizer_->moment(u->optimizer_slice, kind).narrow(0, 0, n).cpu());
-    }
-  }
-  s.engine = {{"adam_step", optimizer_ ? optimizer_->step() : 0},
-              {"loss_scale", loss_scale_},
-              {"good_steps", good_steps_},
-              {"hysteresis_left", hysteresis_left_}};
-  return s;
-}
-
-absl::Status Engine::LoadShards(const RangeReader& read, const nlohmann::json& engine) {
-  torch::NoGradGuard no_grad;
-  for (auto& u : units_) {
-    const int64_t n = u->local();
-    if (n == 0) continue;
-    std::vector<std::string> kinds = {"master"};
-    if (optimizer_) {
-      for (const std::string& kind : ShardedAdamW::MomentKinds()) kinds.push_back(kind);
-    }
-    for (const std::string& kind : kinds) {
-      ASSIGN_OR_RETURN(torch::Tensor values, read(u->name, kind, u->begin, u->begin + n));
-      torch::Tensor& target =
-          kind == "master" ? u->master : optimizer_->moment(u->optimizer_slice, kind);
-      target.detach().narrow(0, 0, n).copy_(values);
-    }
-  }
-  if (optimizer_) optimizer_->set_step(engine.value("adam_step", int64_t{0}));
-  loss_scale_ = engine.value("loss_scale", loss_scale_);
-  good_steps_ = engine.value("good_steps", int64_t{0});
-  hysteresis_left_ = engine.value("hysteresis_left", options_.hysteresis);
-  RefreshWorkingWeights();
-  return absl::OkStatus();
-}
-
-std::vector<std::pair<std::string, torch::Tensor>> Engine::GatherFullWeights(
-    torch::ScalarType dtype, bool keep) {
-  torch::NoGradGuard no_grad;
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (auto& u : units_) {
-    // One unit at a time, converted before it travels: the transient is one unit in `dtype`.
-    torch::Tensor full = u->master.detach().to(torch::kCPU, dtype);
-    if (options_.stage >= 1) {
-      torch::Tensor gathered = torch::empty({u->padded}, full.options());
-      comm_->AllGather(full, gathered, "export of " + u->name).Wait();
-      full = gathered;
-    }
-    if (!keep) continue;
-    for (const Unit::Slot& slot : u->slots) {
-      out.emplace_back(slot.name, full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone());
-    }
-  }
-  return out;
 }
 
 }  // namespace trainctl::zero

@@ -1,0 +1,78 @@
+// The engine's options from a job's DeepSpeed config and training arguments.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/trainer/zero/engine.h"
+
+namespace trainctl::zero {
+
+using trainctl::v1::TrainingArguments;
+
+EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
+                                const TrainingArguments& t, int64_t hidden_size,
+                                std::vector<std::string>* warnings) {
+  EngineOptions o;
+  o.lr = t.learning_rate();
+  o.beta1 = t.adam_beta1();
+  o.beta2 = t.adam_beta2();
+  o.eps = t.adam_epsilon();
+  o.weight_decay = t.weight_decay();
+  o.gradient_clipping = t.max_grad_norm();
+  o.compute_dtype = t.bf16() ? torch::kBFloat16 : t.fp16() ? torch::kHalf : torch::kFloat32;
+  o.fp16 = t.fp16();
+  if (!ds.has_value()) return o;
+
+  // The HF Trainer's "auto" rules for the sizes that depend on the model.
+  const int64_t h2 = hidden_size * hidden_size;
+  o.stage = ds->stage;
+  o.reduce_bucket_size = ds->reduce_bucket_size.value_or(h2);
+  o.prefetch_bucket_size =
+      ds->stage3_prefetch_bucket_size.value_or(static_cast<int64_t>(0.9 * static_cast<double>(h2)));
+  o.param_persistence_threshold = ds->stage3_param_persistence_threshold.value_or(10 * hidden_size);
+  o.max_live_parameters = ds->stage3_max_live_parameters;
+  o.overlap_comm = ds->overlap_comm;
+  o.offload_optimizer = ds->stage >= 1 && ds->offload_optimizer.device == OffloadDevice::kCpu;
+  o.offload_param = ds->stage == 3 && ds->offload_param.device == OffloadDevice::kCpu;
+  o.pin_memory = (o.offload_optimizer && ds->offload_optimizer.pin_memory) ||
+                 (o.offload_param && ds->offload_param.pin_memory);
+  o.gradient_clipping = ds->gradient_clipping;
+  if (ds->bf16_enabled) {
+    o.compute_dtype = torch::kBFloat16;
+    o.fp16 = false;
+  } else if (ds->fp16.enabled) {
+    o.compute_dtype = torch::kHalf;
+    o.fp16 = true;
+    o.static_loss_scale = ds->fp16.loss_scale;
+    o.initial_scale_power = ds->fp16.initial_scale_power;
+    o.loss_scale_window = ds->fp16.loss_scale_window;
+    o.hysteresis = ds->fp16.hysteresis;
+    o.min_loss_scale = ds->fp16.min_loss_scale;
+  } else {
+    o.compute_dtype = torch::kFloat32;
+    o.fp16 = false;
+  }
+  if (ds->optimizer.has_value()) {
+    o.lr = ds->optimizer->lr;
+    o.beta1 = ds->optimizer->betas[0];
+    o.beta2 = ds->optimizer->betas[1];
+    o.eps = ds->optimizer->eps;
+    o.weight_decay = ds->optimizer->weight_decay;
+    o.adam_w_mode = ds->optimizer->adam_w_mode;
+  }
+  if (warnings != nullptr) {
+    if (!ds->contiguous_gradients) {
+      warnings->push_back(
+          "deepspeed.zero_optimization.contiguous_gradients: false is ignored; each unit's "
+          "gradients always live in one contiguous buffer");
+    }
+    if (ds->scheduler.has_value()) {
+      warnings->push_back(
+          "deepspeed.scheduler: ignored; trainctl's engine takes the learning-rate schedule from "
+          "the job's lr_scheduler_type");
+    }
+  }
+  return o;
+}
+
+}  // namespace trainctl::zero
