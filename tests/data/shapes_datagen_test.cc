@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/temp_dir.h"
@@ -112,6 +113,30 @@ TEST(ShapesDatagenTest, AnswersFollowFromTheSceneAndThePicture) {
     EXPECT_EQ(parsed->format, RecordFormat::kOpenR1);
   }
   EXPECT_EQ(kinds_of_question.size(), 4u) << "each kind of question is asked";
+}
+
+// shapes_reasoning.jsonl: the same records, each solution a trace whose <think> names every shape
+// of the scene and whose <answer> is the plain set's answer.
+TEST(ShapesDatagenTest, ReasoningTracesNameTheShapesAndEndInTheAnswer) {
+  trainctl::testing::TempDir dir;
+  ASSERT_TRUE(GenerateShapes(dir.path(), 30, 4).ok());
+  const std::vector<nlohmann::json> plain = Records(dir.path());
+  std::vector<nlohmann::json> traced;
+  std::ifstream in(dir.path() + "/" + kShapesReasoningJsonl);
+  for (std::string line; std::getline(in, line);) traced.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(traced.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const std::string solution = traced[i]["solution"];
+    const std::string answer = Recount(plain[i]["problem"], plain[i]["shapes"]);
+    EXPECT_EQ(traced[i]["problem"], plain[i]["problem"]);
+    EXPECT_EQ(traced[i]["image"], plain[i]["image"]);
+    ASSERT_EQ(solution.rfind("<think>I see ", 0), 0u) << solution;
+    EXPECT_TRUE(absl::EndsWith(solution, "</think>\n<answer>" + answer + "</answer>")) << solution;
+    for (const auto& s : plain[i]["shapes"]) {
+      const std::string named = s["color"].get<std::string>() + " " + s["shape"].get<std::string>();
+      EXPECT_NE(solution.find(named), std::string::npos) << named << " in " << solution;
+    }
+  }
 }
 
 TEST(ShapesDatagenTest, RefusesAnEmptySet) {

@@ -92,5 +92,35 @@ TEST(FlattenEvalMetricsTest, NamesOverallDatasetsAndBaseline) {
                           {"baseline/math/accuracy", 0.2}}));
 }
 
+TEST(FormatEvalTableTest, PutsTheBaselineBesideTheModelRowByRow) {
+  const json doc = {
+      {"model", "/out/grpo"},
+      {"overall",
+       {{"prompts", 3}, {"completions", 12}, {"accuracy", 0.5}, {"format_rate", 1.0}}},
+      {"by_dataset", {{"math", {{"accuracy", 0.25}}}, {"charts", {{"accuracy", 0.75}}}}},
+      {"baseline",
+       {{"model", "tiny"},
+        {"overall", {{"accuracy", 0.0}, {"format_rate", 0.125}}},
+        {"by_dataset", {{"math", {{"accuracy", 0.0}}}}}}}};
+  EXPECT_EQ(FormatEvalTable(doc),
+            "eval: 3 prompts, 12 completions\n"
+            "  baseline: tiny\n"
+            "  model: /out/grpo\n"
+            "                                baseline         model\n"
+            "  accuracy                         0.000         0.500\n"
+            "  format_rate                      0.125         1.000\n"
+            "dataset charts\n"
+            "  accuracy                             -         0.750\n"
+            "dataset math\n"
+            "  accuracy                         0.000         0.250\n");
+  // Without a baseline: one column.
+  const json alone = {{"model", "m"}, {"overall", {{"prompts", 1}, {"accuracy", 1.0}}}};
+  EXPECT_EQ(FormatEvalTable(alone),
+            "eval: 1 prompts, 0 completions\n"
+            "  model: m\n"
+            "                                   model\n"
+            "  accuracy                         1.000\n");
+}
+
 }  // namespace
 }  // namespace trainctl::trainer

@@ -209,7 +209,8 @@ int RunDatagenVerb(const std::vector<std::string>& args, std::ostream& out, std:
     err << "trainctl datagen: " << s.message() << "\n";
     return 1;
   }
-  out << "wrote " << n << " shapes items to " << *dir << "/" << kShapesJsonl << "\n";
+  out << "wrote " << n << " shapes items to " << *dir << "/" << kShapesJsonl
+      << " (reasoning traces of the same items: " << kShapesReasoningJsonl << ")\n";
   return 0;
 }
 

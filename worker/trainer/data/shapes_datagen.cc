@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -77,6 +78,30 @@ int Count(const ShapesScene& scene, Pred pred) {
 
 std::string Plural(ShapeKind kind) { return absl::StrCat(ShapeKindName(kind), "s"); }
 
+// "a red circle, a blue square and a green triangle".
+std::string Describe(const ShapesScene& scene) {
+  std::string out;
+  for (size_t i = 0; i < scene.shapes.size(); ++i) {
+    const Shape& s = scene.shapes[i];
+    if (i > 0) out += i + 1 == scene.shapes.size() ? " and " : ", ";
+    absl::StrAppend(&out, "a ", ShapeColors()[s.color].name, " ", ShapeKindName(s.kind));
+  }
+  return out;
+}
+
+// The reasoning from the picture to item->answer, once the question is chosen.
+std::string Reason(const ShapesScene& scene, const std::string& question, const std::string& answer,
+                   const std::string& what) {
+  const std::string seen = absl::StrCat("I see ", Describe(scene), ".");
+  if (absl::StartsWith(question, "What colour")) {
+    return absl::StrCat(seen, " The only ", what, " is ", answer, ".");
+  }
+  if (absl::StartsWith(question, "How many shapes")) {
+    return absl::StrCat(seen, " That is ", answer, " in all.");
+  }
+  return absl::StrCat(seen, " ", answer, " of them ", answer == "1" ? "is " : "are ", what, ".");
+}
+
 // Picks a question about `scene` and answers it from the scene.
 void Ask(const ShapesScene& scene, Rng* rng, ShapesItem* item) {
   while (true) {
@@ -85,12 +110,15 @@ void Ask(const ShapesScene& scene, Rng* rng, ShapesItem* item) {
         const int color = rng->Between(0, static_cast<int32_t>(ShapeColors().size()) - 1);
         item->question = absl::StrCat("How many ", ShapeColors()[color].name, " shapes are there?");
         item->answer = absl::StrCat(Count(scene, [&](const Shape& s) { return s.color == color; }));
+        item->reasoning = Reason(scene, item->question, item->answer, ShapeColors()[color].name);
         return;
       }
       case 1: {
         const auto kind = static_cast<ShapeKind>(rng->Between(0, kKinds - 1));
         item->question = absl::StrCat("How many ", Plural(kind), " are there?");
         item->answer = absl::StrCat(Count(scene, [&](const Shape& s) { return s.kind == kind; }));
+        item->reasoning = Reason(scene, item->question, item->answer,
+                                 item->answer == "1" ? ShapeKindName(kind) : Plural(kind));
         return;
       }
       case 2: {
@@ -100,11 +128,13 @@ void Ask(const ShapesScene& scene, Rng* rng, ShapesItem* item) {
         for (const Shape& s : scene.shapes) {
           if (s.kind == kind) item->answer = ShapeColors()[s.color].name;
         }
+        item->reasoning = Reason(scene, item->question, item->answer, ShapeKindName(kind));
         return;
       }
       default:
         item->question = "How many shapes are there?";
         item->answer = absl::StrCat(scene.shapes.size());
+        item->reasoning = Reason(scene, item->question, item->answer, "");
         return;
     }
   }
@@ -190,7 +220,7 @@ absl::Status GenerateShapes(const std::string& out_dir, int64_t n, uint64_t seed
   if (ec) {
     return absl::InternalError(absl::StrCat("cannot create ", out_dir, "/images: ", ec.message()));
   }
-  std::string jsonl;
+  std::string jsonl, reasoning_jsonl;
   for (int64_t i = 0; i < n; ++i) {
     const ShapesItem item = MakeShapesItem(seed, i);
     const RgbImage image = RenderScene(item.scene);
@@ -213,6 +243,14 @@ absl::Status GenerateShapes(const std::string& out_dir, int64_t n, uint64_t seed
         {"solution", absl::StrCat("<answer>", item.answer, "</answer>")},
         {"shapes", shapes}};
     jsonl += record.dump() + "\n";
+    nlohmann::ordered_json traced = record;
+    traced["solution"] =
+        absl::StrCat("<think>", item.reasoning, "</think>\n<answer>", item.answer, "</answer>");
+    reasoning_jsonl += traced.dump() + "\n";
+  }
+  if (absl::Status s = WriteFile(absl::StrCat(out_dir, "/", kShapesReasoningJsonl), reasoning_jsonl);
+      !s.ok()) {
+    return s;
   }
   return WriteFile(absl::StrCat(out_dir, "/", kShapesJsonl), jsonl);
 }

@@ -46,6 +46,9 @@ struct ShapesItem {
   std::string question;
   std::string
       answer;  // the bare answer; the record's solution is "<answer>" + answer + "</answer>"
+  // How the answer follows from the picture, in words ("I see a red circle and a blue square.
+  // 1 of them is red."): the <think> part of a reasoning trace for the same question.
+  std::string reasoning;
 };
 
 // Item `index` of the set for `seed`.
@@ -57,11 +60,15 @@ RgbImage RenderScene(const ShapesScene& scene);
 
 // Writes `n` items to `out_dir` (created if needed): images/shape-NNNNNN.png and shapes.jsonl,
 // one record per line: {"id", "image" (relative to the JSONL), "problem", "solution", "shapes"
-// (the scene: [{"shape", "color", "x", "y", "radius"}], so answers can be re-derived)}.
+// (the scene: [{"shape", "color", "x", "y", "radius"}], so answers can be re-derived)}; and
+// shapes_reasoning.jsonl, the same records whose solution is a whole reasoning trace,
+// "<think>reasoning</think>\n<answer>answer</answer>": SFT data for a teacher that answers in the
+// format trace distillation and GRPO's format reward ask for.
 // INVALID_ARGUMENT when n < 1; INTERNAL naming the file when writing fails.
 absl::Status GenerateShapes(const std::string& out_dir, int64_t n, uint64_t seed);
 
 inline constexpr char kShapesJsonl[] = "shapes.jsonl";
+inline constexpr char kShapesReasoningJsonl[] = "shapes_reasoning.jsonl";
 
 }  // namespace trainctl::data
 

@@ -1,6 +1,9 @@
 #include "worker/trainer/stages/eval_metrics.h"
 
+#include <functional>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace trainctl::trainer {
 
@@ -47,6 +50,70 @@ nlohmann::json EvalTable::ToJson(int64_t k, bool with_reward_model) const {
       {"pass@1", pass_at(1)},   {"mean_completion_length", mean_completion_length()}};
   if (k > 1) out[absl::StrCat("pass@", k)] = pass_at(k);
   if (with_reward_model) out["reward_model_score"] = reward_model_mean();
+  return out;
+}
+
+namespace {
+
+// One row per figure of `table` (the overall table or a dataset's) of the last column (the model),
+// across `columns`; "-" where a column has no such figure.
+void AddRows(const std::vector<const nlohmann::json*>& columns, const std::string& title,
+             const std::function<const nlohmann::json*(const nlohmann::json&)>& table,
+             std::string* out) {
+  const nlohmann::json* rows = table(*columns.back());
+  if (rows == nullptr) return;
+  if (!title.empty()) absl::StrAppend(out, title, "\n");
+  for (const auto& [name, unused] : rows->items()) {
+    if (name == "prompts" || name == "completions") continue;
+    absl::StrAppend(out, absl::StrFormat("  %-24s", name));
+    for (const nlohmann::json* column : columns) {
+      const nlohmann::json* t = table(*column);
+      if (t != nullptr && t->contains(name) && (*t)[name].is_number()) {
+        absl::StrAppend(out, absl::StrFormat("  %12.3f", (*t)[name].get<double>()));
+      } else {
+        absl::StrAppend(out, absl::StrFormat("  %12s", "-"));
+      }
+    }
+    absl::StrAppend(out, "\n");
+  }
+}
+
+}  // namespace
+
+std::string FormatEvalTable(const nlohmann::json& doc) {
+  std::vector<const nlohmann::json*> columns;
+  std::string header = absl::StrFormat("  %-24s", "");
+  if (doc.contains("baseline")) columns.push_back(&doc["baseline"]);
+  columns.push_back(&doc);
+  for (size_t i = 0; i < columns.size(); ++i) {
+    absl::StrAppend(&header, absl::StrFormat("  %12s", i + 1 < columns.size() ? "baseline" : "model"));
+  }
+  std::string out;
+  const nlohmann::json overall = doc.value("overall", nlohmann::json::object());
+  absl::StrAppend(&out, "eval: ", overall.value("prompts", int64_t{0}), " prompts, ",
+                  overall.value("completions", int64_t{0}), " completions\n");
+  for (size_t i = 0; i < columns.size(); ++i) {
+    absl::StrAppend(&out, "  ", i + 1 < columns.size() ? "baseline" : "model", ": ",
+                    columns[i]->value("model", std::string("?")), "\n");
+  }
+  absl::StrAppend(&out, header, "\n");
+  auto overall_of = [](const nlohmann::json& d) -> const nlohmann::json* {
+    return d.contains("overall") ? &d["overall"] : nullptr;
+  };
+  AddRows(columns, "", overall_of, &out);
+  const nlohmann::json by = doc.value("by_dataset", nlohmann::json::object());
+  if (by.size() > 1) {
+    for (const auto& [dataset, unused] : by.items()) {
+      const std::string name = dataset;
+      AddRows(
+          columns, "dataset " + name,
+          [&](const nlohmann::json& d) -> const nlohmann::json* {
+            if (!d.contains("by_dataset") || !d["by_dataset"].contains(name)) return nullptr;
+            return &d["by_dataset"][name];
+          },
+          &out);
+    }
+  }
   return out;
 }
 

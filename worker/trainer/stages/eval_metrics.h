@@ -54,6 +54,15 @@ class EvalTable {
   std::vector<int64_t> n_, c_;  // per prompt, for pass@k of any k
 };
 
+// eval.json (`doc`: "model", "overall", "by_dataset", maybe "baseline") as a text table for the
+// log, one column per model (the baseline's first, when there is one), one row per figure; the
+// per-dataset rows follow when there is more than one dataset:
+//
+//   eval: 24 prompts x 4 completions   baseline: tiny   model: /out/grpo
+//   accuracy                          0.000           0.292
+//   ...
+std::string FormatEvalTable(const nlohmann::json& doc);
+
 }  // namespace trainctl::trainer
 
 #endif  // TRAINCTL_WORKER_TRAINER_STAGES_EVAL_METRICS_H_
