@@ -115,9 +115,9 @@ TEST(ShapesDatagenTest, AnswersFollowFromTheSceneAndThePicture) {
   EXPECT_EQ(kinds_of_question.size(), 4u) << "each kind of question is asked";
 }
 
-// shapes_reasoning.jsonl: the same records, each solution a trace whose <think> names every shape
-// of the scene and whose <answer> is the plain set's answer.
-TEST(ShapesDatagenTest, ReasoningTracesNameTheShapesAndEndInTheAnswer) {
+// shapes_reasoning.jsonl: the same records, each solution a trace whose <think> restates the
+// answer with what was asked about, and whose <answer> is the plain set's answer.
+TEST(ShapesDatagenTest, ReasoningTracesRestateTheAnswerThenGiveIt) {
   trainctl::testing::TempDir dir;
   ASSERT_TRUE(GenerateShapes(dir.path(), 30, 4).ok());
   const std::vector<nlohmann::json> plain = Records(dir.path());
@@ -126,16 +126,25 @@ TEST(ShapesDatagenTest, ReasoningTracesNameTheShapesAndEndInTheAnswer) {
   for (std::string line; std::getline(in, line);) traced.push_back(nlohmann::json::parse(line));
   ASSERT_EQ(traced.size(), plain.size());
   for (size_t i = 0; i < plain.size(); ++i) {
-    const std::string solution = traced[i]["solution"];
-    const std::string answer = Recount(plain[i]["problem"], plain[i]["shapes"]);
+    const std::string question = plain[i]["problem"];
+    const std::string answer = Recount(question, plain[i]["shapes"]);
     EXPECT_EQ(traced[i]["problem"], plain[i]["problem"]);
     EXPECT_EQ(traced[i]["image"], plain[i]["image"]);
-    ASSERT_EQ(solution.rfind("<think>I see ", 0), 0u) << solution;
-    EXPECT_TRUE(absl::EndsWith(solution, "</think>\n<answer>" + answer + "</answer>")) << solution;
-    for (const auto& s : plain[i]["shapes"]) {
-      const std::string named = s["color"].get<std::string>() + " " + s["shape"].get<std::string>();
-      EXPECT_NE(solution.find(named), std::string::npos) << named << " in " << solution;
+    std::string think;
+    if (question.rfind("What colour is the ", 0) == 0) {
+      const std::string kind = question.substr(19, question.size() - 20);
+      think = "The " + kind + " is " + answer + ".";
+    } else if (question == "How many shapes are there?") {
+      think = answer + (answer == "1" ? " shape." : " shapes.");
+    } else {
+      // "How many red shapes are there?" -> "red"; "How many circles are there?" -> "circles".
+      std::string what = question.substr(9, question.find(" are there?") - 9);
+      if (absl::EndsWith(what, " shapes")) what = what.substr(0, what.size() - 7);
+      if (answer == "1" && absl::EndsWith(what, "s")) what.pop_back();
+      think = answer + " " + what + ".";
     }
+    EXPECT_EQ(traced[i]["solution"], "<think>" + think + "</think>\n<answer>" + answer + "</answer>")
+        << question;
   }
 }
 

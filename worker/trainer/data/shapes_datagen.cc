@@ -78,28 +78,14 @@ int Count(const ShapesScene& scene, Pred pred) {
 
 std::string Plural(ShapeKind kind) { return absl::StrCat(ShapeKindName(kind), "s"); }
 
-// "a red circle, a blue square and a green triangle".
-std::string Describe(const ShapesScene& scene) {
-  std::string out;
-  for (size_t i = 0; i < scene.shapes.size(); ++i) {
-    const Shape& s = scene.shapes[i];
-    if (i > 0) out += i + 1 == scene.shapes.size() ? " and " : ", ";
-    absl::StrAppend(&out, "a ", ShapeColors()[s.color].name, " ", ShapeKindName(s.kind));
-  }
-  return out;
-}
-
-// The reasoning from the picture to item->answer, once the question is chosen.
-std::string Reason(const ShapesScene& scene, const std::string& question, const std::string& answer,
+// The reasoning from the picture to the answer of `question`, short enough for the tiny model to
+// learn in a demo's few steps: "2 red.", "1 circle.", "3 shapes.", "The square is blue."
+std::string Reason(const std::string& question, const std::string& answer,
                    const std::string& what) {
-  const std::string seen = absl::StrCat("I see ", Describe(scene), ".");
   if (absl::StartsWith(question, "What colour")) {
-    return absl::StrCat(seen, " The only ", what, " is ", answer, ".");
+    return absl::StrCat("The ", what, " is ", answer, ".");
   }
-  if (absl::StartsWith(question, "How many shapes")) {
-    return absl::StrCat(seen, " That is ", answer, " in all.");
-  }
-  return absl::StrCat(seen, " ", answer, " of them ", answer == "1" ? "is " : "are ", what, ".");
+  return absl::StrCat(answer, " ", what, ".");
 }
 
 // Picks a question about `scene` and answers it from the scene.
@@ -110,14 +96,14 @@ void Ask(const ShapesScene& scene, Rng* rng, ShapesItem* item) {
         const int color = rng->Between(0, static_cast<int32_t>(ShapeColors().size()) - 1);
         item->question = absl::StrCat("How many ", ShapeColors()[color].name, " shapes are there?");
         item->answer = absl::StrCat(Count(scene, [&](const Shape& s) { return s.color == color; }));
-        item->reasoning = Reason(scene, item->question, item->answer, ShapeColors()[color].name);
+        item->reasoning = Reason(item->question, item->answer, ShapeColors()[color].name);
         return;
       }
       case 1: {
         const auto kind = static_cast<ShapeKind>(rng->Between(0, kKinds - 1));
         item->question = absl::StrCat("How many ", Plural(kind), " are there?");
         item->answer = absl::StrCat(Count(scene, [&](const Shape& s) { return s.kind == kind; }));
-        item->reasoning = Reason(scene, item->question, item->answer,
+        item->reasoning = Reason(item->question, item->answer,
                                  item->answer == "1" ? ShapeKindName(kind) : Plural(kind));
         return;
       }
@@ -128,13 +114,14 @@ void Ask(const ShapesScene& scene, Rng* rng, ShapesItem* item) {
         for (const Shape& s : scene.shapes) {
           if (s.kind == kind) item->answer = ShapeColors()[s.color].name;
         }
-        item->reasoning = Reason(scene, item->question, item->answer, ShapeKindName(kind));
+        item->reasoning = Reason(item->question, item->answer, ShapeKindName(kind));
         return;
       }
       default:
         item->question = "How many shapes are there?";
         item->answer = absl::StrCat(scene.shapes.size());
-        item->reasoning = Reason(scene, item->question, item->answer, "");
+        item->reasoning = Reason(item->question, item->answer,
+                                 item->answer == "1" ? "shape" : "shapes");
         return;
     }
   }

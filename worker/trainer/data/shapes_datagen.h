@@ -46,8 +46,8 @@ struct ShapesItem {
   std::string question;
   std::string
       answer;  // the bare answer; the record's solution is "<answer>" + answer + "</answer>"
-  // How the answer follows from the picture, in words ("I see a red circle and a blue square.
-  // 1 of them is red."): the <think> part of a reasoning trace for the same question.
+  // The <think> part of a reasoning trace for the same question, kept short for tiny models:
+  // "2 red.", "1 circle.", "3 shapes.", "The square is blue."
   std::string reasoning;
 };
 
