@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "cli/cli_args.h"
 #include "cli/job_client.h"
+#include "cli/pipeline_view.h"
 #include "cli/table.h"
 #include "common/job_spec.h"
 #include "common/json_proto.h"
@@ -243,9 +244,9 @@ int List(Context& c) {
         job.progress().total_steps() > 0
             ? absl::StrCat(job.progress().step(), "/", job.progress().total_steps())
             : absl::StrCat(job.progress().step());
-    table.AddRow({job.id(), job.spec().name(), JobKindName(job.spec().kind()),
-                  StateName(job.state()), absl::StrCat(job.attempt()),
-                  absl::StrCat(r.nodes(), "x", r.slots_per_node()), step, Age(job.create_time())});
+    table.AddRow({job.id(), job.spec().name(), KindColumn(job), StateName(job.state()),
+                  absl::StrCat(job.attempt()), absl::StrCat(r.nodes(), "x", r.slots_per_node()),
+                  step, Age(job.create_time())});
   }
   table.Print(c.out);
   return kExitOk;
@@ -290,12 +291,16 @@ std::string DescribeEvent(const JobEvent& e) {
       std::map<std::string, double> sorted(e.metric().values().begin(), e.metric().values().end());
       std::vector<std::string> parts;
       for (const auto& [k, v] : sorted) parts.push_back(absl::StrCat(k, "=", v));
-      return absl::StrCat("metric     step ", e.metric().step(), "  ", absl::StrJoin(parts, " "));
+      // A pipeline's metrics name their stage.
+      return absl::StrCat("metric     ", e.stage().empty() ? "" : e.stage() + " ", "step ",
+                          e.metric().step(), "  ", absl::StrJoin(parts, " "));
     }
     case JobEvent::kCheckpoint:
       return absl::StrCat("checkpoint step ", e.checkpoint().step(), "  ", e.checkpoint().path());
     case JobEvent::kWarning:
       return absl::StrCat("warning    ", e.warning().source(), ": ", e.warning().message());
+    case JobEvent::kStageChange:
+      return DescribeStageChange(e.stage_change());
     default:
       return "event";
   }
@@ -330,14 +335,14 @@ int Describe(Context& c) {
   const auto& r = spec.resources();
   Table fields({"ID:", job->id()});
   fields.AddRow({"Name:", spec.name()});
-  fields.AddRow({"Kind:", JobKindName(spec.kind())});
+  fields.AddRow({"Kind:", KindColumn(*job)});
   fields.AddRow({"State:", StateName(job->state()) +
                                (job->message().empty() ? "" : "  (" + job->message() + ")")});
   if (job->cancel_requested() && job->state() != trainctl::v1::JOB_STATE_CANCELLED) {
     fields.AddRow({"Cancel:", "requested"});
   }
-  fields.AddRow(
-      {"Attempt:", absl::StrCat(job->attempt(), " (max restarts ", spec.max_restarts(), ")")});
+  fields.AddRow({"Attempt:", absl::StrCat(job->attempt(), " (max restarts ", spec.max_restarts(),
+                                          job->stages_size() > 0 ? " per stage)" : ")")});
   fields.AddRow({"Model:", spec.model_name_or_path()});
   fields.AddRow({"Data:", spec.data_path()});
   fields.AddRow({"Output dir:", spec.output_dir()});
@@ -369,6 +374,10 @@ int Describe(Context& c) {
                                     : absl::StrCat(job->last_checkpoint().path(), " (step ",
                                                    job->last_checkpoint().step(), ")")});
   fields.Print(c.out);
+  if (job->stages_size() > 0) {
+    c.out << "\nStages:\n";
+    PrintStages(*job, absl::Now(), c.out);
+  }
   c.out << "\nEvents:\n";
   Table table({"  SEQ", "TIME", "EVENT"});
   for (const JobEvent& e : events) {

@@ -17,6 +17,7 @@
 #include "common/internal/spec_checker.h"
 #include "common/json_proto.h"
 #include "common/model_catalog.h"
+#include "common/pipeline_spec.h"
 #include "common/status_macros.h"
 
 namespace trainctl {
@@ -48,6 +49,14 @@ constexpr const char* kScaleRewards[] = {"group", "batch", "none"};
 constexpr const char* kImportanceSamplingLevels[] = {"token", "sequence"};
 // Logit distillation's divergences (worker/trainer/stages/distill_loss.h).
 constexpr const char* kDistillLosses[] = {"forward_kl", "reverse_kl", "jsd"};
+// Trace distillation's default system prompt: open-r1(-multimodal)'s SYSTEM_PROMPT, the format the
+// format reward checks.
+constexpr char kReasoningSystemPrompt[] =
+    "A conversation between User and Assistant. The user asks a question, and the Assistant "
+    "solves it. The assistant first thinks about the reasoning process in the mind and then "
+    "provides the user with the answer. The reasoning process and answer are enclosed within "
+    "<think> </think> and <answer> </answer> tags, respectively, i.e., <think> reasoning process "
+    "here </think><answer> answer here </answer>";
 
 // The file's bytes; INVALID_ARGUMENT naming the limit when it holds more than `max_bytes` (checked
 // before reading, so a huge file costs nothing).
@@ -122,6 +131,12 @@ void ApplyTrainingDefaults(TrainingArguments* t) {
   if (!t->has_jsd_beta()) t->set_jsd_beta(0.5);
   if (!t->has_kd_temperature()) t->set_kd_temperature(1.0);
   if (!t->has_kd_alpha()) t->set_kd_alpha(1.0);
+  // Trace distillation.
+  if (!t->has_keep_per_prompt()) t->set_keep_per_prompt(1);
+  if (!t->has_teacher_concurrency()) t->set_teacher_concurrency(8);
+  if (!t->has_teacher_timeout()) t->set_teacher_timeout(600);
+  if (!t->has_teacher_max_retries()) t->set_teacher_max_retries(5);
+  if (!t->has_distill_system_prompt()) t->set_distill_system_prompt(kReasoningSystemPrompt);
 }
 
 bool UsesRewards(const JobSpec& spec) {
@@ -246,6 +261,18 @@ void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind 
     c.InRange(path + ".kd_alpha", t.kd_alpha(), 0, 1, /*hi_open=*/false);
   }
   if (kind == trainctl::v1::JOB_KIND_EVAL) CheckEvalTraining(path, t, c);
+  if (kind == trainctl::v1::JOB_KIND_DISTILL && !t.has_distill_loss()) {
+    CheckEvalTraining(path, t, c);  // the teacher samples as eval does
+    c.AtLeast(path + ".keep_per_prompt", t.keep_per_prompt(), 1);
+    if (t.keep_per_prompt() > t.num_generations()) {
+      c.Fail(path + ".keep_per_prompt",
+             absl::StrCat("must be at most num_generations (", t.num_generations(), "), got ",
+                          t.keep_per_prompt()));
+    }
+    c.AtLeast(path + ".teacher_concurrency", t.teacher_concurrency(), 1);
+    c.Positive(path + ".teacher_timeout", t.teacher_timeout());
+    c.AtLeast(path + ".teacher_max_retries", t.teacher_max_retries(), 0);
+  }
   if (kind == trainctl::v1::JOB_KIND_GRPO) {
     c.AtLeast(path + ".num_generations", t.num_generations(), 2);
     c.AtLeast(path + ".max_prompt_length", t.max_prompt_length(), 1);
@@ -313,36 +340,37 @@ std::optional<nlohmann::json> ResolveFor(const nlohmann::json& doc, const JobSpe
   return resolved->json;
 }
 
-// Logit distillation (distill_loss set) needs the teacher whose logits the student learns.
+// Logit distillation (distill_loss set) needs the teacher whose logits the student learns, in
+// process; trace distillation exactly one teacher, a checkpoint or an endpoint.
 void CheckTeacher(const JobSpec& spec, JobKind kind, const TrainingArguments& t, Checker& c) {
-  if (kind == trainctl::v1::JOB_KIND_DISTILL && t.has_distill_loss() &&
-      spec.teacher_model_name_or_path().empty()) {
-    c.Fail("spec.teacher_model_name_or_path",
-           absl::StrCat("required for logit distillation (distill_loss '", t.distill_loss(), "')"));
+  if (kind != trainctl::v1::JOB_KIND_DISTILL) return;
+  const std::string& endpoint = spec.teacher_endpoint();
+  const bool has_model = !spec.teacher_model_name_or_path().empty();
+  if (t.has_distill_loss()) {
+    if (!has_model) {
+      c.Fail(
+          "spec.teacher_model_name_or_path",
+          absl::StrCat("required for logit distillation (distill_loss '", t.distill_loss(), "')"));
+    }
+    if (!endpoint.empty()) {
+      c.Fail("spec.teacher_endpoint",
+             absl::StrCat("logit distillation (distill_loss '", t.distill_loss(),
+                          "') needs the teacher's logits in process; an endpoint serves only "
+                          "trace distillation (no distill_loss)"));
+    }
+    return;
   }
-}
-
-void CheckStages(JobSpec& spec, int world, Checker& c) {
-  std::set<std::string> names;
-  for (int i = 0; i < spec.stages_size(); ++i) {
-    const PipelineStage& stage = spec.stages(i);
-    const std::string path = absl::StrCat("spec.stages[", i, "]");
-    if (!names.insert(stage.name()).second) {
-      c.Fail(path + ".name", absl::StrCat("duplicate stage name '", stage.name(), "'"));
-    }
-    if (stage.kind() == trainctl::v1::JOB_KIND_UNSPECIFIED ||
-        stage.kind() == trainctl::v1::JOB_KIND_PIPELINE) {
-      c.Fail(path + ".kind", "required, one of distill|sft|grpo|eval");
-    }
-    if (i == 0 && stage.model_name_or_path().empty()) {
-      c.Fail(path + ".model_name_or_path",
-             "required for the first stage (and spec.model_name_or_path is empty)");
-    }
-    if (i == 0 && stage.data_path().empty()) {
-      c.Fail(path + ".data_path", "required for the first stage (and spec.data_path is empty)");
-    }
-    CheckTraining(path + ".training", stage.training(), stage.kind(), world, NumRewards(spec), c);
-    CheckTeacher(spec, stage.kind(), stage.training(), c);
+  if (has_model == !endpoint.empty()) {
+    c.Fail("spec.teacher_model_name_or_path",
+           absl::StrCat("trace distillation (no distill_loss) needs exactly one teacher: "
+                        "teacher_model_name_or_path (a checkpoint generating in process) or "
+                        "teacher_endpoint (an OpenAI-compatible server); ",
+                        has_model ? "both are set" : "neither is set"));
+  }
+  if (!endpoint.empty() && !absl::StartsWith(endpoint, "http://") &&
+      !absl::StartsWith(endpoint, "https://")) {
+    c.Fail("spec.teacher_endpoint",
+           absl::StrCat("must be an http:// or https:// URL, got '", endpoint, "'"));
   }
 }
 
@@ -534,9 +562,10 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
     CheckTraining("spec.training", spec.training(), spec.kind(), world, NumRewards(spec), c);
     CheckTeacher(spec, spec.kind(), spec.training(), c);
   }
-  CheckStages(spec, world, c);
   if (UsesRewards(spec)) CheckRewardFuncs(spec, c);
-  if (!spec.baseline_model_name_or_path().empty() && spec.kind() != trainctl::v1::JOB_KIND_EVAL) {
+  // A pipeline's baseline goes to its eval stages (CheckPipelineStages).
+  if (!spec.baseline_model_name_or_path().empty() && spec.kind() != trainctl::v1::JOB_KIND_EVAL &&
+      !pipeline) {
     c.Fail("spec.baseline_model_name_or_path",
            absl::StrCat("only an eval job measures a baseline; this job is ",
                         JobKindName(spec.kind())));
@@ -550,6 +579,8 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
             "empty: the DeepSpeed file '", spec.deepspeed(),
             "' was not embedded (trainctl submit embeds it; API clients must send the document)"));
   }
+  // Every stage as the standalone job it runs as (common/pipeline_spec.h).
+  if (pipeline) CheckPipelineStages(spec, &errors);
   if (!errors.empty() || !decode_errors.empty()) return SpecErrors(decode_errors, errors);
 
   if (!spec.deepspeed_config_json().empty()) {
@@ -564,9 +595,11 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
       if (resolved) out.resolved_deepspeed_config_json = resolved->dump(2);
     } else {
       nlohmann::json per_stage = nlohmann::json::object();
-      for (const PipelineStage& stage : spec.stages()) {
-        const std::string model = stage.model_name_or_path().empty() ? spec.model_name_or_path()
-                                                                     : stage.model_name_or_path();
+      for (int i = 0; i < spec.stages_size(); ++i) {
+        const PipelineStage& stage = spec.stages(i);
+        // A stage training an earlier stage's output has the architecture of the chain's start.
+        auto inputs = ResolvePipelineStageInputs(spec, i);
+        const std::string model = inputs.ok() ? inputs->base_model : spec.model_name_or_path();
         auto resolved = ResolveFor(*doc, spec, model, stage.training(), "stage " + stage.name(),
                                    &errors, &out.warnings);
         if (resolved) per_stage[stage.name()] = *resolved;

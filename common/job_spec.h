@@ -72,7 +72,8 @@ struct ValidatedJobSpec {
 // unknown).
 DeepSpeedInputs DeepSpeedInputsFor(const JobSpec& spec, const trainctl::v1::TrainingArguments& t);
 
-// Applies defaults and checks the whole spec. INVALID_ARGUMENT lists every error, one per line:
+// Applies defaults and checks the whole spec, a pipeline's stages each as the job it runs as
+// (common/pipeline_spec.h). INVALID_ARGUMENT lists every error, one per line:
 // first `decode_errors` (what ParseJobSpec or the flags could not set), then the spec's own
 // problems, leaving out those on a path a decode error already names.
 absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(

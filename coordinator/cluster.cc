@@ -8,8 +8,10 @@
 #include "absl/strings/str_join.h"
 #include "common/json_proto.h"
 #include "common/logging.h"
+#include "common/pipeline_spec.h"
 #include "common/worker_limits.h"
 #include "coordinator/internal/cluster_tasks.h"
+#include "coordinator/job_stages.h"
 #include "coordinator/job_state.h"
 #include "google/protobuf/util/time_util.h"
 #include "nlohmann/json.hpp"
@@ -20,7 +22,7 @@ namespace {
 namespace v1 = trainctl::v1;
 using google::protobuf::util::TimeUtil;
 using internal::TaskEnded;
-using internal::TaskId;
+using internal::TaskIdOf;
 
 SchedJob ToSchedJob(const Job& job) {
   SchedJob s;
@@ -31,6 +33,30 @@ SchedJob ToSchedJob(const Job& job) {
   s.slots_per_node = std::max(1, job.spec().resources().slots_per_node());
   s.node_selector.insert(job.spec().node_selector().begin(), job.spec().node_selector().end());
   return s;
+}
+
+// What the job's ranks run: its spec and resolved DeepSpeed config, or for a pipeline those of its
+// current stage (common/pipeline_spec.h), so that workers and trainers see an ordinary job.
+absl::Status LaunchSpec(const Job& job, v1::JobSpec* spec, std::string* deepspeed) {
+  if (job.spec().kind() != v1::JOB_KIND_PIPELINE) {
+    *spec = job.spec();
+    *deepspeed = job.resolved_deepspeed_config_json();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<v1::JobSpec> stage = PipelineStageSpec(job.spec(), job.current_stage());
+  if (!stage.ok()) return stage.status();
+  absl::StatusOr<std::string> ds = PipelineStageDeepSpeedConfig(
+      job.resolved_deepspeed_config_json(), PipelineStageName(job.spec(), job.current_stage()));
+  if (!ds.ok()) return ds.status();
+  *spec = std::move(*stage);
+  *deepspeed = std::move(*ds);
+  return absl::OkStatus();
+}
+
+// "stage sft (2/4): " before a pipeline's messages; "" for other jobs.
+std::string StagePrefix(const Job& job) {
+  const std::string label = CurrentStageLabel(job);
+  return label.empty() ? "" : absl::StrCat("stage ", label, ": ");
 }
 
 }  // namespace
@@ -313,8 +339,8 @@ void Cluster::EndRecovery(const std::string& job_id, const std::string& reason) 
   // Stand-ins for the tasks nobody reported, so the run can end.
   for (const std::string& r : missing) {
     const int node_rank = std::stoi(r);
-    Task& t = tasks_[TaskId(job_id, run.job.attempt(), node_rank)];
-    t.id = TaskId(job_id, run.job.attempt(), node_rank);
+    Task& t = tasks_[TaskIdOf(run.job, node_rank)];
+    t.id = TaskIdOf(run.job, node_rank);
     t.job_id = job_id;
     t.attempt = run.job.attempt();
     t.node_rank = node_rank;
@@ -408,7 +434,7 @@ void Cluster::Place(const std::string& job_id, const std::vector<std::string>& n
   run.master_addr = nodes_.at(nodes[0]).address;
   const int slots = std::max(1, job->spec().resources().slots_per_node());
   for (size_t r = 0; r < nodes.size(); ++r) {
-    const std::string id = TaskId(job_id, job->attempt(), static_cast<int>(r));
+    const std::string id = TaskIdOf(*job, static_cast<int>(r));
     Task& task = tasks_[id];
     task.id = id;
     task.job_id = job_id;
@@ -437,16 +463,22 @@ void Cluster::LaunchTask(Run& run, Task& task) {
   }
   v1::CoordinatorMessage message;
   v1::LaunchTask* launch = message.mutable_launch();
+  if (absl::Status s = LaunchSpec(run.job, launch->mutable_spec(),
+                                  launch->mutable_resolved_deepspeed_config_json());
+      !s.ok()) {
+    EndTask(task, v1::TASK_STATE_FAILED);
+    FailRun(run, absl::StrCat("cannot launch: ", s.message()));
+    MaybeFinish(run.job.id());
+    return;
+  }
   launch->set_task_id(task.id);
   launch->set_job_id(task.job_id);
   launch->set_attempt(task.attempt);
-  *launch->mutable_spec() = run.job.spec();
   launch->set_node_rank(task.node_rank);
   launch->set_first_rank(task.node_rank * task.slots);
   launch->set_world_size(static_cast<int>(run.task_ids.size()) * task.slots);
   launch->set_master_addr(run.master_addr);
   launch->set_master_port(run.master_port);
-  launch->set_resolved_deepspeed_config_json(run.job.resolved_deepspeed_config_json());
   launch->set_nodes(static_cast<int>(run.task_ids.size()));
   launch->set_slots(task.slots);
   node.channel->Send(std::move(message));
@@ -520,15 +552,19 @@ void Cluster::MaybeFinish(std::string job_id) {
     job = jobs_->Transition(job_id, v1::JOB_STATE_CANCELLED,
                             run.job.message().empty() ? "cancelled" : run.job.message());
   } else if (run.failing && run.job.attempt() < max_restarts) {
+    // A pipeline restarts its current stage only, which resumes from its own checkpoints.
     job = jobs_->Transition(
         job_id, v1::JOB_STATE_RESTARTING,
-        absl::StrCat("attempt ", run.job.attempt(), " failed (", run.failure, "); restart ",
-                     run.job.attempt() + 1, " of ", max_restarts, " from the last checkpoint"));
+        absl::StrCat(StagePrefix(run.job), "attempt ", run.job.attempt(), " failed (", run.failure,
+                     "); restart ", run.job.attempt() + 1, " of ", max_restarts,
+                     " from the last checkpoint"));
   } else if (run.failing) {
-    job = jobs_->Transition(job_id, v1::JOB_STATE_FAILED,
-                            max_restarts > 0
-                                ? absl::StrCat(run.failure, " (after ", max_restarts, " restarts)")
-                                : run.failure);
+    job = jobs_->Transition(
+        job_id, v1::JOB_STATE_FAILED,
+        absl::StrCat(StagePrefix(run.job), run.failure,
+                     max_restarts > 0 ? absl::StrCat(" (after ", max_restarts, " restarts)") : ""));
+  } else if (HasNextStage(run.job)) {
+    job = jobs_->AdvanceStage(job_id, "every rank exited 0");
   } else {
     job = jobs_->Transition(job_id, v1::JOB_STATE_SUCCEEDED, "every rank exited 0");
   }
@@ -552,7 +588,7 @@ void Cluster::MaybeFinish(std::string job_id) {
     return;
   }
   TRAINCTL_LOG(INFO) << job_id << " -> " << JobStateName(job->state());
-  if (job->state() == v1::JOB_STATE_RESTARTING) {
+  if (job->state() == v1::JOB_STATE_RESTARTING || job->state() == v1::JOB_STATE_PENDING) {
     // A cancel may have landed between our read and the transition.
     if (job->cancel_requested()) {
       (void)jobs_->Transition(job_id, v1::JOB_STATE_CANCELLED, job->message());

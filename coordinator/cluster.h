@@ -6,6 +6,13 @@
 // Node rank 0 is launched first; its worker picks the rendezvous port and reports it, and only
 // then are the other nodes launched with MASTER_ADDR/MASTER_PORT pointing at it.
 //
+// A pipeline job runs one stage at a time, each as a placement of its own: its tasks are launched
+// with the stage's job spec and DeepSpeed config (common/pipeline_spec.h), so workers and trainers
+// see an ordinary job, and task ids name the stage ("job-7.s1.0.0"). When every task of a stage
+// succeeded the job goes back to pending for the next stage (JobManager::AdvanceStage), placed
+// anew by the scheduler; after the last one it succeeds. Restarts, cancel and recovery below apply
+// to the current stage only: a finished stage is recorded in the store and never runs again.
+//
 // Faults:
 // - A task that fails (a rank exited non-zero) stops the job's other tasks (fail fast). Once every
 //   task has ended the job restarts (`restarting`, then a new attempt placed anywhere, resuming

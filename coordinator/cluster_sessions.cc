@@ -20,7 +20,7 @@ namespace trainctl {
 namespace v1 = trainctl::v1;
 using internal::DescribeFailure;
 using internal::TaskEnded;
-using internal::TaskId;
+using internal::TaskIdOf;
 
 void Cluster::HandleMessage(int64_t session, const v1::WorkerMessage& message) {
   if (message.has_register_()) {
@@ -225,8 +225,11 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
     }
     if (task == nullptr) {
       auto run_it = runs_.find(rt.job_id());
+      // By id: it names the attempt and, for a pipeline, the stage (an ended task of an earlier
+      // stage, still in the worker's outbox, is not the current stage's).
       const bool adoptable = run_it != runs_.end() &&
                              run_it->second.job.attempt() == rt.attempt() &&
+                             rt.task_id() == TaskIdOf(run_it->second.job, rt.node_rank()) &&
                              run_it->second.recover_until > clock_->Now() && rt.node_rank() >= 0 &&
                              rt.node_rank() < static_cast<int>(run_it->second.task_ids.size()) &&
                              run_it->second.task_ids[rt.node_rank()].empty();
@@ -273,7 +276,7 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   for (const auto& [job_id, run] : runs_) {
     if (run.recover_until == absl::InfinitePast()) continue;
     for (size_t r = 0; r < run.nodes.size() && r < run.task_ids.size(); ++r) {
-      const std::string id = TaskId(job_id, run.job.attempt(), static_cast<int>(r));
+      const std::string id = TaskIdOf(run.job, static_cast<int>(r));
       if (run.nodes[r] == node.name && run.task_ids[r].empty() && !reported.count(id)) {
         gone.emplace_back(job_id, id);
         break;

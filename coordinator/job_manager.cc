@@ -6,6 +6,7 @@
 #include "absl/strings/string_view.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "coordinator/job_stages.h"
 #include "coordinator/job_state.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -31,9 +32,11 @@ JobEvent StateChangeEvent(JobState from, JobState to, const std::string& reason,
   return event;
 }
 
-// Applies a legal transition to `job` and returns the event recording it.
-absl::StatusOr<JobEvent> ApplyTransition(Job* job, JobState to, const std::string& reason,
-                                         const google::protobuf::Timestamp& now) {
+// Applies a legal transition to `job` (and its current pipeline stage) and appends the events
+// recording it.
+absl::Status ApplyTransition(Job* job, JobState to, const std::string& reason,
+                             const google::protobuf::Timestamp& now,
+                             std::vector<JobEvent>* events) {
   const JobState from = job->state();
   RETURN_IF_ERROR(CheckTransition(from, to));
   if (from == trainctl::v1::JOB_STATE_RESTARTING && to == trainctl::v1::JOB_STATE_SCHEDULED) {
@@ -45,7 +48,13 @@ absl::StatusOr<JobEvent> ApplyTransition(Job* job, JobState to, const std::strin
   job->set_state(to);
   job->set_message(reason);
   *job->mutable_update_time() = now;
-  return StateChangeEvent(from, to, reason, job->attempt(), now);
+  // A pipeline's stage starts after the job is placed and ends before the job does.
+  std::vector<JobEvent> stage_events;
+  OnJobStateChange(job, to, reason, now, &stage_events);
+  if (!IsTerminal(to)) events->push_back(StateChangeEvent(from, to, reason, job->attempt(), now));
+  events->insert(events->end(), stage_events.begin(), stage_events.end());
+  if (IsTerminal(to)) events->push_back(StateChangeEvent(from, to, reason, job->attempt(), now));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -60,8 +69,10 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spe
   job.set_resolved_deepspeed_config_json(std::move(validated.resolved_deepspeed_config_json));
   *job.mutable_create_time() = now;
   *job.mutable_update_time() = now;
+  RETURN_IF_ERROR(InitStages(&job));
   std::vector<JobEvent> events = {StateChangeEvent(
       trainctl::v1::JOB_STATE_UNSPECIFIED, trainctl::v1::JOB_STATE_PENDING, "submitted", 0, now)};
+  TagEventsWithStage(job, &events);
   ASSIGN_OR_RETURN(CreateJobResult created, store_->CreateJob(job, request_id, std::move(events)));
   if (created.created) {
     notifier_->Notify(created.job.id());
@@ -92,7 +103,12 @@ absl::StatusOr<JobPage> JobManager::List(const JobFilter& filter) {
 
 absl::StatusOr<Job> JobManager::Update(absl::string_view id, const JobMutation& mutate) {
   std::vector<JobEvent> events;
-  ASSIGN_OR_RETURN(Job job, store_->UpdateJob(id, mutate, &events));
+  auto tagged = [&mutate](Job* job, std::vector<JobEvent>* added) -> absl::Status {
+    RETURN_IF_ERROR(mutate(job, added));
+    TagEventsWithStage(*job, added);
+    return absl::OkStatus();
+  };
+  ASSIGN_OR_RETURN(Job job, store_->UpdateJob(id, tagged, &events));
   if (!events.empty()) notifier_->Notify(job.id());
   return job;
 }
@@ -108,10 +124,7 @@ absl::StatusOr<Job> JobManager::Cancel(absl::string_view id, const std::string& 
       case trainctl::v1::JOB_STATE_PENDING:
       case trainctl::v1::JOB_STATE_RESTARTING: {
         job->set_cancel_requested(true);
-        ASSIGN_OR_RETURN(JobEvent event,
-                         ApplyTransition(job, trainctl::v1::JOB_STATE_CANCELLED, why, now));
-        events->push_back(std::move(event));
-        return absl::OkStatus();
+        return ApplyTransition(job, trainctl::v1::JOB_STATE_CANCELLED, why, now, events);
       }
       case trainctl::v1::JOB_STATE_SCHEDULED:
       case trainctl::v1::JOB_STATE_RUNNING:
@@ -133,9 +146,20 @@ absl::StatusOr<Job> JobManager::Transition(absl::string_view id, trainctl::v1::J
                                            const std::string& reason) {
   const auto now = ToProto(clock_->Now());
   return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
-    ASSIGN_OR_RETURN(JobEvent event, ApplyTransition(job, to, reason, now));
-    events->push_back(std::move(event));
-    return absl::OkStatus();
+    return ApplyTransition(job, to, reason, now, events);
+  });
+}
+
+absl::StatusOr<Job> JobManager::AdvanceStage(absl::string_view id, const std::string& reason) {
+  const auto now = ToProto(clock_->Now());
+  return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
+    RETURN_IF_ERROR(CheckTransition(job->state(), trainctl::v1::JOB_STATE_PENDING));
+    const std::string done = CurrentStageLabel(*job);
+    RETURN_IF_ERROR(trainctl::AdvanceStage(job, reason, now, events));
+    return ApplyTransition(
+        job, trainctl::v1::JOB_STATE_PENDING,
+        absl::StrCat("stage ", done, " succeeded; next: stage ", CurrentStageLabel(*job)), now,
+        events);
   });
 }
 
@@ -143,10 +167,10 @@ absl::StatusOr<Job> JobManager::Place(absl::string_view id, const std::vector<st
                                       const std::string& reason) {
   const auto now = ToProto(clock_->Now());
   return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
-    ASSIGN_OR_RETURN(JobEvent event,
-                     ApplyTransition(job, trainctl::v1::JOB_STATE_SCHEDULED, reason, now));
+    // A pipeline stored before stages were recorded (an older schema) gets them now.
+    if (job->stages_size() == 0) RETURN_IF_ERROR(InitStages(job));
+    RETURN_IF_ERROR(ApplyTransition(job, trainctl::v1::JOB_STATE_SCHEDULED, reason, now, events));
     job->mutable_nodes()->Assign(nodes.begin(), nodes.end());
-    events->push_back(std::move(event));
     return absl::OkStatus();
   });
 }
@@ -164,6 +188,7 @@ absl::StatusOr<Job> JobManager::RecordMetric(absl::string_view id,
     if (auto it = sample.values().find("total_steps"); it != sample.values().end()) {
       progress->set_total_steps(static_cast<int64_t>(it->second));
     }
+    RecordStageFigures(job, sample);
     *job->mutable_update_time() = now;
     JobEvent event;
     *event.mutable_time() = now;

@@ -52,11 +52,19 @@ class JobManager {
   absl::StatusOr<Job> Transition(absl::string_view id, trainctl::v1::JobState to,
                                  const std::string& reason);
 
-  // Transition to scheduled on `nodes` (by node rank), kept in Job.nodes for the attempt.
+  // A pipeline whose current stage's tasks all succeeded and that has another stage: records the
+  // stage as succeeded (stage_change event) and moves the job to pending for the next stage, with
+  // attempt, progress, last checkpoint and nodes starting again. FAILED_PRECONDITION when the job
+  // is not running or no stage follows.
+  absl::StatusOr<Job> AdvanceStage(absl::string_view id, const std::string& reason);
+
+  // Transition to scheduled on `nodes` (by node rank), kept in Job.nodes for the attempt. A
+  // pipeline's current stage starts running with its first placement.
   absl::StatusOr<Job> Place(absl::string_view id, const std::vector<std::string>& nodes,
                             const std::string& reason);
 
-  // Records a metric sample (updating progress) or a completed checkpoint as job events.
+  // Records a metric sample (updating progress, and a pipeline's current stage's figures) or a
+  // completed checkpoint as job events. A pipeline's events name its current stage.
   absl::StatusOr<Job> RecordMetric(absl::string_view id, const trainctl::v1::MetricSample& sample);
   absl::StatusOr<Job> RecordCheckpoint(absl::string_view id,
                                        const trainctl::v1::Checkpoint& checkpoint);

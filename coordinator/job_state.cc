@@ -41,8 +41,9 @@ absl::Status CheckTransition(JobState from, JobState to) {
           In(to, {JOB_STATE_RUNNING, JOB_STATE_RESTARTING, JOB_STATE_FAILED, JOB_STATE_CANCELLED});
       break;
     case JOB_STATE_RUNNING:
-      legal = In(
-          to, {JOB_STATE_SUCCEEDED, JOB_STATE_FAILED, JOB_STATE_CANCELLED, JOB_STATE_RESTARTING});
+      // Pending again: a pipeline's next stage waits for its placement.
+      legal = In(to, {JOB_STATE_SUCCEEDED, JOB_STATE_FAILED, JOB_STATE_CANCELLED,
+                      JOB_STATE_RESTARTING, JOB_STATE_PENDING});
       break;
     case JOB_STATE_RESTARTING:
       legal = In(to, {JOB_STATE_SCHEDULED, JOB_STATE_FAILED, JOB_STATE_CANCELLED});

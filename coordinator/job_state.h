@@ -2,7 +2,8 @@
 //
 //   pending ──▶ scheduled ──▶ running ──▶ succeeded
 //      │            │            │  ╲──▶ failed
-//      │            │            ╰──▶ restarting ──▶ scheduled (next attempt)
+//      │            │            ├──▶ restarting ──▶ scheduled (next attempt)
+//      │            │            ╰──▶ pending (a pipeline's next stage, attempt 0)
 //      ╰────────────┴────────────┴──────▶ cancelled | failed
 #ifndef TRAINCTL_COORDINATOR_JOB_STATE_H_
 #define TRAINCTL_COORDINATOR_JOB_STATE_H_

@@ -3,7 +3,7 @@
 // Two implementations share one conformance suite
 // (tests/coordinator/job_store_conformance_test.cc): SqliteJobStore (production; WAL, every write
 // committed before it returns) and InMemoryJobStore (tests of other components). Both are
-// thread-safe.
+// thread-safe. A job is stored whole, a pipeline's stages (Job.stages, Job.current_stage) included.
 #ifndef TRAINCTL_COORDINATOR_JOB_STORE_H_
 #define TRAINCTL_COORDINATOR_JOB_STORE_H_
 

@@ -7,6 +7,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace trainctl {
@@ -51,6 +52,21 @@ constexpr const char* kMigrations[] = {
       );
       CREATE INDEX log_lines_by_job ON log_lines(job_id, seq);
     )sql",
+    // 3: pipeline stages, one row per stage of a job (Job.stages, kept out of the job's blob), and
+    // the job's current stage. Jobs stored before have none; a pipeline among them gets its
+    // stages when it is first placed.
+    R"sql(
+      CREATE TABLE job_stages (
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        idx INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        kind INTEGER NOT NULL,
+        state INTEGER NOT NULL,
+        stage BLOB NOT NULL,
+        PRIMARY KEY (job_id, idx)
+      );
+      ALTER TABLE jobs ADD COLUMN current_stage INTEGER NOT NULL DEFAULT 0;
+    )sql",
 };
 constexpr int kLatestVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 constexpr size_t kMaxGroup = 256;
@@ -64,12 +80,70 @@ absl::Status Corrupt(const Db& db, absl::string_view what, int64_t key) {
       absl::StrCat(db.path(), ": stored ", what, " ", key, " does not parse"));
 }
 
-absl::StatusOr<Job> ReadJobRow(const Db& db, const Statement& st, int id_col, int blob_col) {
+// The columns every job query selects, in this order (ReadJobRow).
+constexpr char kJobColumns[] = "id, job, current_stage";
+
+// A row of kJobColumns, with the job's stages from job_stages (`db` runs that query while `st`
+// stays on its row).
+absl::StatusOr<Job> ReadJobRow(Db& db, const Statement& st) {
   Job job;
-  const int64_t n = st.ColumnInt(id_col);
-  if (!job.ParseFromString(st.ColumnBlob(blob_col))) return Corrupt(db, "job", n);
+  const int64_t n = st.ColumnInt(0);
+  if (!job.ParseFromString(st.ColumnBlob(1))) return Corrupt(db, "job", n);
   job.set_id(FormatJobId(n));
+  job.set_current_stage(static_cast<int32_t>(st.ColumnInt(2)));
+  if (job.spec().kind() != trainctl::v1::JOB_KIND_PIPELINE) return job;
+  ASSIGN_OR_RETURN(
+      sqlite::CachedStatement stages,
+      db.PrepareCached("SELECT idx, stage FROM job_stages WHERE job_id = ? ORDER BY idx"));
+  stages->Bind(1, n);
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, stages->Step());
+    if (!row) break;
+    if (stages->ColumnInt(0) != job.stages_size() ||
+        !job.add_stages()->ParseFromString(stages->ColumnBlob(1))) {
+      return Corrupt(db, "stages of job", n);
+    }
+  }
   return job;
+}
+
+// Writes the job's stages that differ from `before` (nullptr: none stored yet).
+absl::Status WriteStages(Db& db, int64_t n, const Job& job, const Job* before) {
+  using google::protobuf::util::MessageDifferencer;
+  ASSIGN_OR_RETURN(
+      sqlite::CachedStatement upsert,
+      db.PrepareCached("INSERT OR REPLACE INTO job_stages(job_id, idx, name, kind, state, stage) "
+                       "VALUES(?, ?, ?, ?, ?, ?)"));
+  for (int i = 0; i < job.stages_size(); ++i) {
+    const trainctl::v1::StageStatus& stage = job.stages(i);
+    if (before != nullptr && i < before->stages_size() &&
+        MessageDifferencer::Equals(stage, before->stages(i))) {
+      continue;
+    }
+    upsert->Reset();
+    RETURN_IF_ERROR(upsert->Bind(1, n)
+                        .Bind(2, int64_t{i})
+                        .Bind(3, stage.name())
+                        .Bind(4, int64_t{stage.kind()})
+                        .Bind(5, int64_t{stage.state()})
+                        .BindBlob(6, stage.SerializeAsString())
+                        .Run());
+  }
+  if (before != nullptr && before->stages_size() > job.stages_size()) {
+    ASSIGN_OR_RETURN(sqlite::CachedStatement trim,
+                     db.PrepareCached("DELETE FROM job_stages WHERE job_id = ? AND idx >= ?"));
+    RETURN_IF_ERROR(trim->Bind(1, n).Bind(2, int64_t{job.stages_size()}).Run());
+  }
+  return absl::OkStatus();
+}
+
+// The job's blob: what no column or other table holds.
+std::string JobBlob(const Job& job) {
+  Job blob = job;
+  blob.clear_id();
+  blob.clear_stages();
+  blob.clear_current_stage();
+  return blob.SerializeAsString();
 }
 
 const char* EventKind(const JobEvent& e) {
@@ -80,6 +154,8 @@ const char* EventKind(const JobEvent& e) {
       return "metric";
     case JobEvent::kCheckpoint:
       return "checkpoint";
+    case JobEvent::kStageChange:
+      return "stage_change";
     default:
       return "other";
   }
@@ -101,19 +177,18 @@ absl::Status InsertEvents(Db& db, int64_t job_n, std::vector<JobEvent>* events) 
   return absl::OkStatus();
 }
 
-absl::Status WriteJobRow(Db& db, int64_t n, const Job& job) {
-  Job blob = job;
-  blob.clear_id();
-  ASSIGN_OR_RETURN(
-      sqlite::CachedStatement st,
-      db.PrepareCached(
-          "UPDATE jobs SET state = ?, priority = ?, update_time_us = ?, job = ? WHERE id = ?"));
-  return st->Bind(1, int64_t{job.state()})
-      .Bind(2, int64_t{job.spec().priority()})
-      .Bind(3, ToMicros(job.update_time()))
-      .BindBlob(4, blob.SerializeAsString())
-      .Bind(5, n)
-      .Run();
+absl::Status WriteJobRow(Db& db, int64_t n, const Job& job, const Job& before) {
+  ASSIGN_OR_RETURN(sqlite::CachedStatement st,
+                   db.PrepareCached("UPDATE jobs SET state = ?, priority = ?, update_time_us = ?, "
+                                    "job = ?, current_stage = ? WHERE id = ?"));
+  RETURN_IF_ERROR(st->Bind(1, int64_t{job.state()})
+                      .Bind(2, int64_t{job.spec().priority()})
+                      .Bind(3, ToMicros(job.update_time()))
+                      .BindBlob(4, JobBlob(job))
+                      .Bind(5, int64_t{job.current_stage()})
+                      .Bind(6, n)
+                      .Run());
+  return WriteStages(db, n, job, &before);
 }
 
 absl::StatusOr<int> ReadUserVersion(Db& db) {
@@ -254,22 +329,21 @@ absl::StatusOr<CreateJobResult> SqliteJobStore::CreateJob(const Job& job,
   RETURN_IF_ERROR(Write([&](Db& db) -> absl::Status {
     if (!request_id.empty()) {
       ASSIGN_OR_RETURN(sqlite::CachedStatement find,
-                       db.PrepareCached("SELECT id, job FROM jobs WHERE request_id = ?"));
+                       db.PrepareCached(absl::StrCat("SELECT ", kJobColumns,
+                                                     " FROM jobs WHERE request_id = ?")));
       find->Bind(1, request_id);
       ASSIGN_OR_RETURN(bool found, find->Step());
       if (found) {
-        ASSIGN_OR_RETURN(result.job, ReadJobRow(db, *find, 0, 1));
+        ASSIGN_OR_RETURN(result.job, ReadJobRow(db, *find));
         result.created = false;
         return absl::OkStatus();
       }
     }
-    Job blob = job;
-    blob.clear_id();
     ASSIGN_OR_RETURN(
         sqlite::CachedStatement insert,
-        db.PrepareCached(
-            "INSERT INTO jobs(request_id, state, priority, create_time_us, update_time_us, job) "
-            "VALUES(?, ?, ?, ?, ?, ?)"));
+        db.PrepareCached("INSERT INTO jobs(request_id, state, priority, create_time_us, "
+                         "update_time_us, job, current_stage) "
+                         "VALUES(?, ?, ?, ?, ?, ?, ?)"));
     if (request_id.empty()) {
       insert->BindNull(1);
     } else {
@@ -279,9 +353,11 @@ absl::StatusOr<CreateJobResult> SqliteJobStore::CreateJob(const Job& job,
                         .Bind(3, int64_t{job.spec().priority()})
                         .Bind(4, ToMicros(job.create_time()))
                         .Bind(5, ToMicros(job.update_time()))
-                        .BindBlob(6, blob.SerializeAsString())
+                        .BindBlob(6, JobBlob(job))
+                        .Bind(7, int64_t{job.current_stage()})
                         .Run());
     const int64_t n = db.LastInsertRowId();
+    RETURN_IF_ERROR(WriteStages(db, n, job, nullptr));
     std::vector<JobEvent> events = initial_events;
     RETURN_IF_ERROR(InsertEvents(db, n, &events));
     result.job = job;
@@ -295,16 +371,17 @@ absl::StatusOr<CreateJobResult> SqliteJobStore::CreateJob(const Job& job,
 absl::StatusOr<Job> SqliteJobStore::GetJob(absl::string_view id) {
   ASSIGN_OR_RETURN(int64_t n, ParseJobId(id));
   absl::MutexLock lock(&read_mu_);
-  ASSIGN_OR_RETURN(sqlite::CachedStatement st,
-                   reader_db_->PrepareCached("SELECT id, job FROM jobs WHERE id = ?"));
+  ASSIGN_OR_RETURN(
+      sqlite::CachedStatement st,
+      reader_db_->PrepareCached(absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?")));
   st->Bind(1, n);
   ASSIGN_OR_RETURN(bool found, st->Step());
   if (!found) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
-  return ReadJobRow(*reader_db_, *st, 0, 1);
+  return ReadJobRow(*reader_db_, *st);
 }
 
 absl::StatusOr<JobPage> SqliteJobStore::ListJobs(const JobFilter& filter) {
-  std::string sql = "SELECT id, job FROM jobs WHERE id < ?";
+  std::string sql = absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id < ?");
   if (!filter.states.empty()) {
     std::vector<int> states(filter.states.begin(), filter.states.end());
     absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(states, ","), ")");
@@ -322,7 +399,7 @@ absl::StatusOr<JobPage> SqliteJobStore::ListJobs(const JobFilter& filter) {
       page.next_before_id = ParseJobId(page.jobs.back().id()).value();
       break;
     }
-    ASSIGN_OR_RETURN(Job job, ReadJobRow(*reader_db_, *st, 0, 1));
+    ASSIGN_OR_RETURN(Job job, ReadJobRow(*reader_db_, *st));
     page.jobs.push_back(std::move(job));
   }
   return page;
@@ -334,16 +411,18 @@ absl::StatusOr<Job> SqliteJobStore::UpdateJob(absl::string_view id, const JobMut
   Job updated;
   std::vector<JobEvent> new_events;
   RETURN_IF_ERROR(Write([&](Db& db) -> absl::Status {
-    ASSIGN_OR_RETURN(sqlite::CachedStatement st,
-                     db.PrepareCached("SELECT id, job FROM jobs WHERE id = ?"));
+    ASSIGN_OR_RETURN(
+        sqlite::CachedStatement st,
+        db.PrepareCached(absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?")));
     st->Bind(1, n);
     ASSIGN_OR_RETURN(bool found, st->Step());
     if (!found) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
-    ASSIGN_OR_RETURN(updated, ReadJobRow(db, *st, 0, 1));
+    ASSIGN_OR_RETURN(updated, ReadJobRow(db, *st));
+    const Job before = updated;
     new_events.clear();
     RETURN_IF_ERROR(mutate(&updated, &new_events));
     updated.set_id(FormatJobId(n));
-    RETURN_IF_ERROR(WriteJobRow(db, n, updated));
+    RETURN_IF_ERROR(WriteJobRow(db, n, updated, before));
     return InsertEvents(db, n, &new_events);
   }));
   if (events != nullptr) *events = std::move(new_events);

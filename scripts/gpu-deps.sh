@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Gathers the trainer's non-torch dependencies (protobuf with protoc, Abseil, yaml-cpp,
-# nlohmann_json, PCRE2, ICU, stb, libjpeg-turbo, GoogleTest) from this machine's Debian packages into one
+# nlohmann_json, PCRE2, ICU, stb, libjpeg-turbo, GoogleTest, cpp-httplib with the OpenSSL, zlib and
+# brotli it was built with) from this machine's Debian packages into one
 # relocatable prefix laid out like /usr, for building the CUDA trainer on a machine that has a CUDA
 # LibTorch but none of these (the GPU machine: see scripts/gpu-check.sh).
 #
@@ -34,11 +35,13 @@ copy() {  # copy SRC... into DIR, keeping symlinks
 
 # Headers.
 for h in absl google nlohmann yaml-cpp unicode stb gtest gmock pcre2.h jpeglib.h jerror.h \
-  jmorecfg.h "$ARCH/jconfig.h"; do
+  jmorecfg.h "$ARCH/jconfig.h" httplib.h openssl brotli zlib.h zconf.h; do
   [[ -e /usr/include/$h ]] || { echo "gpu-deps: /usr/include/$h missing: run scripts/setup.sh" >&2; exit 1; }
   copy "/usr/include/$h" "$OUT/include"
 done
 rm -rf "$OUT/include/google/protobuf/compiler/"{java,csharp,objectivec,php,python,ruby}
+# OpenSSL's configuration headers live in the multiarch folder; here beside the others.
+copy "/usr/include/$ARCH/openssl/"* "$OUT/include/openssl"
 # NCCL's header: CUDA LibTorch wheels compile c10d's NCCL header against it; the nvidia-nccl wheel
 # usually has it, the CUDA toolkit here does too.
 NCCL_H=${NCCL_HOME:-/usr/local/cuda}/include/nccl.h
@@ -56,13 +59,17 @@ copy "$SYS"/libicuuc.so* "$SYS"/libicudata.so* "$LIB"
 copy "$SYS"/libstb.so* "$LIB"
 copy "$SYS"/libjpeg.so* "$LIB"
 copy "$SYS"/libgtest*.a "$SYS"/libgmock*.a "$LIB"
+# cpp-httplib (the endpoint teacher's HTTP client) and what it was built with.
+copy "$SYS"/libcpp-httplib.so* "$SYS"/libssl.so* "$SYS"/libcrypto.so* "$SYS"/libz.so.1* \
+  "$SYS"/libbrotlicommon.so* "$SYS"/libbrotlidec.so* "$SYS"/libbrotlienc.so* "$LIB"
 
 # CMake package configs (they locate their files relative to themselves).
 copy "$SYS/cmake/absl" "$SYS/cmake/yaml-cpp" "$SYS/cmake/GTest" "$LIB/cmake"
 copy /usr/share/cmake/nlohmann_json "$OUT/share/cmake"
 
 # pkg-config files, made relative to where they lie.
-for pc in libpcre2-8 icu-uc stb; do
+for pc in libpcre2-8 icu-uc stb cpp-httplib openssl libssl libcrypto zlib libbrotlicommon \
+  libbrotlidec libbrotlienc; do
   sed -E -e 's|^prefix *= */usr$|prefix=${pcfiledir}/../../..|' "$SYS/pkgconfig/$pc.pc" \
     >"$LIB/pkgconfig/$pc.pc"
 done
@@ -80,7 +87,8 @@ chmod +x "$OUT/bin/protoc"
   echo "# trainctl GPU-build dependencies, gathered by scripts/gpu-deps.sh on $(date -u +%F)"
   echo "arch $ARCH"
   for pkg in libprotobuf-dev protobuf-compiler libabsl-dev libyaml-cpp-dev nlohmann-json3-dev \
-    libpcre2-dev libicu-dev libstb-dev libjpeg62-turbo-dev libgtest-dev libgmock-dev; do
+    libpcre2-dev libicu-dev libstb-dev libjpeg62-turbo-dev libgtest-dev libgmock-dev \
+    libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev; do
     dpkg-query -W -f='${Package} ${Version}\n' "$pkg"
   done
 } >"$OUT/trainctl-deps.txt"

@@ -21,6 +21,15 @@ inline std::string TaskId(const std::string& job_id, int attempt, int node_rank)
   return absl::StrCat(job_id, ".", attempt, ".", node_rank);
 }
 
+// The id of a task of the job's current attempt: "job-7.0.1" (attempt 0, node rank 1); a
+// pipeline's names its stage too, "job-7.s2.0.1", since every stage counts attempts from 0.
+inline std::string TaskIdOf(const trainctl::v1::Job& job, int node_rank) {
+  if (job.spec().kind() != trainctl::v1::JOB_KIND_PIPELINE) {
+    return TaskId(job.id(), job.attempt(), node_rank);
+  }
+  return absl::StrCat(job.id(), ".s", job.current_stage(), ".", job.attempt(), ".", node_rank);
+}
+
 // "rank 3 on node-b exited with code 1" plus its last lines.
 inline std::string DescribeFailure(const std::string& node,
                                    const trainctl::v1::TaskStatus& status) {

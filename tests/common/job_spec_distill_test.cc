@@ -1,5 +1,6 @@
-// Logit distillation's part of the job spec: teacher_model_name_or_path and the training
-// arguments distill_loss, jsd_beta (TRL GKDConfig's beta), kd_temperature and kd_alpha.
+// Distillation's part of the job spec: logit distillation's teacher_model_name_or_path and
+// training arguments distill_loss, jsd_beta (TRL GKDConfig's beta), kd_temperature and kd_alpha;
+// trace distillation's teacher (a checkpoint or an endpoint) and its knobs.
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -15,6 +16,7 @@ using spec_testing::ErrorLines;
 using spec_testing::kMinimalSpec;
 using spec_testing::ValidateYaml;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using trainctl::v1::TrainingArguments;
 
 constexpr char kDistill[] = R"(
@@ -42,9 +44,8 @@ TEST(DistillSpecTest, DefaultsAreTrlGkdsWithPureKd) {
 }
 
 TEST(DistillSpecTest, DistillLossStaysUnsetForTraceDistillation) {
-  // Unset distill_loss selects trace distillation, which needs no teacher path here (the trainer
-  // refuses it as unimplemented); other kinds carry the numeric defaults.
-  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(kDistill);
+  // Unset distill_loss selects trace distillation; other kinds carry the numeric defaults.
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(Distill("teacher_model_name_or_path: t"));
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_FALSE(v->spec.training().has_distill_loss());
   v = ValidateYaml(kMinimalSpec);
@@ -96,6 +97,94 @@ stages:
               ElementsAre("spec.stages[0].training.kd_temperature: must be > 0, got -1",
                           "spec.teacher_model_name_or_path: required for logit distillation "
                           "(distill_loss 'reverse_kl')"));
+}
+
+TEST(DistillSpecTest, TraceDistillationDefaults) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(Distill("teacher_endpoint: http://t:8000/v1"));
+  ASSERT_TRUE(v.ok()) << v.status();
+  const TrainingArguments& t = v->spec.training();
+  EXPECT_EQ(t.keep_per_prompt(), 1);
+  EXPECT_EQ(t.teacher_concurrency(), 8);
+  EXPECT_DOUBLE_EQ(t.teacher_timeout(), 600);
+  EXPECT_EQ(t.teacher_max_retries(), 5);
+  EXPECT_EQ(t.num_generations(), 8);
+  EXPECT_DOUBLE_EQ(t.temperature(), 1.0);
+  // open-r1's reasoning prompt, the format the format reward checks.
+  EXPECT_THAT(t.distill_system_prompt(),
+              HasSubstr("i.e., <think> reasoning process here </think><answer> answer here "
+                        "</answer>"));
+  EXPECT_EQ(t.distill_system_prompt().rfind("A conversation between User and Assistant.", 0), 0u);
+}
+
+TEST(DistillSpecTest, TraceDistillationNeedsExactlyOneTeacher) {
+  const char* kWhy =
+      "spec.teacher_model_name_or_path: trace distillation (no distill_loss) needs exactly one "
+      "teacher: teacher_model_name_or_path (a checkpoint generating in process) or "
+      "teacher_endpoint (an OpenAI-compatible server); ";
+  EXPECT_THAT(ErrorLines(ValidateYaml(kDistill).status()),
+              ElementsAre(std::string(kWhy) + "neither is set"));
+  EXPECT_THAT(ErrorLines(ValidateYaml(Distill("teacher_model_name_or_path: t\n"
+                                              "teacher_endpoint: http://t:8000/v1"))
+                             .status()),
+              ElementsAre(std::string(kWhy) + "both are set"));
+  EXPECT_TRUE(ValidateYaml(Distill("teacher_model_name_or_path: t")).ok());
+  EXPECT_TRUE(ValidateYaml(Distill("teacher_endpoint: https://t/v1")).ok());
+}
+
+TEST(DistillSpecTest, TeacherEndpointIsAnHttpUrlAndOnlyForTraces) {
+  EXPECT_THAT(ErrorLines(ValidateYaml(Distill("teacher_endpoint: t:8000/v1")).status()),
+              ElementsAre("spec.teacher_endpoint: must be an http:// or https:// URL, got "
+                          "'t:8000/v1'"));
+  EXPECT_THAT(
+      ErrorLines(ValidateYaml(Distill("teacher_model_name_or_path: t\n"
+                                      "teacher_endpoint: http://t/v1\n"
+                                      "training: {distill_loss: jsd}"))
+                     .status()),
+      ElementsAre("spec.teacher_endpoint: logit distillation (distill_loss 'jsd') needs the "
+                  "teacher's logits in process; an endpoint serves only trace distillation (no "
+                  "distill_loss)"));
+}
+
+TEST(DistillSpecTest, TraceDistillationKnobsNameTheirFields) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(
+      Distill("teacher_endpoint: http://t/v1\ntraining: {num_generations: 4, keep_per_prompt: 5, "
+              "teacher_concurrency: 0, teacher_timeout: 0, teacher_max_retries: -1, "
+              "max_completion_length: 0}"));
+  EXPECT_THAT(ErrorLines(v.status()),
+              ElementsAre("spec.training.max_completion_length: must be >= 1, got 0",
+                          "spec.training.keep_per_prompt: must be at most num_generations (4), "
+                          "got 5",
+                          "spec.training.teacher_concurrency: must be >= 1, got 0",
+                          "spec.training.teacher_timeout: must be > 0, got 0",
+                          "spec.training.teacher_max_retries: must be >= 0, got -1"));
+  v = ValidateYaml(Distill("teacher_endpoint: http://t/v1\ntraining: {keep_per_prompt: 0}"));
+  EXPECT_THAT(ErrorLines(v.status()),
+              ElementsAre("spec.training.keep_per_prompt: must be >= 1, got 0"));
+  // A logit distillation job does not sample: these knobs are not its concern.
+  EXPECT_TRUE(ValidateYaml(Distill("teacher_model_name_or_path: t\n"
+                                   "training: {distill_loss: jsd, keep_per_prompt: 0}"))
+                  .ok());
+}
+
+TEST(DistillSpecTest, PipelineTraceStagesNeedATeacher) {
+  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(R"(
+kind: pipeline
+model_name_or_path: tiny
+data_path: ./data
+output_dir: ./out
+stages:
+  - name: traces
+    kind: distill
+    training: {keep_per_prompt: 9}
+  - name: sft
+    kind: sft
+)");
+  EXPECT_THAT(
+      ErrorLines(v.status()),
+      ElementsAre("spec.stages[0].training.keep_per_prompt: must be at most num_generations (8), "
+                  "got 9",
+                  HasSubstr("spec.teacher_model_name_or_path: trace distillation (no "
+                            "distill_loss) needs exactly one teacher")));
 }
 
 }  // namespace

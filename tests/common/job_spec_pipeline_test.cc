@@ -43,6 +43,7 @@ using namespace spec_testing;  // NOLINT(build/namespaces): the suites' shared f
 constexpr char kPipeline[] = R"(
 kind: pipeline
 model_name_or_path: Qwen/Qwen2-VL-7B-Instruct
+teacher_endpoint: http://teacher:8000/v1
 data_path: ./data
 output_dir: ./ckpt
 resources: {slots_per_node: 8}
@@ -127,16 +128,21 @@ stages:
   - {name: c, kind: grpo, training: {num_generations: 3}}
   - {name: d, kind: sft, training: {learning_rate: 0}}
 )");
+  // Stages c and d have nothing to take their inputs from (common/pipeline_spec.h): no earlier
+  // stage trains a model for c (d takes c's), none makes a dataset, and the job names neither.
   EXPECT_THAT(
       ErrorLines(v.status()),
       ElementsAre(
           "spec.stages[0].kind: required, one of distill|sft|grpo|eval",
-          "spec.stages[0].model_name_or_path: required for the first stage (and "
-          "spec.model_name_or_path is empty)",
-          "spec.stages[0].data_path: required for the first stage (and spec.data_path is empty)",
           "spec.stages[1].kind: required, one of distill|sft|grpo|eval",
+          "spec.stages[2].model_name_or_path: required (no earlier stage trains a model: sft, "
+          "grpo, distill with distill_loss; and spec.model_name_or_path is empty)",
+          "spec.stages[2].data_path: required (the previous stage makes no dataset: only trace "
+          "distillation does; and spec.data_path is empty)",
           "spec.stages[2].training.num_generations: must divide the completions of one step (world "
           "8 x per_device_train_batch_size 8 x gradient_accumulation_steps 1 = 64), got 3",
+          "spec.stages[3].data_path: required (the previous stage makes no dataset: only trace "
+          "distillation does; and spec.data_path is empty)",
           "spec.stages[3].training.learning_rate: must be > 0, got 0"));
 }
 

@@ -26,8 +26,9 @@ const std::set<std::pair<JobState, JobState>>& Legal() {
       {JOB_STATE_SCHEDULED, JOB_STATE_RESTARTING}, {JOB_STATE_SCHEDULED, JOB_STATE_FAILED},
       {JOB_STATE_SCHEDULED, JOB_STATE_CANCELLED},  {JOB_STATE_RUNNING, JOB_STATE_SUCCEEDED},
       {JOB_STATE_RUNNING, JOB_STATE_FAILED},       {JOB_STATE_RUNNING, JOB_STATE_CANCELLED},
-      {JOB_STATE_RUNNING, JOB_STATE_RESTARTING},   {JOB_STATE_RESTARTING, JOB_STATE_SCHEDULED},
-      {JOB_STATE_RESTARTING, JOB_STATE_FAILED},    {JOB_STATE_RESTARTING, JOB_STATE_CANCELLED},
+      {JOB_STATE_RUNNING, JOB_STATE_RESTARTING},   {JOB_STATE_RUNNING, JOB_STATE_PENDING},
+      {JOB_STATE_RESTARTING, JOB_STATE_SCHEDULED}, {JOB_STATE_RESTARTING, JOB_STATE_FAILED},
+      {JOB_STATE_RESTARTING, JOB_STATE_CANCELLED},
   };
   return *legal;
 }
@@ -46,7 +47,7 @@ TEST(JobStateTest, EveryPairFollowsTheTable) {
       legal_count += s.ok();
     }
   }
-  EXPECT_EQ(legal_count, 14);
+  EXPECT_EQ(legal_count, 15);
 }
 
 TEST(JobStateTest, TerminalStatesAreFinal) {
@@ -61,8 +62,8 @@ TEST(JobStateTest, TerminalStatesAreFinal) {
 
 TEST(JobStateTest, MessagesNameBothStates) {
   EXPECT_EQ(
-      CheckTransition(trainctl::v1::JOB_STATE_RUNNING, trainctl::v1::JOB_STATE_PENDING).message(),
-      "illegal job state transition running -> pending");
+      CheckTransition(trainctl::v1::JOB_STATE_SCHEDULED, trainctl::v1::JOB_STATE_PENDING).message(),
+      "illegal job state transition scheduled -> pending");
   EXPECT_EQ(
       CheckTransition(trainctl::v1::JOB_STATE_SUCCEEDED, trainctl::v1::JOB_STATE_RUNNING).message(),
       "job already succeeded; cannot move to running");

@@ -157,6 +157,49 @@ TEST_P(JobStoreConformanceTest, FailedMutationWritesNothing) {
             absl::StatusCode::kNotFound);
 }
 
+// A pipeline's stages and its current stage are part of the job: created, updated (one stage
+// at a time), read and listed as they were written.
+TEST_P(JobStoreConformanceTest, PipelineStagesRoundTrip) {
+  Job pipeline = PendingJob("p");
+  pipeline.mutable_spec()->set_kind(trainctl::v1::JOB_KIND_PIPELINE);
+  for (const char* name : {"sft", "eval", "rl"}) {
+    trainctl::v1::StageStatus* stage = pipeline.add_stages();
+    stage->set_name(name);
+    stage->set_kind(trainctl::v1::JOB_KIND_SFT);
+    stage->set_state(trainctl::v1::STAGE_STATE_PENDING);
+    stage->set_output_dir(std::string("/out/") + name);
+  }
+  pipeline.mutable_stages(1)->set_model_from("sft");
+  auto created = store_->CreateJob(pipeline, "", {});
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(*store_->GetJob(created->job.id()), created->job));
+
+  auto updated = store_->UpdateJob(
+      created->job.id(),
+      [](Job* job, std::vector<JobEvent>*) {
+        job->mutable_stages(0)->set_state(trainctl::v1::STAGE_STATE_SUCCEEDED);
+        (*job->mutable_stages(0)->mutable_figures())["loss"] = 0.25;
+        job->mutable_stages(1)->set_state(trainctl::v1::STAGE_STATE_RUNNING);
+        job->set_current_stage(1);
+        return absl::OkStatus();
+      },
+      nullptr);
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  auto got = store_->GetJob(created->job.id());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(*got, *updated)) << got->DebugString();
+  EXPECT_EQ(got->current_stage(), 1);
+  EXPECT_EQ(got->stages(0).figures().at("loss"), 0.25);
+  EXPECT_EQ(got->stages(2).output_dir(), "/out/rl");
+
+  ASSERT_TRUE(store_->CreateJob(PendingJob("plain"), "", {}).ok());
+  auto page = store_->ListJobs({});
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->jobs.size(), 2u);
+  EXPECT_EQ(page->jobs[0].stages_size(), 0);
+  EXPECT_TRUE(MessageDifferencer::Equals(page->jobs[1], *updated)) << page->jobs[1].DebugString();
+}
+
 TEST_P(JobStoreConformanceTest, LogsAppendInOrderWithTailAndLimit) {
   ASSERT_TRUE(store_->CreateJob(PendingJob("a"), "", {}).ok());
   ASSERT_TRUE(store_->CreateJob(PendingJob("b"), "", {}).ok());

@@ -9,9 +9,12 @@
 #include <fstream>
 #include <thread>
 
+#include "coordinator/job_manager.h"
+#include "coordinator/job_notifier.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/job_store_test_util.h"
+#include "tests/testing/fake_clock.h"
 #include "tests/testing/temp_dir.h"
 
 namespace trainctl {
@@ -24,6 +27,27 @@ using testing::StateEvent;
 
 class SqliteJobStoreTest : public ::testing::Test {
  protected:
+  // Stores `job` as a coordinator of schema 1 or 2 did: a row of the jobs table, its blob the job
+  // without id. Returns its id.
+  std::string InsertAsOldSchema(const Job& job) {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db,
+                                 "INSERT INTO jobs(state, priority, create_time_us, "
+                                 "update_time_us, job) VALUES(?, 0, 0, 0, ?)",
+                                 -1, &st, nullptr),
+              SQLITE_OK);
+    const std::string blob = job.SerializeAsString();
+    sqlite3_bind_int64(st, 1, job.state());
+    sqlite3_bind_blob(st, 2, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    EXPECT_EQ(sqlite3_step(st), SQLITE_DONE);
+    const int64_t n = sqlite3_last_insert_rowid(db);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return FormatJobId(n);
+  }
+
   absl::StatusOr<std::unique_ptr<SqliteJobStore>> Open(int schema_version = 0) {
     SqliteJobStore::Options options;
     options.path = path_;
@@ -80,7 +104,7 @@ TEST_F(SqliteJobStoreTest, MigratesAnOlderSchemaKeepingItsJobs) {
     auto v1 = Open(/*schema_version=*/1);
     ASSERT_TRUE(v1.ok()) << v1.status();
     EXPECT_EQ(*(*v1)->SchemaVersion(), 1);
-    id = (*v1)->CreateJob(PendingJob("old"), "", {})->job.id();
+    id = InsertAsOldSchema(PendingJob("old"));
     std::vector<LogLine> lines = {Line(id, 0, "x")};
     EXPECT_FALSE((*v1)->AppendLogs(&lines).ok());  // version 1 has no log table
   }
@@ -90,6 +114,48 @@ TEST_F(SqliteJobStoreTest, MigratesAnOlderSchemaKeepingItsJobs) {
   EXPECT_EQ((*latest)->GetJob(id)->spec().name(), "old");
   std::vector<LogLine> lines = {Line(id, 0, "after migration")};
   EXPECT_TRUE((*latest)->AppendLogs(&lines).ok());
+}
+
+// Schema 3 keeps a pipeline's stages in their own table. A pipeline stored before has none; it
+// gets them when it is first placed, and they are kept from then on.
+TEST_F(SqliteJobStoreTest, MigratedPipelineGetsItsStagesWhenPlaced) {
+  std::string id;
+  {
+    auto v2 = Open(/*schema_version=*/2);
+    ASSERT_TRUE(v2.ok()) << v2.status();
+    Job old = PendingJob("pipeline");
+    trainctl::v1::JobSpec* spec = old.mutable_spec();
+    spec->set_kind(trainctl::v1::JOB_KIND_PIPELINE);
+    spec->set_model_name_or_path("tiny");
+    spec->set_data_path("/data");
+    spec->set_output_dir("/out");
+    for (auto kind : {trainctl::v1::JOB_KIND_SFT, trainctl::v1::JOB_KIND_EVAL}) {
+      spec->add_stages()->set_kind(kind);
+    }
+    id = InsertAsOldSchema(old);
+  }
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(*(*store)->SchemaVersion(), 3);
+  auto job = (*store)->GetJob(id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().name(), "pipeline");
+  EXPECT_EQ(job->stages_size(), 0);
+  EXPECT_EQ(job->current_stage(), 0);
+
+  testing::FakeClock clock;
+  JobNotifier notifier;
+  JobManager jobs(store->get(), &clock, &notifier);
+  auto placed = jobs.Place(id, {"node-a"}, "placed");
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_EQ(placed->stages_size(), 2);
+  EXPECT_EQ(placed->stages(0).state(), trainctl::v1::STAGE_STATE_RUNNING);
+  EXPECT_EQ(placed->stages(1).model_name_or_path(), "/out/sft-0");
+  EXPECT_EQ(placed->stages(1).model_from(), "sft-0");
+  store->reset();
+  auto reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(*(*reopened)->GetJob(id), *placed));
 }
 
 TEST_F(SqliteJobStoreTest, RefusesASchemaNewerThanItKnows) {

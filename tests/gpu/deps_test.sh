@@ -22,7 +22,7 @@ for key in absl_DIR yaml-cpp_DIR nlohmann_json_DIR GTest_DIR Protobuf_PROTOC_EXE
   value=$(grep -E "^$key:" "$cache" | cut -d= -f2-) || fail "$key is not in the CMake cache"
   [[ $value == "$WORK/deps"* ]] || fail "$key = '$value', not from $WORK/deps"
 done
-for pc in PCRE2 ICU_UC STB; do
+for pc in PCRE2 ICU_UC STB HTTPLIB; do
   value=$(grep -E "^${pc}_INCLUDEDIR:" "$cache" | cut -d= -f2-) ||
     fail "pkg-config's $pc was not found"
   [[ $value == "$WORK/deps"* ]] || fail "pkg-config's $pc includedir = '$value', not from $WORK/deps"
@@ -35,8 +35,12 @@ fi
 
 # The non-torch libraries build from the folder's headers and protoc.
 cmake --build "$WORK/build" -j 2 --target trainctl_proto trainctl_common trainctl_tokenizer \
-  trainctl_data >"$WORK/build.log" 2>&1 || { tail -50 "$WORK/build.log"; fail "build failed"; }
+  trainctl_data trainctl_endpoint_teacher >"$WORK/build.log" 2>&1 ||
+  { tail -50 "$WORK/build.log"; fail "build failed"; }
 grep -q -- "-isystem $WORK/deps/include" "$WORK/build/compile_commands.json" ||
   fail "the folder's include directory is not on the compile lines"
+# The endpoint teacher has its HTTP client there (not the UNIMPLEMENTED stub).
+grep -q "TRAINCTL_WITH_HTTPLIB.*endpoint_teacher.cc" "$WORK/build/compile_commands.json" ||
+  fail "trainctl_endpoint_teacher was built without cpp-httplib"
 echo "deps_test: $(du -sh "$WORK/deps" | cut -f1) gathered; CUDA layout configured and built from it"
 rm -rf "$WORK"

@@ -231,6 +231,61 @@ TEST_F(WorkerTest, GrpoJobRunsToTheEndAndDescribeShowsItsRewards) {
   }
 }
 
+// A pipeline through the whole product: sft, then eval of what sft trained, on the tiny model with
+// one rank. The coordinator places and launches each stage as a job of its kind; the eval stage's
+// model is the sft stage's output dir (the trainer loads its newest checkpoint).
+TEST_F(WorkerTest, PipelineRunsItsStagesInOrderAndDescribeShowsThem) {
+  StartCoordinator();
+  StartWorker("node-a", 1);
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
+  const std::string out = dir_.path() + "/out-pipeline";
+  const nlohmann::json stages = nlohmann::json::array(
+      {{{"name", "sft"}, {"kind", "sft"}},
+       {{"name", "eval"},
+        {"kind", "eval"},
+        {"training", {{"max_completion_length", 6}, {"per_device_eval_batch_size", 8}}}}});
+  const std::string id = Submit(WriteSpec("pipeline", out, {{"max_steps", 2}, {"save_steps", 2}},
+                                          {{"kind", "pipeline"}, {"stages", stages}}));
+  ASSERT_FALSE(id.empty());
+  const v1::Job job = WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
+  ASSERT_EQ(job.stages_size(), 2);
+  EXPECT_EQ(job.current_stage(), 1);
+  for (const v1::StageStatus& stage : job.stages()) {
+    EXPECT_EQ(stage.state(), v1::STAGE_STATE_SUCCEEDED) << stage.name();
+  }
+  EXPECT_EQ(job.stages(0).model_name_or_path(), "tiny");
+  EXPECT_EQ(job.stages(1).model_name_or_path(), out + "/sft");
+  EXPECT_EQ(job.stages(1).model_from(), "sft");
+  EXPECT_TRUE(fs::exists(out + "/sft/checkpoint-2/manifest.json"));
+  EXPECT_TRUE(fs::exists(out + "/eval/eval.json")) << Logs();
+  EXPECT_TRUE(job.stages(0).figures().count("loss"));
+  EXPECT_TRUE(job.stages(1).figures().count("accuracy"));
+
+  // Every state in order: the job waits again for the eval stage's placement.
+  std::vector<v1::JobState> states;
+  for (const v1::JobEvent& e : Events(id)) {
+    if (e.has_state_change()) states.push_back(e.state_change().to());
+  }
+  EXPECT_EQ(states, (std::vector<v1::JobState>{v1::JOB_STATE_PENDING, v1::JOB_STATE_SCHEDULED,
+                                               v1::JOB_STATE_RUNNING, v1::JOB_STATE_PENDING,
+                                               v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING,
+                                               v1::JOB_STATE_SUCCEEDED}));
+
+  const std::map<std::string, std::string> env = {{"TRAINCTL_COORDINATOR", address_}};
+  RunResult described = testing::Run({TRAINCTL_CLI_BIN, "describe", id}, env);
+  ASSERT_EQ(described.exit_code, 0) << described.err;
+  for (const std::string& text :
+       {"Stages:"s, "pipeline 2/2 eval"s, out + "/sft ← sft"s, "loss="s, "accuracy="s}) {
+    EXPECT_TRUE(absl::StrContains(described.out, text)) << text << "\n" << described.out;
+  }
+  RunResult listed = testing::Run({TRAINCTL_CLI_BIN, "ls"}, env);
+  EXPECT_TRUE(absl::StrContains(listed.out, "pipeline 2/2 eval")) << listed.out;
+  RunResult watched = testing::Run({TRAINCTL_CLI_BIN, "watch", id}, env);
+  EXPECT_EQ(watched.exit_code, 0) << watched.err;
+  EXPECT_TRUE(absl::StrContains(watched.out, "stage      1 sft succeeded")) << watched.out;
+  EXPECT_TRUE(absl::StrContains(watched.out, "stage      2 eval running")) << watched.out;
+}
+
 TEST_F(WorkerTest, CancelMidRunStopsEveryRankOfTheRealTrainer) {
   StartCoordinator();
   StartWorker("node-a", 2);

@@ -197,12 +197,13 @@ TEST_F(DistillTest, RefusesATeacherWithAnotherVocabularyAndTraceDistillation) {
   ASSERT_FALSE(all.empty());
   EXPECT_EQ(all.back()["state"], "failed");
 
-  // Without distill_loss the kind is trace distillation, not in this build.
+  // Without distill_loss the kind is trace distillation (tests/trainer/trace_distill_test.cc),
+  // which needs a teacher: a checkpoint or an endpoint.
   r = testing::Run(TrainArgs(DistillSpec("trace", "", json::object()), dir_.path() + "/t.jsonl"),
                    {}, absl::Minutes(5));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("trace distillation"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("not in this build"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("needs exactly one teacher"), std::string::npos) << r.err;
 }
 
 }  // namespace

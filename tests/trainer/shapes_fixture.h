@@ -61,30 +61,36 @@ inline std::vector<nlohmann::json> KillOnceAndResume(const std::vector<std::stri
   return ReadEvents(second_events);
 }
 
-// Runs `world` ranks of `trainer train --spec SPEC --threads 1` to the end, each with the launch
+// Starts `world` ranks of `trainer train --spec SPEC --threads 1`, each with the launch
 // environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT) and its events in `prefix`.<rank>.jsonl, its
-// log in `prefix`.<rank>.log. Every rank must exit 0 (a test failure with its log otherwise).
-// Returns rank 0's events.
-inline std::vector<nlohmann::json> TrainRanks(int world, const std::string& trainer,
-                                              const std::string& spec, const std::string& prefix,
-                                              absl::Duration timeout = absl::Minutes(15)) {
+// log in `prefix`.<rank>.log.
+inline std::vector<std::unique_ptr<Subprocess>> LaunchRanks(int world, const std::string& trainer,
+                                                            const std::string& spec,
+                                                            const std::string& prefix) {
   const int port = FreeLoopbackPort();
   std::vector<std::unique_ptr<Subprocess>> procs;
   for (int r = 0; r < world; ++r) {
     procs.push_back(std::make_unique<Subprocess>(
         std::vector<std::string>{"/usr/bin/env", absl::StrCat("RANK=", r),
-                                 absl::StrCat("LOCAL_RANK=", r),
-                                 absl::StrCat("WORLD_SIZE=", world), "MASTER_ADDR=127.0.0.1",
-                                 absl::StrCat("MASTER_PORT=", port), trainer, "train", "--spec",
-                                 spec, "--events", absl::StrCat(prefix, ".", r, ".jsonl"),
-                                 "--threads", "1"},
+                                 absl::StrCat("LOCAL_RANK=", r), absl::StrCat("WORLD_SIZE=", world),
+                                 "MASTER_ADDR=127.0.0.1", absl::StrCat("MASTER_PORT=", port),
+                                 trainer, "train", "--spec", spec, "--events",
+                                 absl::StrCat(prefix, ".", r, ".jsonl"), "--threads", "1"},
         absl::StrCat(prefix, ".", r, ".log")));
   }
+  return procs;
+}
+
+// LaunchRanks, then waits for the end: every rank must exit 0 (a test failure with its log
+// otherwise). Returns rank 0's events.
+inline std::vector<nlohmann::json> TrainRanks(int world, const std::string& trainer,
+                                              const std::string& spec, const std::string& prefix,
+                                              absl::Duration timeout = absl::Minutes(15)) {
+  std::vector<std::unique_ptr<Subprocess>> procs = LaunchRanks(world, trainer, spec, prefix);
   for (int r = 0; r < world; ++r) {
     auto code = procs[static_cast<size_t>(r)]->Wait(timeout);
     EXPECT_TRUE(code.ok() && *code == 0)
-        << prefix << " rank " << r << ": "
-        << ReadFileOrEmpty(absl::StrCat(prefix, ".", r, ".log"));
+        << prefix << " rank " << r << ": " << ReadFileOrEmpty(absl::StrCat(prefix, ".", r, ".log"));
   }
   return ReadEvents(absl::StrCat(prefix, ".0.jsonl"));
 }

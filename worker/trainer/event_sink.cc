@@ -61,6 +61,16 @@ std::string ConsoleEchoEventSink::Format(const std::string& type, const nlohmann
   };
   if (type == "metric" && fields.contains("values") && fields["values"].is_object()) {
     const nlohmann::json& v = fields["values"];
+    if (v.contains("prompts_done")) {  // trace distillation
+      return absl::StrFormat(
+          "distill: %d/%d prompts, %d completions, pass rate %.3f, %d kept, %.0f tokens/s",
+          static_cast<int64_t>(number(v, "prompts_done")),
+          static_cast<int64_t>(number(v, "prompts_total")),
+          static_cast<int64_t>(number(v, "completions")), number(v, "pass_rate"),
+          static_cast<int64_t>(number(v, "kept")), number(v, "tokens_per_second"));
+    }
+    // A stage that only measures (eval) prints its own table.
+    if (!v.contains("loss")) return "";
     return absl::StrFormat(
         "step %d/%d: loss %.4f, lr %.3e, grad_norm %.3f, epoch %.2f, %.0f tokens/s, %.2f s/step",
         static_cast<int64_t>(number(fields, "step")),
@@ -79,7 +89,13 @@ std::string ConsoleEchoEventSink::Format(const std::string& type, const nlohmann
       return absl::StrCat(fields.value("kind", std::string()), " job '",
                           fields.value("name", std::string()), "' starting");
     }
+    if (state == "distilled") {
+      return absl::StrCat("traces: ", static_cast<int64_t>(number(fields, "kept")), " kept in ",
+                          fields.value("traces", std::string()), ", dataset ",
+                          fields.value("dataset", std::string()));
+    }
     if (state == "succeeded") {
+      if (number(fields, "steps") == 0) return "finished";  // a stage that does not train
       return absl::StrFormat("finished: %d steps, last loss %.4f, checkpoint %s",
                              static_cast<int64_t>(number(fields, "steps")), number(fields, "loss"),
                              fields.value("checkpoint", std::string()));

@@ -27,29 +27,6 @@ constexpr char kVisionStart[] = "<|vision_start|>";
 constexpr char kImagePad[] = "<|image_pad|>";
 constexpr char kEndOfText[] = "<|endoftext|>";
 
-absl::StatusOr<std::string> ResolveImage(std::string path, const std::string& jsonl_dir,
-                                         const std::string& image_root) {
-  if (absl::StartsWith(path, "file://")) path = path.substr(7);
-  if (absl::StartsWith(path, "http://") || absl::StartsWith(path, "https://")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "image '", path, "' is a URL; prepare reads local files only (download it first)"));
-  }
-  if (path.empty()) return absl::InvalidArgumentError("empty image path");
-  std::vector<std::string> tried;
-  if (fs::path(path).is_absolute()) {
-    tried.push_back(path);
-  } else {
-    if (!image_root.empty()) tried.push_back((fs::path(image_root) / path).string());
-    tried.push_back((fs::path(jsonl_dir) / path).string());
-  }
-  std::error_code ec;
-  for (const std::string& candidate : tried) {
-    if (fs::is_regular_file(candidate, ec)) return candidate;
-  }
-  return absl::NotFoundError(
-      absl::StrCat("image '", path, "' not found (looked for ", absl::StrJoin(tried, ", "), ")"));
-}
-
 absl::Status CheckImageTokens(const Sample& sample, const std::vector<int64_t>& image_tokens,
                               const tokenizer::BpeTokenizer& tokenizer) {
   const auto start = tokenizer.TokenToId(kVisionStart);
@@ -206,13 +183,36 @@ void ReadChunk(std::istream& in, size_t max, int64_t* line_no, std::vector<std::
 
 }  // namespace
 
+absl::StatusOr<std::string> ResolveImagePath(std::string path, const std::string& jsonl_dir,
+                                             const std::string& image_root) {
+  if (absl::StartsWith(path, "file://")) path = path.substr(7);
+  if (absl::StartsWith(path, "http://") || absl::StartsWith(path, "https://")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "image '", path, "' is a URL; prepare reads local files only (download it first)"));
+  }
+  if (path.empty()) return absl::InvalidArgumentError("empty image path");
+  std::vector<std::string> tried;
+  if (fs::path(path).is_absolute()) {
+    tried.push_back(path);
+  } else {
+    if (!image_root.empty()) tried.push_back((fs::path(image_root) / path).string());
+    tried.push_back((fs::path(jsonl_dir) / path).string());
+  }
+  std::error_code ec;
+  for (const std::string& candidate : tried) {
+    if (fs::is_regular_file(candidate, ec)) return candidate;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("image '", path, "' not found (looked for ", absl::StrJoin(tried, ", "), ")"));
+}
+
 absl::StatusOr<Sample> BuildSample(const ParsedRecord& record, const std::string& jsonl_dir,
                                    const PrepareOptions& options,
                                    const tokenizer::BpeTokenizer& tokenizer) {
   Sample sample;
   std::vector<int64_t> image_tokens;
   for (const std::string& path : record.images) {
-    auto resolved = ResolveImage(path, jsonl_dir, options.image_root);
+    auto resolved = ResolveImagePath(path, jsonl_dir, options.image_root);
     if (!resolved.ok()) return resolved.status();
     auto image = ReadImageFile(*resolved);
     if (!image.ok()) return image.status();

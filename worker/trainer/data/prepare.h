@@ -56,6 +56,12 @@ absl::StatusOr<DatasetManifest> PrepareDataset(const PrepareOptions& options);
 absl::StatusOr<DatasetManifest> PrepareDataset(const PrepareOptions& options,
                                                const tokenizer::BpeTokenizer& tokenizer);
 
+// Where image `path` of a record is: itself when absolute, else under `image_root` (when not
+// empty), then beside the JSONL file (`jsonl_dir`); "file://" is stripped. INVALID_ARGUMENT for
+// an http(s) URL or an empty path, NOT_FOUND listing the places tried.
+absl::StatusOr<std::string> ResolveImagePath(std::string path, const std::string& jsonl_dir,
+                                             const std::string& image_root);
+
 // One parsed record made into a sample, as PrepareDataset does (before the max_seq_len rule).
 // `jsonl_dir` is where relative image paths are looked for after options.image_root.
 absl::StatusOr<Sample> BuildSample(const ParsedRecord& record, const std::string& jsonl_dir,

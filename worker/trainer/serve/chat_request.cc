@@ -262,52 +262,21 @@ absl::StatusOr<ChatRequest> ParseChatRequest(absl::string_view body, const Reque
 absl::StatusOr<ChatPrompt> BuildChatPrompt(const ChatRequest& request,
                                            const tokenizer::BpeTokenizer& tokenizer,
                                            const RequestLimits& limits) {
-  ChatPrompt prompt;
-  std::vector<tokenizer::ChatMessage> messages = request.messages;
-  size_t k = 0;
-  for (tokenizer::ChatMessage& m : messages) {
-    for (ChatPart& part : m.content) {
-      if (part.kind != ChatPart::Kind::kImage) continue;
-      const std::string& param = request.image_params[k];
-      absl::StatusOr<std::string> bytes = FetchImage(request.image_urls[k++], limits, param);
-      if (!bytes.ok()) return bytes.status();
-      absl::StatusOr<data::RgbImage> image = data::DecodeImage(*bytes, param);
-      if (!image.ok()) return WithParam(image.status(), param);
-      absl::StatusOr<data::ProcessedImage> processed = data::PreprocessImage(*image, limits.image);
-      if (!processed.ok()) return Invalid(param, processed.status().message());
-      part.image_tokens = processed->num_merged_tokens();
-      prompt.pixel_values.insert(prompt.pixel_values.end(), processed->pixel_values.begin(),
-                                 processed->pixel_values.end());
-      prompt.grid_thw.insert(prompt.grid_thw.end(), processed->grid_thw.begin(),
-                             processed->grid_thw.end());
-    }
+  std::vector<data::ProcessedImage> images;
+  for (size_t k = 0; k < request.image_urls.size(); ++k) {
+    const std::string& param = request.image_params[k];
+    absl::StatusOr<std::string> bytes = FetchImage(request.image_urls[k], limits, param);
+    if (!bytes.ok()) return bytes.status();
+    absl::StatusOr<data::RgbImage> image = data::DecodeImage(*bytes, param);
+    if (!image.ok()) return WithParam(image.status(), param);
+    absl::StatusOr<data::ProcessedImage> processed = data::PreprocessImage(*image, limits.image);
+    if (!processed.ok()) return Invalid(param, processed.status().message());
+    images.push_back(*std::move(processed));
   }
-  const auto vision_start = tokenizer.TokenToId("<|vision_start|>");
-  const auto image_pad = tokenizer.TokenToId("<|image_pad|>");
-  if (!tokenizer.TokenToId("<|im_start|>") || !tokenizer.TokenToId("<|im_end|>") || !vision_start ||
-      !image_pad) {
-    return absl::FailedPreconditionError("the tokenizer lacks Qwen2-VL's chat special tokens");
-  }
-  tokenizer::ChatTemplateOptions options;
-  options.add_generation_prompt = true;
-  absl::StatusOr<tokenizer::RenderedChat> rendered = tokenizer::RenderChat(messages, options);
-  if (!rendered.ok()) return WithParam(rendered.status(), "messages");
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(rendered->text);
-  if (!ids.ok()) return WithParam(ids.status(), "messages");
-  int64_t starts = 0, pads = 0, expected = 0;
-  for (const tokenizer::ChatMessage& m : messages) {
-    for (const ChatPart& p : m.content) expected += p.image_tokens;
-  }
-  for (const int32_t id : *ids) {
-    starts += id == *vision_start;
-    pads += id == *image_pad;
-    prompt.ids.push_back(id);
-  }
-  if (starts != static_cast<int64_t>(k) || pads != expected) {
-    return Invalid("messages", "the text holds vision special tokens of its own");
-  }
-  if (static_cast<int64_t>(prompt.ids.size()) + request.sampling.max_tokens > limits.max_context) {
-    return Invalid("messages", absl::StrCat("the prompt's ", prompt.ids.size(), " tokens and ",
+  absl::StatusOr<ChatPrompt> prompt = data::BuildChatPrompt(request.messages, images, tokenizer);
+  if (!prompt.ok()) return WithParam(prompt.status(), "messages");
+  if (static_cast<int64_t>(prompt->ids.size()) + request.sampling.max_tokens > limits.max_context) {
+    return Invalid("messages", absl::StrCat("the prompt's ", prompt->ids.size(), " tokens and ",
                                             request.sampling.max_tokens, " new ones exceed the ",
                                             limits.max_context, "-token context"));
   }

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "worker/trainer/data/chat_prompt.h"
 #include "worker/trainer/data/image_processor.h"
 #include "worker/trainer/tokenizer/bpe_tokenizer.h"
 #include "worker/trainer/tokenizer/chat_template.h"
@@ -57,13 +58,8 @@ struct ChatRequest {
   SamplingParams sampling;
 };
 
-// The request's prompt, ready for LeftPadPrompts: token ids (image pads expanded) and the images'
-// patches [patches, kPatchDim] with their (t, h, w) grids, in order.
-struct ChatPrompt {
-  std::vector<int64_t> ids;
-  std::vector<float> pixel_values;
-  std::vector<int64_t> grid_thw;  // 3 per image
-};
+// The request's prompt, ready for LeftPadPrompts (data/chat_prompt.h).
+using ChatPrompt = data::ChatPrompt;
 
 // The OpenAI field an INVALID_ARGUMENT from this file is about ("messages[1].role"), carried as
 // the status payload kParamPayload; empty when none.

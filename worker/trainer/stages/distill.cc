@@ -26,13 +26,6 @@ class DistillStage final : public Stage {
  public:
   absl::StatusOr<int64_t> Setup(StageContext& ctx) override {
     const auto& t = ctx.training;
-    if (!t.has_distill_loss()) {
-      return absl::UnimplementedError(
-          "kind distill without training.distill_loss is trace distillation (a teacher "
-          "generating a dataset), which is not in this build yet; set training.distill_loss "
-          "(forward_kl|reverse_kl|jsd) and teacher_model_name_or_path to train against a "
-          "teacher's logits");
-    }
     ASSIGN_OR_RETURN(loss_.type, ParseDistillLossType(t.distill_loss()));
     loss_.beta = t.jsd_beta();
     loss_.temperature = t.kd_temperature();
@@ -52,7 +45,7 @@ class DistillStage final : public Stage {
     }
     ASSIGN_OR_RETURN(teacher_, zero::Engine::CreateFrozen(resolved.first, ctx.options, &ctx.comm,
                                                           t.seed(), resolved.second));
-    teacher_->model().SetAttentionImpl(ctx.engine.model().attention_impl());
+    teacher_->model().SetAttentionImpl(ctx.engine->model().attention_impl());
 
     ASSIGN_OR_RETURN(loader_, internal::RankLoader(ctx));
     return loader_->BatchesInEpoch(0) / t.gradient_accumulation_steps();
@@ -77,7 +70,7 @@ class DistillStage final : public Stage {
       } catch (const zero::CollectiveError& e) {
         return absl::UnavailableError(e.what());
       }
-      RETURN_IF_ERROR(ctx.engine.Backward(loss));
+      RETURN_IF_ERROR(ctx.engine->Backward(loss));
       loss_value += loss.item<double>();
     }
     torch::Tensor total = torch::tensor({loss_value, kd_value, ce_value}, torch::kFloat64);
@@ -97,7 +90,7 @@ class DistillStage final : public Stage {
  private:
   LossSums MicroBatchSums(StageContext& ctx, const data::Batch& batch) {
     const internal::TrainedPositions trained = internal::Trained(ctx, batch);
-    torch::Tensor student = internal::LogitsAt(ctx, ctx.engine.model(), batch, trained.positions);
+    torch::Tensor student = internal::LogitsAt(ctx, ctx.engine->model(), batch, trained.positions);
     torch::Tensor teacher;
     {
       torch::NoGradGuard no_grad;

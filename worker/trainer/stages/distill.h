@@ -15,7 +15,7 @@
 //             label token.
 //
 // Without distill_loss the kind means trace distillation (a teacher generating a dataset):
-// Setup returns UNIMPLEMENTED saying so.
+// stages/trace_distill.h, chosen by MakeStage.
 #ifndef TRAINCTL_WORKER_TRAINER_STAGES_DISTILL_H_
 #define TRAINCTL_WORKER_TRAINER_STAGES_DISTILL_H_
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <utility>
 
@@ -116,7 +117,7 @@ class EvalStage final : public Stage {
       ASSIGN_OR_RETURN(auto resolved, ResolveModel(ctx.spec.baseline_model_name_or_path()));
       ASSIGN_OR_RETURN(baseline_, zero::Engine::CreateFrozen(resolved.first, ctx.options, &ctx.comm,
                                                              ctx.training.seed(), resolved.second));
-      baseline_->model().SetAttentionImpl(ctx.engine.model().attention_impl());
+      baseline_->model().SetAttentionImpl(ctx.engine->model().attention_impl());
     }
     return 1;
   }
@@ -144,7 +145,7 @@ class EvalStage final : public Stage {
                             {"max_prompt_length", t.max_prompt_length()},
                             {"seed", t.seed()}}},
                           {"datasets", datasets_.names}};
-    ASSIGN_OR_RETURN(torch::Tensor results, Measure(ctx, ctx.engine));
+    ASSIGN_OR_RETURN(torch::Tensor results, Measure(ctx, *ctx.engine));
     AddTables(results, t.num_generations(), &doc);
     if (baseline_) {
       ASSIGN_OR_RETURN(torch::Tensor base, Measure(ctx, *baseline_));
@@ -171,6 +172,7 @@ class EvalStage final : public Stage {
           absl::StrCat("cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message()));
     }
     ctx.events.Emit("status", {{"state", "evaluated"}, {"path", fs::absolute(path).string()}});
+    std::cout << FormatEvalTable(doc) << std::flush;  // the log shows the table as eval.json has it
     return absl::OkStatus();
   }
 

@@ -98,7 +98,7 @@ class GrpoStage final : public Stage {
       ASSIGN_OR_RETURN(reference_, zero::Engine::CreateFrozen(resolved.first, ctx.options,
                                                               &ctx.comm, t.seed(),
                                                               resolved.second));
-      reference_->model().SetAttentionImpl(ctx.engine.model().attention_impl());
+      reference_->model().SetAttentionImpl(ctx.engine->model().attention_impl());
     }
 
     // The step's shape.
@@ -206,7 +206,7 @@ class GrpoStage final : public Stage {
     const uint64_t sent_before = ctx.comm.bytes_sent();
     internal::RolloutCost cost;
     ASSIGN_OR_RETURN(model::GenerationOutput generated,
-                     internal::GenerateCompletions(ctx, ctx.engine, rows_, g, &cost));
+                     internal::GenerateCompletions(ctx, *ctx.engine, rows_, g, &cost));
     const double seconds = cost.seconds;
     const int64_t held_bytes = cost.held_bytes;
     const double gather_seconds = cost.gather_seconds;
@@ -294,7 +294,7 @@ class GrpoStage final : public Stage {
     old_logps_.clear();
     for (int64_t a = 0; a < static_cast<int64_t>(rows_.size()); a += micro_rows_) {
       const int64_t b = std::min<int64_t>(static_cast<int64_t>(rows_.size()), a + micro_rows_);
-      ASSIGN_OR_RETURN(torch::Tensor logps, LogProbs(ctx, ctx.engine, a, b));
+      ASSIGN_OR_RETURN(torch::Tensor logps, LogProbs(ctx, *ctx.engine, a, b));
       old_logps_.push_back(logps);
     }
     return absl::OkStatus();
@@ -350,9 +350,9 @@ class GrpoStage final : public Stage {
         ASSIGN_OR_RETURN(li.ref_per_token_logps, LogProbs(ctx, *reference_, a, b));
       }
       if (!old_logps_.empty()) li.old_per_token_logps = old_logps_[static_cast<size_t>(micro)];
-      ASSIGN_OR_RETURN(li.per_token_logps, LogProbs(ctx, ctx.engine, a, b));
+      ASSIGN_OR_RETURN(li.per_token_logps, LogProbs(ctx, *ctx.engine, a, b));
       ASSIGN_OR_RETURN(GrpoLossOutput lo, GrpoLoss(li, options_, shape));
-      RETURN_IF_ERROR(ctx.engine.Backward(lo.contribution));
+      RETURN_IF_ERROR(ctx.engine->Backward(lo.contribution));
       loss += lo.contribution.item<double>();
       stats.Add(lo.stats);
     }

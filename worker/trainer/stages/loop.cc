@@ -3,8 +3,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "common/process_stats.h"
 #include "common/status_macros.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
+#include "worker/trainer/data/manifest.h"
 #include "worker/trainer/model/attention.h"
 #include "worker/trainer/stages/lr_schedule.h"
 
@@ -25,6 +28,22 @@ namespace fs = std::filesystem;
 
 bool HasWeights(const fs::path& dir) {
   return fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json");
+}
+
+// The tokenizer directory a prepared dataset names in its manifest ("prepared.tokenizer"), when
+// it still holds tokenizer.json; "" otherwise (raw JSONL, no manifest, moved files).
+std::string PreparedWithTokenizer(const std::string& data_path) {
+  std::ifstream in(fs::path(data_path) / "manifest.json", std::ios::binary);
+  if (!in) return "";
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<data::DatasetManifest> manifest =
+      data::ParseManifest(text.str(), data_path + "/manifest.json");
+  if (!manifest.ok() || manifest->tokenizer.empty() ||
+      !fs::exists(fs::path(manifest->tokenizer) / "tokenizer.json")) {
+    return "";
+  }
+  return manifest->tokenizer;
 }
 
 // Optimizer steps between events/saves: HF's `*_steps` may be a ratio of the total when < 1.
@@ -104,7 +123,7 @@ class Loop {
   }
 
   absl::Status Setup() {
-    ASSIGN_OR_RETURN(stage_, MakeStage(spec_.kind()));
+    ASSIGN_OR_RETURN(stage_, MakeStage(spec_));
     const torch::Device device = RankDevice();
     if (device.is_cuda() && t_.has_tf32() && t_.tf32()) {
       at::globalContext().setAllowTF32CuBLAS(true);
@@ -114,10 +133,57 @@ class Loop {
     comm_options.timeout = std::chrono::seconds(t_.ddp_timeout());
     comm_options.device = device;
     ASSIGN_OR_RETURN(comm_, zero::Comm::Create(comm_options));
+    // The model a stage names (stages/loop.h Stage::EngineModel); none for a teacher endpoint.
+    const std::string model_ref = stage_->EngineModel(spec_);
+    model::AttentionImpl attention = model::AttentionImpl::kAuto;
+    if (!model_ref.empty()) {
+      ASSIGN_OR_RETURN(attention, BuildEngine(model_ref, device));
+    } else if (stage_->trains()) {
+      return absl::InternalError("a training stage named no model to build its engine from");
+    }
+    // A model without tokenizer files (a registry config): the tokenizer the data was prepared
+    // with, so that every checkpoint this job saves is a whole model (serve, eval, a next stage).
+    if (tokenizer_dir_.empty()) tokenizer_dir_ = PreparedWithTokenizer(spec_.data_path());
+    ctx_.emplace(StageContext{spec_, t_, device, *comm_, engine_.get(), options_, config_,
+                              tokenizer_dir_, *events_});
+    for (const std::string& w : warnings_) ctx_->Warn(w);
+    if (ctx_->lead()) {
+      events_->Emit("setup",
+                    {{"device", device.str()},
+                     {"backend", comm_->backend()},
+                     {"kind", JobKindName(spec_.kind())},
+                     {"attention", engine_ ? model::AttentionImplName(
+                                                 model::ResolveAttentionImpl(attention, device))
+                                           : "none"}});
+    }
 
-    ASSIGN_OR_RETURN(auto resolved_model, ResolveModel(spec_.model_name_or_path()));
+    ASSIGN_OR_RETURN(steps_per_epoch_, stage_->Setup(*ctx_));
+    if (!stage_->trains()) return absl::OkStatus();
+    steps_per_epoch_ = std::max<int64_t>(1, steps_per_epoch_);
+    total_steps_ = t_.max_steps() > 0
+                       ? t_.max_steps()
+                       : static_cast<int64_t>(std::ceil(t_.num_train_epochs() * steps_per_epoch_));
+    ASSIGN_OR_RETURN(schedule_, LrSchedule::Create(
+                                    t_.lr_scheduler_type(),
+                                    WarmupSteps(t_.warmup_steps(), t_.warmup_ratio(), total_steps_),
+                                    total_steps_));
+    base_lr_ = options_.lr;
+    logging_every_ = Interval(t_.logging_steps(), total_steps_);
+    save_every_ = Interval(t_.save_steps(), total_steps_);
+    return absl::OkStatus();
+  }
+
+  // The model `model_ref`, its DeepSpeed-resolved options and its engine (frozen when the stage
+  // does not train). Returns the attention implementation asked for.
+  absl::StatusOr<model::AttentionImpl> BuildEngine(const std::string& model_ref,
+                                                   const torch::Device& device) {
+    ASSIGN_OR_RETURN(auto resolved_model, ResolveModel(model_ref));
     config_ = std::move(resolved_model.first);
-    if (fs::is_directory(spec_.model_name_or_path())) tokenizer_dir_ = spec_.model_name_or_path();
+    if (!resolved_model.second.empty()) {
+      tokenizer_dir_ = resolved_model.second;
+    } else if (fs::is_directory(model_ref)) {
+      tokenizer_dir_ = model_ref;
+    }
 
     // The DeepSpeed config, resolved again here against what the control plane could not know:
     // the launched world size and the model's hidden size.
@@ -134,8 +200,7 @@ class Loop {
       if (!resolved.ok()) return resolved.status();
       ds = resolved->config;
     }
-    std::vector<std::string> warnings;
-    options_ = zero::EngineOptionsFrom(ds, t_, config_.hidden_size, &warnings);
+    options_ = zero::EngineOptionsFrom(ds, t_, config_.hidden_size, &warnings_);
     options_.device = device;
     gather_on_save_ = options_.stage < 3 || (ds && ds->stage3_gather_16bit_weights_on_model_save);
     if (stage_->trains()) {
@@ -159,31 +224,7 @@ class Loop {
       attention = *parsed;
     }
     engine_->model().SetAttentionImpl(attention);
-    ctx_.emplace(StageContext{spec_, t_, device, *comm_, *engine_, options_, config_,
-                              tokenizer_dir_, *events_});
-    for (const std::string& w : warnings) ctx_->Warn(w);
-    if (ctx_->lead()) {
-      events_->Emit("setup", {{"device", device.str()},
-                              {"backend", comm_->backend()},
-                              {"kind", JobKindName(spec_.kind())},
-                              {"attention", model::AttentionImplName(
-                                                model::ResolveAttentionImpl(attention, device))}});
-    }
-
-    ASSIGN_OR_RETURN(steps_per_epoch_, stage_->Setup(*ctx_));
-    if (!stage_->trains()) return absl::OkStatus();
-    steps_per_epoch_ = std::max<int64_t>(1, steps_per_epoch_);
-    total_steps_ = t_.max_steps() > 0
-                       ? t_.max_steps()
-                       : static_cast<int64_t>(std::ceil(t_.num_train_epochs() * steps_per_epoch_));
-    ASSIGN_OR_RETURN(schedule_, LrSchedule::Create(
-                                    t_.lr_scheduler_type(),
-                                    WarmupSteps(t_.warmup_steps(), t_.warmup_ratio(), total_steps_),
-                                    total_steps_));
-    base_lr_ = options_.lr;
-    logging_every_ = Interval(t_.logging_steps(), total_steps_);
-    save_every_ = Interval(t_.save_steps(), total_steps_);
-    return absl::OkStatus();
+    return attention;
   }
 
   // One optimizer step: the stage's micro-batches, then the update. Returns the step's loss.
@@ -295,6 +336,7 @@ class Loop {
   std::optional<LrSchedule> schedule_;
   TrainerState state_;
   std::string tokenizer_dir_;
+  std::vector<std::string> warnings_;  // of the engine's options
   bool gather_on_save_ = true;
   double base_lr_ = 0;
   int64_t total_steps_ = 0, steps_per_epoch_ = 1, logging_every_ = 1, save_every_ = 1;
@@ -318,6 +360,20 @@ torch::Device RankDevice() {
 }
 
 absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(const std::string& ref) {
+  // A training job's output directory (what a pipeline stage hands the next one): its newest
+  // complete checkpoint, which holds HF weights unless ZeRO-3 saved them sharded only.
+  if (fs::is_directory(ref) && !HasWeights(ref) && !fs::exists(fs::path(ref) / "config.json")) {
+    std::vector<std::string> skipped;
+    if (std::optional<std::string> latest = FindLatestCheckpoint(ref, &skipped)) {
+      if (!HasWeights(*latest)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "model '", ref, "': its newest checkpoint ", *latest,
+            " has no model.safetensors (ZeRO-3 without stage3_gather_16bit_weights_on_model_save);"
+            " write one with `trainctl-trainer export`"));
+      }
+      return ResolveModel(*latest);
+    }
+  }
   if (fs::is_directory(ref) && HasWeights(ref)) {
     ASSIGN_OR_RETURN(model::Qwen2VLConfig config, model::LoadQwen2VLConfig(ref));
     return std::make_pair(std::move(config), ref);

@@ -57,10 +57,12 @@ struct StageContext {
   const trainctl::v1::TrainingArguments& training;
   torch::Device device;
   zero::Comm& comm;
-  zero::Engine& engine;                  // the model being trained
-  const zero::EngineOptions& options;    // the engine's: frozen models are built alike
-  const model::Qwen2VLConfig& config;    // the trained model's
-  const std::string& tokenizer_dir;      // the model directory when it is one, else ""
+  // The model being trained, or the frozen model of a stage that does not train; null when
+  // Stage::EngineModel named none.
+  zero::Engine* engine;
+  const zero::EngineOptions& options;  // the engine's: frozen models are built alike
+  const model::Qwen2VLConfig& config;  // the engine's model's
+  const std::string& tokenizer_dir;    // the model directory when it is one, else ""
   EventSink& events;
 
   // Rank 0 speaks for the job: metrics, checkpoints and warnings come once, not once per rank.
@@ -86,7 +88,7 @@ class Stage {
   // epoch (>= 1).
   virtual absl::StatusOr<int64_t> Setup(StageContext& ctx) = 0;
 
-  // The micro-batches of optimizer step `step` (1-based): forwards and ctx.engine.Backward, so
+  // The micro-batches of optimizer step `step` (1-based): forwards and ctx.engine->Backward, so
   // that the gradients of every rank and micro-batch sum to the step's gradient. The loop runs
   // the optimizer step after.
   virtual absl::StatusOr<StageStep> Step(StageContext& ctx, int64_t step) = 0;
@@ -104,10 +106,17 @@ class Stage {
   virtual absl::Status Evaluate(StageContext& /*ctx*/) {
     return absl::UnimplementedError("this stage trains; it has no Evaluate");
   }
+  // The model the loop builds ctx.engine of (ResolveModel's reference): spec.model_name_or_path.
+  // A stage that does not train may name another (trace distillation's in-process teacher) or
+  // none ("": an endpoint teacher; ctx.engine is then null and ctx.config, ctx.options defaults).
+  virtual std::string EngineModel(const trainctl::v1::JobSpec& spec) const {
+    return spec.model_name_or_path();
+  }
 };
 
-// The stage for `kind`: UNIMPLEMENTED naming the kind when this trainer has none.
-absl::StatusOr<std::unique_ptr<Stage>> MakeStage(trainctl::v1::JobKind kind);
+// The stage for `spec` (by its kind, and for distill by distill_loss): UNIMPLEMENTED naming the
+// kind when this trainer has none.
+absl::StatusOr<std::unique_ptr<Stage>> MakeStage(const trainctl::v1::JobSpec& spec);
 
 // Runs `run.spec` to the end with the stage for its kind. INVALID_ARGUMENT / NOT_FOUND /
 // DATA_LOSS for a bad model, data or checkpoint (naming it); UNAVAILABLE when a peer is gone;
@@ -115,7 +124,9 @@ absl::StatusOr<std::unique_ptr<Stage>> MakeStage(trainctl::v1::JobKind kind);
 absl::StatusOr<TrainResult> RunTraining(const TrainRun& run, EventSink* events);
 
 // The model's config and, when `ref` is a directory with weights, that directory to load them
-// from; otherwise a registry name or config path and "" (initialise from the seed).
+// from; otherwise a registry name or config path and "" (initialise from the seed). A training
+// job's output directory (checkpoint-N folders, no config.json) stands for its newest complete
+// checkpoint: how a pipeline stage takes the previous stage's model.
 absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(const std::string& ref);
 
 // The compute device of this rank: CUDA device LOCAL_RANK when CUDA is available, else the CPU.

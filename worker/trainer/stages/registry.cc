@@ -7,10 +7,12 @@
 #include "worker/trainer/stages/grpo.h"
 #include "worker/trainer/stages/loop.h"
 #include "worker/trainer/stages/sft.h"
+#include "worker/trainer/stages/trace_distill.h"
 
 namespace trainctl::trainer {
 
-absl::StatusOr<std::unique_ptr<Stage>> MakeStage(trainctl::v1::JobKind kind) {
+absl::StatusOr<std::unique_ptr<Stage>> MakeStage(const trainctl::v1::JobSpec& spec) {
+  const trainctl::v1::JobKind kind = spec.kind();
   switch (kind) {
     case trainctl::v1::JOB_KIND_SFT:
       return MakeSftStage();
@@ -19,7 +21,9 @@ absl::StatusOr<std::unique_ptr<Stage>> MakeStage(trainctl::v1::JobKind kind) {
     case trainctl::v1::JOB_KIND_EVAL:
       return MakeEvalStage();
     case trainctl::v1::JOB_KIND_DISTILL:
-      return MakeDistillStage();
+      // distill_loss: logit distillation; without it, a teacher generating traces.
+      if (spec.training().has_distill_loss()) return MakeDistillStage();
+      return MakeTraceDistillStage();
     default:
       return absl::UnimplementedError(
           absl::StrCat("this trainer runs sft, grpo, distill and eval jobs; the ",

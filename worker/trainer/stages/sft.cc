@@ -33,7 +33,7 @@ class SftStage final : public Stage {
       try {
         const internal::TrainedPositions trained = internal::Trained(ctx, batch);
         loss = torch::nn::functional::cross_entropy(
-                   internal::LogitsAt(ctx, ctx.engine.model(), batch, trained.positions),
+                   internal::LogitsAt(ctx, ctx.engine->model(), batch, trained.positions),
                    trained.labels.index_select(0, trained.positions),
                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
                micro.label_tokens;
@@ -42,7 +42,7 @@ class SftStage final : public Stage {
       } catch (const zero::CollectiveError& e) {
         return absl::UnavailableError(e.what());
       }
-      RETURN_IF_ERROR(ctx.engine.Backward(loss));
+      RETURN_IF_ERROR(ctx.engine->Backward(loss));
       loss_value += loss.item<double>();
     }
     torch::Tensor total = torch::tensor({loss_value}, torch::kFloat64);
