@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/job_spec.h"
+#include "common/pipeline_spec.h"
 #include "common/json_proto.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -335,6 +336,36 @@ TEST(ExampleSpecsTest, PipelineExampleRunsDistillSftGrpoEval) {
   EXPECT_THAT(kinds, ElementsAre(trainctl::v1::JOB_KIND_DISTILL, trainctl::v1::JOB_KIND_SFT,
                                  trainctl::v1::JOB_KIND_GRPO, trainctl::v1::JOB_KIND_EVAL));
   EXPECT_EQ(v->spec.env().at("NCCL_IB_DISABLE"), "0");
+  // The chain: sft trains on the distilled dataset; grpo and eval take the stage before's model.
+  const std::string out = v->spec.output_dir();
+  std::vector<std::string> models, data;
+  for (int i = 0; i < v->spec.stages_size(); ++i) {
+    absl::StatusOr<JobSpec> stage = PipelineStageSpec(v->spec, i);
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    models.push_back(stage->model_name_or_path());
+    data.push_back(stage->data_path());
+  }
+  EXPECT_THAT(models, ElementsAre("Qwen/Qwen2-VL-7B-Instruct", "Qwen/Qwen2-VL-7B-Instruct",
+                                  out + "/sft", out + "/grpo"));
+  EXPECT_THAT(data, ElementsAre("./data/raw_multimodal", out + "/distill/dataset",
+                                "./data/processed_multimodal", "./data/eval_multimodal"));
+}
+
+// The CPU sibling the demo submits: valid, the same four stages, the same chain.
+TEST(ExampleSpecsTest, CpuPipelineExampleIsTheDemosChain) {
+  absl::StatusOr<JobSpec> spec =
+      LoadJobSpecFile(std::string(kSourceDir) + "/configs/examples/pipeline_r1_cpu.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(*spec);
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->spec.stages_size(), 4);
+  absl::StatusOr<JobSpec> sft = PipelineStageSpec(v->spec, 1);
+  absl::StatusOr<JobSpec> eval = PipelineStageSpec(v->spec, 3);
+  ASSERT_TRUE(sft.ok() && eval.ok());
+  EXPECT_EQ(sft->data_path(), v->spec.output_dir() + "/distill/dataset");
+  EXPECT_EQ(eval->model_name_or_path(), v->spec.output_dir() + "/grpo");
+  EXPECT_EQ(eval->baseline_model_name_or_path(), "./var/demo/base");
+  EXPECT_FALSE(eval->training().bf16());
 }
 
 TEST(JobKindNameTest, ShortLowerCaseNames) {
