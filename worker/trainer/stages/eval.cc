@@ -92,10 +92,8 @@ Datasets FindDatasets(const data::ShardReader& reader, const std::string& data_p
   return out;
 }
 
-class EvalStage final : public Stage {
+class EvalStage final : public MeasuringStage {
  public:
-  bool trains() const override { return false; }
-
   absl::StatusOr<int64_t> Setup(StageContext& ctx) override {
     ASSIGN_OR_RETURN(reader_, data::ShardReader::Open(ctx.spec.data_path()));
     if (reader_->size() == 0) {
@@ -120,14 +118,6 @@ class EvalStage final : public Stage {
       baseline_->model().SetAttentionImpl(ctx.engine->model().attention_impl());
     }
     return 1;
-  }
-
-  absl::StatusOr<StageStep> Step(StageContext& /*ctx*/, int64_t /*step*/) override {
-    return absl::FailedPreconditionError("eval does not train");
-  }
-  data::LoaderState DataState() const override { return {}; }
-  absl::Status RestoreDataState(const data::LoaderState& /*state*/, int64_t /*step*/) override {
-    return absl::OkStatus();
   }
 
   absl::Status Evaluate(StageContext& ctx) override {

@@ -114,6 +114,20 @@ class Stage {
   }
 };
 
+// The base of a stage that only measures or generates (eval, trace distillation): no training
+// step and no data position; it implements Setup and Evaluate.
+class MeasuringStage : public Stage {
+ public:
+  bool trains() const final { return false; }
+  absl::StatusOr<StageStep> Step(StageContext& /*ctx*/, int64_t /*step*/) final {
+    return absl::FailedPreconditionError("this stage does not train");
+  }
+  data::LoaderState DataState() const final { return {}; }
+  absl::Status RestoreDataState(const data::LoaderState& /*state*/, int64_t /*step*/) final {
+    return absl::OkStatus();
+  }
+};
+
 // The stage for `spec` (by its kind, and for distill by distill_loss): UNIMPLEMENTED naming the
 // kind when this trainer has none.
 absl::StatusOr<std::unique_ptr<Stage>> MakeStage(const trainctl::v1::JobSpec& spec);

@@ -66,10 +66,8 @@ struct Totals {
   }
 };
 
-class TraceDistillStage final : public Stage {
+class TraceDistillStage final : public MeasuringStage {
  public:
-  bool trains() const override { return false; }
-
   // The in-process teacher is the loop's (frozen) engine; an endpoint needs no model.
   std::string EngineModel(const trainctl::v1::JobSpec& spec) const override {
     return spec.teacher_endpoint().empty() ? spec.teacher_model_name_or_path() : "";
@@ -117,14 +115,6 @@ class TraceDistillStage final : public Stage {
     }
     ASSIGN_OR_RETURN(dataset_tokenizer_, DatasetTokenizer(ctx));
     return 1;
-  }
-
-  absl::StatusOr<StageStep> Step(StageContext& /*ctx*/, int64_t /*step*/) override {
-    return absl::FailedPreconditionError("trace distillation does not train");
-  }
-  data::LoaderState DataState() const override { return {}; }
-  absl::Status RestoreDataState(const data::LoaderState& /*state*/, int64_t /*step*/) override {
-    return absl::OkStatus();
   }
 
   absl::Status Evaluate(StageContext& ctx) override {
