@@ -12,7 +12,7 @@ PACKAGES=(
   libtorch-dev libgloo-dev libstb-dev libopenblas0-pthread
   libpcre2-dev libicu-dev nodejs npm
   libcpp-httplib-dev libjpeg62-turbo-dev python3-pil
-  procps
+  procps prometheus tmux
 )
 
 missing=()

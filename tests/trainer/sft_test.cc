@@ -55,6 +55,41 @@ TEST_F(SftTest, LossFallsBelowThresholdOnTheShapesDataset) {
   }
 }
 
+// Model FLOPs are logged with every metric; MFU only where the device's peak is known, which on a
+// CPU means TRAINCTL_PEAK_FLOPS. A malformed override is a warning, not an error.
+TEST_F(SftTest, LogsModelFlopsAndMfuAgainstThePeakGiven) {
+  auto first_metric = [](const std::vector<json>& all) {
+    for (const json& e : all) {
+      if (e["type"] == "metric") return e["values"];
+    }
+    return json();
+  };
+  const std::string spec = WriteSpec("mfu", dir_.path() + "/mfu", {{"max_steps", 2}});
+  RunResult r = testing::Run(TrainArgs(spec, dir_.path() + "/mfu.jsonl"),
+                             {{"TRAINCTL_PEAK_FLOPS", "1e10"}}, absl::Minutes(5));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json values = first_metric(ReadEvents(dir_.path() + "/mfu.jsonl"));
+  ASSERT_TRUE(values.contains("flops_per_second")) << values.dump();
+  const double flops = values["flops_per_second"];
+  EXPECT_GT(flops, 0);
+  ASSERT_TRUE(values.contains("mfu")) << values.dump();
+  EXPECT_DOUBLE_EQ(values["mfu"].get<double>(), flops / 1e10);
+
+  const std::string bad = WriteSpec("nomfu", dir_.path() + "/nomfu", {{"max_steps", 1}});
+  r = testing::Run(TrainArgs(bad, dir_.path() + "/nomfu.jsonl"), {{"TRAINCTL_PEAK_FLOPS", "fast"}},
+                   absl::Minutes(5));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto all = ReadEvents(dir_.path() + "/nomfu.jsonl");
+  EXPECT_FALSE(first_metric(all).contains("mfu"));
+  bool warned = false;
+  for (const json& e : all) {
+    warned = warned || (e["type"] == "warning" &&
+                        e["message"].get<std::string>().find("TRAINCTL_PEAK_FLOPS='fast'") !=
+                            std::string::npos);
+  }
+  EXPECT_TRUE(warned);
+}
+
 TEST_F(SftTest, ResumeAfterAKillReproducesTheLossesExactly) {
   const json training = {{"max_steps", 8}};
   const std::string straight_events = dir_.path() + "/straight.jsonl";

@@ -10,6 +10,10 @@
 #include <utility>
 #include <vector>
 
+#ifdef TRAINCTL_CUDA_BUILD
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/deepspeed_config.h"
@@ -19,10 +23,22 @@
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/data/manifest.h"
 #include "worker/trainer/model/attention.h"
+#include "worker/trainer/stages/internal/flops.h"
 #include "worker/trainer/stages/lr_schedule.h"
 
 namespace trainctl::trainer {
 namespace {
+
+// The CUDA device's name for the peak-FLOPs table; empty on CPUs (MFU then needs
+// TRAINCTL_PEAK_FLOPS).
+std::string DeviceName(const torch::Device& device) {
+#ifdef TRAINCTL_CUDA_BUILD
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;
+#endif
+  (void)device;
+  return std::string();
+}
+
 
 namespace fs = std::filesystem;
 
@@ -170,6 +186,16 @@ class Loop {
     base_lr_ = options_.lr;
     logging_every_ = Interval(t_.logging_steps(), total_steps_);
     save_every_ = Interval(t_.save_steps(), total_steps_);
+    shape_ = ModelShape{engine_->Memory().parameters, config_.vocab_size, config_.hidden_size,
+                        config_.num_hidden_layers};
+    const ComputePrecision precision =
+        options_.compute_dtype != torch::kFloat32 ? ComputePrecision::kHalf
+        : (device.is_cuda() && t_.tf32())         ? ComputePrecision::kTf32
+                                                  : ComputePrecision::kFp32;
+    std::string peak_error;
+    peak_flops_ =
+        PeakFlops(std::getenv("TRAINCTL_PEAK_FLOPS"), DeviceName(device), precision, &peak_error);
+    if (!peak_error.empty()) ctx_->Warn(peak_error);
     return absl::OkStatus();
   }
 
@@ -292,6 +318,14 @@ class Loop {
         {"step_time", seconds},
         {"tokens_per_second", window_tokens_ / std::max(1e-9, window_seconds_)},
         {"samples_per_second", window_samples_ / std::max(1e-9, window_seconds_)}};
+    // Model FLOPs per device (this rank's tokens), and MFU where the device's peak is known.
+    if (window_samples_ > 0) {
+      const double seq_len = static_cast<double>(window_tokens_) / window_samples_;
+      const double flops = values["tokens_per_second"].get<double>() *
+                           TrainingFlopsPerToken(shape_, seq_len);
+      values["flops_per_second"] = flops;
+      if (peak_flops_) values["mfu"] = flops / *peak_flops_;
+    }
     for (const auto& [name, sum] : window_metrics_) values[name] = sum / window_steps_;
     if (ctx_->lead()) events_->Emit("metric", {{"step", state_.global_step}, {"values", values}});
     window_loss_ = window_seconds_ = 0;
@@ -344,6 +378,8 @@ class Loop {
   double window_loss_ = 0, window_seconds_ = 0;
   int64_t window_steps_ = 0, window_tokens_ = 0, window_samples_ = 0;
   std::map<std::string, double> window_metrics_;
+  ModelShape shape_;
+  std::optional<double> peak_flops_;  // per device, FLOP/s
 };
 
 }  // namespace
