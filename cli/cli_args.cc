@@ -1,5 +1,6 @@
 #include "cli/cli_args.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -55,6 +56,51 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args,
     out.options[spec->name] = *value;
   }
   return out;
+}
+
+absl::StatusOr<LeadingArgs> ParseLeadingOptions(const std::vector<std::string>& args,
+                                                const std::vector<OptionSpec>& globals) {
+  LeadingArgs out;
+  size_t i = 0;
+  while (i < args.size() && args[i].size() >= 2 && args[i][0] == '-') {
+    const std::string& arg = args[i];
+    std::string token = arg;
+    std::optional<std::string> value;
+    if (auto eq = arg.find('='); eq != std::string::npos) {
+      token = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    }
+    const OptionSpec* spec = Find(globals, token);
+    if (spec == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(token,
+                       ": unknown option before the command (only --coordinator and -o "
+                       "may come before it)"));
+    }
+    if (spec->takes_value && !value) {
+      if (i + 1 >= args.size())
+        return absl::InvalidArgumentError(absl::StrCat(token, ": needs a value"));
+      value = args[++i];
+    }
+    out.options[spec->name] = value.value_or("true");
+    ++i;
+  }
+  out.verb_index = i;
+  return out;
+}
+
+absl::Status MergeLeadingOptions(const LeadingArgs& leading, const std::vector<OptionSpec>& specs,
+                                 ParsedArgs* parsed) {
+  for (const auto& [name, value] : leading.options) {
+    const bool known = std::any_of(specs.begin(), specs.end(),
+                                   [&](const OptionSpec& s) { return s.name == name; });
+    if (!known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": not an option of this command"));
+    }
+    parsed->options.emplace(name, value);  // the verb's own value, if any, stays
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace trainctl::cli

@@ -1,6 +1,8 @@
-// Command-line parsing for trainctl's verbs: `trainctl VERB [options] [args]`. Options may come
-// anywhere after the verb, as `--name value`, `--name=value` or a short alias (`-o json`, `-f`).
-// Unrecognised `--flags` are kept, in order, for verbs that pass them on (submit's seed flags).
+// Command-line parsing for trainctl's verbs: `trainctl [global options] VERB [options] [args]`.
+// Options may come anywhere after the verb, as `--name value`, `--name=value` or a short alias
+// (`-o json`, `-f`). Global options (--coordinator, -o) may also come before the verb, as with
+// kubectl. Unrecognised `--flags` are kept, in order, for verbs that pass them on (submit's seed
+// flags).
 #ifndef TRAINCTL_CLI_CLI_ARGS_H_
 #define TRAINCTL_CLI_CLI_ARGS_H_
 
@@ -33,6 +35,24 @@ struct ParsedArgs {
 // appears and `allow_passthrough` is false.
 absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args,
                                      const std::vector<OptionSpec>& specs, bool allow_passthrough);
+
+// The options before the verb, and where the verb is.
+struct LeadingArgs {
+  std::map<std::string, std::string> options;  // by long name, as ParsedArgs::options
+  size_t verb_index = 0;                       // args.size() when only options were given
+};
+
+// Reads options from the start of `args` up to the first argument that is not one (the verb).
+// Only `globals` may come there: INVALID_ARGUMENT naming any other option, or one without its
+// value.
+absl::StatusOr<LeadingArgs> ParseLeadingOptions(const std::vector<std::string>& args,
+                                                const std::vector<OptionSpec>& globals);
+
+// Adds the leading options to the verb's own, which win where both name one ("trainctl
+// --coordinator a ls --coordinator b" talks to b). INVALID_ARGUMENT naming a leading option that
+// is not among the verb's `specs`.
+absl::Status MergeLeadingOptions(const LeadingArgs& leading, const std::vector<OptionSpec>& specs,
+                                 ParsedArgs* parsed);
 
 }  // namespace trainctl::cli
 

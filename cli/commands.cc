@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -15,19 +18,24 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "cli/chart.h"
 #include "cli/cli_args.h"
 #include "cli/job_client.h"
+#include "cli/metrics_view.h"
 #include "cli/pipeline_view.h"
+#include "cli/progress_line.h"
 #include "cli/table.h"
+#include "cli/tokenize_command.h"
+#include "cli/watch_view.h"
 #include "common/job_spec.h"
 #include "common/json_proto.h"
 #include "common/seed_flags.h"
 #include "google/protobuf/util/time_util.h"
-#include "nlohmann/json.hpp"
 #include "worker/trainer/data/data_cli.h"
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
 namespace trainctl::cli {
 namespace {
@@ -41,7 +49,7 @@ constexpr char kDefaultCoordinator[] = "127.0.0.1:50051";
 
 constexpr char kUsage[] = R"(trainctl — train Qwen2-VL models with distill / SFT / GRPO / eval jobs
 
-Usage: trainctl VERB [options]
+Usage: trainctl [--coordinator HOST:PORT] [-o FORMAT] VERB [options]
 
   submit FILE [seed flags]       submit a job spec (YAML or JSON); flags override the file
   submit --kind sft <seed flags> submit from the seed's launch flags (--model_name_or_path ...
@@ -49,9 +57,12 @@ Usage: trainctl VERB [options]
   validate ...                   same arguments as submit, offline: prints the resolved DeepSpeed
                                  config as JSON (exit 0) or every error (exit 1)
   ls [--state S[,S]] [--limit N] list jobs, newest first
-  describe ID                    one job in full, with its events
+  describe ID                    one job in full: its loss (and reward) curve, its events
   cancel ID [--reason TEXT]      cancel a job
-  watch ID                       follow a job's events until it ends (exit 0 if it succeeded)
+  watch ID                       follow a job until it ends (exit 0 if it succeeded): on a
+                                 terminal one live line (step, loss, tokens/s, ETA), else events
+  metrics ID [--name loss,...]   a job's metric history, downsampled to --max_points per metric
+         [-o table|csv|json]     (default 1000)
   logs ID [-f] [--tail N]        print a job's rank logs; -f follows until the job ends
   nodes                          list worker nodes: state, slots, labels, tasks
   tokenize --tokenizer DIR       offline: each UTF-8 line on stdin -> a JSON array of token ids
@@ -61,9 +72,9 @@ Usage: trainctl VERB [options]
                                  offline: JSONL (open-r1 / VLM-R1 / messages) -> training shards
   datagen shapes --out DIR --n N the synthetic shapes dataset (PNG + open-r1 JSONL)
 
-Options for every verb that talks to the coordinator:
+Options for every verb that talks to the coordinator, before or after the verb:
   --coordinator HOST:PORT        default $TRAINCTL_COORDINATOR, else 127.0.0.1:50051
-  -o, --output table|json        read verbs print JSON with -o json
+  -o, --output table|json        read verbs print JSON with -o json (metrics: also csv)
 )";
 
 struct Context {
@@ -72,6 +83,8 @@ struct Context {
   bool json = false;
   std::ostream& out;
   std::ostream& err;
+  std::string format;  // table | json | csv
+  Terminal terminal;
 };
 
 int Fail(std::ostream& err, const absl::Status& status) {
@@ -214,6 +227,22 @@ absl::StatusOr<std::vector<trainctl::v1::JobState>> ParseStates(const std::strin
   return states;
 }
 
+// "▕████▌     ▏ 45%" of the job's (or its current stage's) steps; "-" before the total is known.
+std::string ProgressColumn(const Job& job) {
+  const auto& p = job.progress();
+  if (p.total_steps() <= 0) return "-";
+  const double f = std::clamp(static_cast<double>(p.step()) / p.total_steps(), 0.0, 1.0);
+  return absl::StrCat("▕", ProgressBar(f, 10), "▏ ", static_cast<int>(f * 100), "%");
+}
+
+// The coordinator's estimate as of the last sample, while the job runs.
+std::string EtaColumn(const Job& job) {
+  if (job.state() != trainctl::v1::JOB_STATE_RUNNING || job.progress().eta_seconds() <= 0) {
+    return "-";
+  }
+  return FormatDuration(job.progress().eta_seconds());
+}
+
 int List(Context& c) {
   auto states = ParseStates(c.args.Get("state"));
   if (!states.ok()) return Fail(c.err, states.status());
@@ -237,7 +266,8 @@ int List(Context& c) {
     c.out << MessageToJsonText(all, /*pretty=*/true) << '\n';
     return kExitOk;
   }
-  Table table({"ID", "NAME", "KIND", "STATE", "ATTEMPT", "RESOURCES", "STEP", "AGE"});
+  Table table(
+      {"ID", "NAME", "KIND", "STATE", "ATTEMPT", "RESOURCES", "STEP", "PROGRESS", "ETA", "AGE"});
   for (const Job& job : all.jobs()) {
     const auto& r = job.spec().resources();
     const std::string step =
@@ -246,7 +276,7 @@ int List(Context& c) {
             : absl::StrCat(job.progress().step());
     table.AddRow({job.id(), job.spec().name(), KindColumn(job), StateName(job.state()),
                   absl::StrCat(job.attempt()), absl::StrCat(r.nodes(), "x", r.slots_per_node()),
-                  step, Age(job.create_time())});
+                  step, ProgressColumn(job), EtaColumn(job), Age(job.create_time())});
   }
   table.Print(c.out);
   return kExitOk;
@@ -314,6 +344,15 @@ std::string TrainingSummary(const trainctl::v1::TrainingArguments& t) {
                       ", log every ", t.logging_steps());
 }
 
+// ", 0.52 s/step, ETA 2m05s" while the coordinator has an estimate.
+std::string ProgressTiming(const Job& job) {
+  const auto& p = job.progress();
+  std::string out;
+  if (p.step_time() > 0) out = absl::StrFormat(", %.3g s/step", p.step_time());
+  if (EtaColumn(job) != "-") absl::StrAppend(&out, ", ETA ", EtaColumn(job));
+  return out;
+}
+
 int Describe(Context& c) {
   if (c.args.positional.size() != 1)
     return Fail(c.err, absl::InvalidArgumentError("describe needs one job ID"));
@@ -364,11 +403,12 @@ int Describe(Context& c) {
   fields.AddRow({"Created:", FormatTime(job->create_time())});
   fields.AddRow({"Started:", FormatTime(job->start_time())});
   fields.AddRow({"Ended:", FormatTime(job->end_time())});
-  fields.AddRow({"Progress:", absl::StrCat("step ", job->progress().step(),
-                                           job->progress().total_steps() > 0
-                                               ? absl::StrCat("/", job->progress().total_steps())
-                                               : "",
-                                           ", loss ", job->progress().loss())});
+  fields.AddRow(
+      {"Progress:", absl::StrCat("step ", job->progress().step(),
+                                 job->progress().total_steps() > 0
+                                     ? absl::StrCat("/", job->progress().total_steps())
+                                     : "",
+                                 ", loss ", job->progress().loss(), ProgressTiming(*job))});
   fields.AddRow({"Checkpoint:", job->last_checkpoint().path().empty()
                                     ? "-"
                                     : absl::StrCat(job->last_checkpoint().path(), " (step ",
@@ -377,6 +417,16 @@ int Describe(Context& c) {
   if (job->stages_size() > 0) {
     c.out << "\nStages:\n";
     PrintStages(*job, absl::Now(), c.out);
+  }
+  // The curves; a coordinator without GetMetrics (an older one) just has none.
+  trainctl::v1::GetMetricsRequest metrics;
+  metrics.set_id(job->id());
+  metrics.add_names("loss");
+  metrics.add_names("reward");
+  metrics.set_max_points(2 * ChartOptions().width);  // two braille dots per cell
+  if (auto history = client.GetMetrics(metrics); history.ok()) {
+    const std::string charts = MetricCharts(*history, {"loss", "reward"});
+    if (!charts.empty()) c.out << "\n" << charts;
   }
   c.out << "\nEvents:\n";
   Table table({"  SEQ", "TIME", "EVENT"});
@@ -404,23 +454,114 @@ int Cancel(Context& c) {
   return kExitOk;
 }
 
+// Erases the terminal's current line and goes back to its start: the live line is redrawn there.
+constexpr char kRedraw[] = "\r\x1b[2K";
+
 int Watch(Context& c) {
   if (c.args.positional.size() != 1)
     return Fail(c.err, absl::InvalidArgumentError("watch needs one job ID"));
   JobClient client(c.coordinator);
+  auto job = client.Get(c.args.positional[0]);
+  if (!job.ok()) return Fail(c.err, job.status());
+  const bool live = c.terminal.is_tty && !c.json;
+  absl::Mutex mu;  // the view and `out`, shared with the ticker
+  WatchView view(*job);
+  absl::Time drawn = absl::InfinitePast();
+  auto draw = [&](absl::Time now) {  // with mu held
+    const int columns = c.terminal.columns ? c.terminal.columns() : 80;
+    c.out << kRedraw << FormatProgressLine(view.View(now), std::max(20, columns - 1)) << std::flush;
+    drawn = now;
+  };
+  // On a terminal the line moves between events too (elapsed, the ETA counting down), and the
+  // ETA is the coordinator's, fetched every 2 s on a connection of its own.
+  absl::Notification done;
+  std::thread ticker;
+  if (live) {
+    ticker = std::thread([&] {
+      JobClient poller(c.coordinator);
+      absl::Time polled = absl::InfinitePast();
+      do {
+        std::optional<Job> fresh;
+        if (absl::Now() - polled >= absl::Seconds(2)) {
+          polled = absl::Now();
+          if (auto got = poller.Get(job->id()); got.ok()) fresh = std::move(*got);
+        }
+        absl::MutexLock lock(&mu);
+        if (fresh) view.OnJob(*fresh, absl::Now());
+        draw(absl::Now());
+      } while (!done.WaitForNotificationWithTimeout(absl::Seconds(1)));
+    });
+  }
   trainctl::v1::WatchJobRequest request;
-  request.set_id(c.args.positional[0]);
-  trainctl::v1::JobState last = trainctl::v1::JOB_STATE_UNSPECIFIED;
+  request.set_id(job->id());
   absl::Status s = client.Watch(request, [&](const JobEvent& e) {
-    if (e.has_state_change()) last = e.state_change().to();
+    absl::MutexLock lock(&mu);
+    const bool own_line = view.OnEvent(e);
     if (c.json) {
       c.out << MessageToJsonText(e, /*pretty=*/false) << std::endl;
-    } else {
+    } else if (!live) {
       c.out << FormatTime(e.time()) << "  " << DescribeEvent(e) << std::endl;
+    } else {
+      // Events print above the live line; metric samples only move it (at most 10 times a
+      // second, so a long replay does not flood the terminal).
+      if (own_line) c.out << kRedraw << FormatTime(e.time()) << "  " << DescribeEvent(e) << "\n";
+      const absl::Time now = absl::Now();
+      if (own_line || now - drawn >= absl::Milliseconds(100)) draw(now);
     }
   });
-  if (!s.ok()) return Fail(c.err, s);
-  return last == trainctl::v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
+  if (live) {
+    done.Notify();
+    ticker.join();
+  }
+  absl::MutexLock lock(&mu);
+  if (!s.ok()) {
+    if (live) c.out << "\n";
+    return Fail(c.err, s);
+  }
+  if (!c.json) {
+    if (auto last = client.Get(job->id()); last.ok()) view.OnJob(*last, absl::Now());
+    if (live) {
+      draw(absl::Now());
+      c.out << "\n";
+    }
+    c.out << view.Summary(absl::Now()) << std::endl;
+  }
+  return view.state() == trainctl::v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
+}
+
+int Metrics(Context& c) {
+  if (c.args.positional.size() != 1)
+    return Fail(c.err, absl::InvalidArgumentError("metrics needs one job ID"));
+  trainctl::v1::GetMetricsRequest request;
+  request.set_id(c.args.positional[0]);
+  for (absl::string_view name : absl::StrSplit(c.args.Get("name"), ',', absl::SkipWhitespace())) {
+    request.add_names(std::string(absl::StripAsciiWhitespace(name)));
+  }
+  if (c.args.Has("max_points")) {
+    int n = 0;
+    if (!absl::SimpleAtoi(c.args.Get("max_points"), &n) || n <= 0) {
+      return Fail(c.err, absl::InvalidArgumentError("--max_points: must be a positive integer"));
+    }
+    request.set_max_points(n);
+  }
+  JobClient client(c.coordinator);
+  auto history = client.GetMetrics(request);
+  if (!history.ok()) return Fail(c.err, history.status());
+  for (const std::string& name : request.names()) {
+    const bool found = std::any_of(history->series().begin(), history->series().end(),
+                                   [&](const auto& series) { return series.name() == name; });
+    if (!found) c.err << "warning: " << request.id() << " has no metric '" << name << "'\n";
+  }
+  if (c.format == "json") {
+    c.out << MessageToJsonText(*history, /*pretty=*/true) << '\n';
+  } else if (c.format == "csv") {
+    c.out << MetricsCsv(*history);
+  } else if (history->series_size() == 0) {
+    c.err << request.id() << " has no metrics recorded\n";
+  } else {
+    c.out << MetricsTable(*history);
+  }
+  return kExitOk;
 }
 
 int Logs(Context& c) {
@@ -447,50 +588,7 @@ int Logs(Context& c) {
   return s.ok() ? kExitOk : Fail(c.err, s);
 }
 
-// Ids as a JSON array, or INVALID_ARGUMENT when `line` is not one.
-absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& line) {
-  const nlohmann::json ids = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  std::vector<int32_t> out;
-  bool ok = ids.is_array();
-  for (size_t i = 0; ok && i < ids.size(); ++i) {
-    ok = ids[i].is_number_integer() && ids[i].get<int64_t>() >= INT32_MIN &&
-         ids[i].get<int64_t>() <= INT32_MAX;
-    if (ok) out.push_back(ids[i].get<int32_t>());
-  }
-  if (!ok) return absl::InvalidArgumentError("expected a JSON array of token ids");
-  return out;
-}
-
-// One line of `trainctl tokenize`'s output for one line of its input.
-absl::StatusOr<std::string> TokenizeLine(const tokenizer::BpeTokenizer& tokenizer,
-                                         const std::string& line, bool decode) {
-  if (!decode) {
-    auto ids = tokenizer.Encode(line);
-    if (!ids.ok()) return ids.status();
-    return absl::StrCat("[", absl::StrJoin(*ids, ","), "]");
-  }
-  auto ids = ParseIds(line);
-  if (!ids.ok()) return ids.status();
-  return tokenizer.Decode(*ids);
-}
-
-int Tokenize(Context& c) {
-  if (!c.args.Has("tokenizer")) {
-    return Fail(c.err, absl::InvalidArgumentError("tokenize needs --tokenizer DIR"));
-  }
-  auto tokenizer = tokenizer::BpeTokenizer::Load(c.args.Get("tokenizer"));
-  if (!tokenizer.ok()) return Fail(c.err, tokenizer.status());
-  std::string line;
-  for (int number = 1; std::getline(std::cin, line); ++number) {
-    auto out = TokenizeLine(**tokenizer, line, c.args.Has("decode"));
-    if (!out.ok()) {
-      return Fail(c.err, absl::InvalidArgumentError(
-                             absl::StrCat("stdin line ", number, ": ", out.status().message())));
-    }
-    c.out << *out << std::endl;
-  }
-  return kExitOk;
-}
+int Tokenize(Context& c) { return RunTokenize(c.args, c.out, c.err); }
 
 struct Verb {
   std::function<int(Context&)> run;
@@ -508,6 +606,7 @@ std::map<std::string, Verb> Verbs() {
       {"describe", {Describe, {coordinator, output}}},
       {"cancel", {Cancel, {coordinator, output, {"reason", "", true}}}},
       {"watch", {Watch, {coordinator, output}}},
+      {"metrics", {Metrics, {coordinator, output, {"name", "", true}, {"max_points", "", true}}}},
       {"logs", {Logs, {coordinator, output, {"follow", "-f", false}, {"tail", "", true}}}},
       {"nodes", {Nodes, {coordinator, output}}},
       {"tokenize", {Tokenize, {{"tokenizer", "", true}, {"decode", "", false}}}},
@@ -517,36 +616,55 @@ std::map<std::string, Verb> Verbs() {
 }  // namespace
 
 int RunTrainctl(const std::vector<std::string>& args, const std::string& env_coordinator,
-                std::ostream& out, std::ostream& err) {
+                std::ostream& out, std::ostream& err, const Terminal& terminal) {
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     (args.empty() ? err : out) << kUsage;
     return args.empty() ? kExitUsage : kExitOk;
   }
+  // Global options may come before the verb: `trainctl --coordinator H:P ls`.
+  auto leading = ParseLeadingOptions(args, {{"coordinator", "", true}, {"output", "-o", true}});
+  if (!leading.ok()) {
+    err << "trainctl: " << leading.status().message() << "\n\n" << kUsage;
+    return kExitUsage;
+  }
+  if (leading->verb_index >= args.size()) {
+    err << "trainctl: no command given\n\n" << kUsage;
+    return kExitUsage;
+  }
+  const std::string& name = args[leading->verb_index];
   // The data verbs parse their own flags (worker/trainer/data/data_cli.h).
-  const std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (args[0] == "prepare") return data::RunPrepareVerb(rest, out, err);
-  if (args[0] == "datagen") return data::RunDatagenVerb(rest, out, err);
+  const std::vector<std::string> rest(args.begin() + leading->verb_index + 1, args.end());
+  if ((name == "prepare" || name == "datagen") && !leading->options.empty()) {
+    err << "trainctl " << name << ": --" << leading->options.begin()->first
+        << ": not an option of this command\n";
+    return kExitUsage;
+  }
+  if (name == "prepare") return data::RunPrepareVerb(rest, out, err);
+  if (name == "datagen") return data::RunDatagenVerb(rest, out, err);
   const auto verbs = Verbs();
-  auto verb = verbs.find(args[0]);
+  auto verb = verbs.find(name);
   if (verb == verbs.end()) {
-    err << "trainctl: unknown command '" << args[0] << "'\n\n" << kUsage;
+    err << "trainctl: unknown command '" << name << "'\n\n" << kUsage;
     return kExitUsage;
   }
-  auto parsed =
-      ParseArgs({args.begin() + 1, args.end()}, verb->second.options, verb->second.passthrough);
-  if (!parsed.ok()) {
-    err << "trainctl " << args[0] << ": " << parsed.status().message() << '\n';
+  auto parsed = ParseArgs(rest, verb->second.options, verb->second.passthrough);
+  absl::Status merged =
+      parsed.ok() ? MergeLeadingOptions(*leading, verb->second.options, &*parsed) : parsed.status();
+  if (!merged.ok()) {
+    err << "trainctl " << name << ": " << merged.message() << '\n';
     return kExitUsage;
   }
-  Context c{std::move(*parsed), "", false, out, err};
+  Context c{std::move(*parsed), "", false, out, err, "", terminal};
   c.coordinator =
       c.args.Get("coordinator", env_coordinator.empty() ? kDefaultCoordinator : env_coordinator);
-  const std::string format = c.args.Get("output", "table");
-  if (format != "table" && format != "json") {
-    err << "trainctl " << args[0] << ": -o must be table or json, got '" << format << "'\n";
+  c.format = c.args.Get("output", "table");
+  const bool csv_ok = name == "metrics";
+  if (c.format != "table" && c.format != "json" && !(csv_ok && c.format == "csv")) {
+    err << "trainctl " << name << ": -o must be table" << (csv_ok ? ", csv" : "")
+        << " or json, got '" << c.format << "'\n";
     return kExitUsage;
   }
-  c.json = format == "json";
+  c.json = c.format == "json";
   return verb->second.run(c);
 }
 

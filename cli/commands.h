@@ -2,6 +2,7 @@
 #ifndef TRAINCTL_CLI_COMMANDS_H_
 #define TRAINCTL_CLI_COMMANDS_H_
 
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -14,9 +15,15 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
 
+// Where `out` goes: a terminal gets watch's live line, redrawn in place.
+struct Terminal {
+  bool is_tty = false;
+  std::function<int()> columns;  // its width now (it may be resized); unset: 80
+};
+
 // `args` excludes the program name. `env_coordinator` is $TRAINCTL_COORDINATOR (may be empty).
 int RunTrainctl(const std::vector<std::string>& args, const std::string& env_coordinator,
-                std::ostream& out, std::ostream& err);
+                std::ostream& out, std::ostream& err, const Terminal& terminal = Terminal());
 
 }  // namespace trainctl::cli
 

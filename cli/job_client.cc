@@ -52,6 +52,11 @@ absl::StatusOr<trainctl::v1::SubmitJobResponse> JobClient::Submit(
   return Unary(&trainctl::v1::JobService::Stub::SubmitJob, request);
 }
 
+absl::StatusOr<trainctl::v1::GetMetricsResponse> JobClient::GetMetrics(
+    const trainctl::v1::GetMetricsRequest& request) {
+  return Unary(&trainctl::v1::JobService::Stub::GetMetrics, request);
+}
+
 absl::StatusOr<Job> JobClient::Get(const std::string& id) {
   trainctl::v1::GetJobRequest request;
   request.set_id(id);

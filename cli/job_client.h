@@ -26,6 +26,8 @@ class JobClient {
   absl::StatusOr<trainctl::v1::ListJobsResponse> List(const trainctl::v1::ListJobsRequest& request);
   absl::StatusOr<trainctl::v1::Job> Cancel(const std::string& id, const std::string& reason);
   absl::StatusOr<trainctl::v1::ListNodesResponse> ListNodes();
+  absl::StatusOr<trainctl::v1::GetMetricsResponse> GetMetrics(
+      const trainctl::v1::GetMetricsRequest& request);
   // Stream until the server ends it; `on_event` runs for each record. Returns the stream's status.
   absl::Status Watch(const trainctl::v1::WatchJobRequest& request,
                      const std::function<void(const trainctl::v1::JobEvent&)>& on_event);

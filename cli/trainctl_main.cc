@@ -1,4 +1,7 @@
 // trainctl: the user's command line for trainctl (see `trainctl help`).
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <iostream>
 
@@ -6,6 +9,15 @@
 
 int main(int argc, char** argv) {
   const char* env = std::getenv("TRAINCTL_COORDINATOR");
+  trainctl::cli::Terminal terminal;
+  terminal.is_tty = isatty(STDOUT_FILENO) == 1;
+  terminal.columns = [] {
+    winsize size{};
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return int{size.ws_col};
+    const char* columns = std::getenv("COLUMNS");
+    const int n = columns == nullptr ? 0 : std::atoi(columns);
+    return n > 0 ? n : 80;
+  };
   return trainctl::cli::RunTrainctl({argv + 1, argv + argc}, env == nullptr ? "" : env, std::cout,
-                                    std::cerr);
+                                    std::cerr, terminal);
 }

@@ -61,15 +61,42 @@ std::string StagePrefix(const Job& job) {
 
 }  // namespace
 
-int Cluster::Node::UsedSlots(const std::map<std::string, Task>& all) const {
+struct Cluster::Metrics {
+  explicit Metrics(metrics::Registry* r)
+      : pass(r->AddHistogram("trainctl_scheduler_pass_duration_seconds",
+                             "Duration of one scheduling pass over the waiting jobs.", {},
+                             metrics::ExponentialBuckets(0.00001, 4, 12))
+                 .Get()),
+        queue_depth(
+            r->AddGauge("trainctl_scheduler_queue_depth", "Jobs waiting to be placed.").Get()),
+        lease_misses(r->AddCounter("trainctl_node_lease_misses_total",
+                                   "Nodes declared lost because their lease ran out.")
+                         .Get()) {}
+  metrics::Histogram& pass;
+  metrics::Gauge& queue_depth;
+  metrics::Counter& lease_misses;
+};
+
+int Cluster::UsedSlots(const WorkerNode& node) const {
   int used = 0;
-  for (const std::string& id : tasks) used += all.at(id).slots;
-  for (const auto& [id, slots] : draining) used += slots;
+  for (const std::string& id : node.tasks) used += tasks_.at(id).slots;
+  for (const auto& [id, slots] : node.draining) used += slots;
   return used;
 }
 
 Cluster::Cluster(JobManager* jobs, Clock* clock, ClusterOptions options)
-    : jobs_(jobs), clock_(clock), options_(std::move(options)) {}
+    : jobs_(jobs),
+      clock_(clock),
+      options_(std::move(options)),
+      metrics_(options_.metrics != nullptr ? std::make_unique<Metrics>(options_.metrics) : nullptr),
+      registry_(options_.lease_timeout, metrics_ != nullptr ? &metrics_->lease_misses : nullptr) {
+  EventIngesterOptions ingest = options_.ingest;
+  ingest.metrics = options_.metrics;
+  ingester_ = std::make_unique<EventIngester>(
+      jobs_, ingest, [this](std::vector<EventIngester::Outcome> outcomes) {
+        Post([this, outcomes = std::move(outcomes)] { HandleStored(outcomes); });
+      });
+}
 
 Cluster::~Cluster() { Stop(); }
 
@@ -119,6 +146,8 @@ void Cluster::Stop() {
     stopping_ = true;
   }
   if (loop_.joinable()) loop_.join();
+  // What was handed to it is stored; its reports run on its thread now (Post after the loop).
+  ingester_->Stop();
 }
 
 void Cluster::Post(std::function<void()> work) {
@@ -152,6 +181,7 @@ void Cluster::Loop() {
       next_tick = absl::Now() + options_.tick;
     }
     if (schedule_needed_) SchedulePass();
+    if (metrics_ != nullptr) metrics_->queue_depth.Set(static_cast<double>(waiting_.size()));
   }
   // Run what is still queued (streams wait on their `done`, ListNodes on its answer); later posts
   // run on their callers' threads.
@@ -166,9 +196,14 @@ void Cluster::Loop() {
 }
 
 void Cluster::Flush() {
-  std::promise<void> done;
-  Post([&done] { done.set_value(); });
-  done.get_future().wait();
+  auto run_queued = [this] {
+    std::promise<void> done;
+    Post([&done] { done.set_value(); });
+    done.get_future().wait();
+  };
+  run_queued();
+  ingester_->Flush();
+  run_queued();  // the ingester's reports
 }
 
 int64_t Cluster::Connect(std::shared_ptr<WorkerChannel> channel) {
@@ -177,26 +212,34 @@ int64_t Cluster::Connect(std::shared_ptr<WorkerChannel> channel) {
     absl::MutexLock lock(&mu_);
     id = ++next_session_;
   }
-  Post([this, id, channel = std::move(channel)] { sessions_[id] = channel; });
+  Post([this, id, channel = std::move(channel)] { registry_.AddSession(id, channel); });
   return id;
 }
 
 void Cluster::Receive(int64_t session, v1::WorkerMessage message, std::function<void()> done) {
-  Post([this, session, message = std::move(message), done = std::move(done)] {
-    HandleMessage(session, message);
+  // Here, not on the loop: a backed-up loop must not make a live worker look silent, and the
+  // checks of a large log batch need not take the loop's time.
+  const absl::Time arrived = clock_->Now();
+  registry_.MessageArrived(session, arrived);
+  absl::Status checked = message.has_register_() ? absl::OkStatus() : CheckWorkerMessage(message);
+  std::function<void()> release = [this, session, done = std::move(done)] {
+    registry_.MessageReleased(session, clock_->Now());
     done();
+  };
+  Post([this, session, message = std::move(message), checked = std::move(checked), arrived,
+        release = std::move(release)]() mutable {
+    HandleMessage(session, std::move(message), std::move(checked), arrived, std::move(release));
   });
 }
 
 void Cluster::Disconnect(int64_t session) {
+  registry_.SessionEnded(session);
   Post([this, session] {
-    sessions_.erase(session);
-    if (Node* node = NodeForSession(session)) {
+    if (WorkerNode* node = registry_.ForSession(session)) {
       TRAINCTL_LOG(INFO) << "worker " << node->name << " disconnected; lease runs for "
                          << options_.lease_timeout;
-      node->session = 0;
-      node->channel = nullptr;
     }
+    registry_.RemoveSession(session);
   });
 }
 
@@ -208,14 +251,15 @@ std::vector<v1::Node> Cluster::ListNodes() {
   std::promise<std::vector<v1::Node>> result;
   Post([this, &result] {
     std::vector<v1::Node> out;
-    for (const auto& [name, node] : nodes_) {
+    const absl::Time now = clock_->Now();
+    for (const auto& [name, node] : registry_.nodes()) {
       v1::Node n;
       n.set_name(name);
       n.set_address(node.address);
       n.set_state(node.lost ? "lost" : node.session == 0 ? "disconnected" : "ready");
       n.mutable_labels()->insert(node.labels.begin(), node.labels.end());
       n.set_total_slots(node.total_slots);
-      const int used = node.UsedSlots(tasks_);
+      const int used = UsedSlots(node);
       for (const std::string& id : node.tasks) {
         const Task& task = tasks_.at(id);
         v1::NodeTask* t = n.add_tasks();
@@ -227,19 +271,12 @@ std::vector<v1::Node> Cluster::ListNodes() {
       n.set_free_slots(std::max(0, node.total_slots - used));
       n.set_gpus(node.gpus);
       *n.mutable_last_seen() =
-          TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(node.last_seen));
+          TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(registry_.LastSeen(node, now)));
       out.push_back(std::move(n));
     }
     result.set_value(std::move(out));
   });
   return result.get_future().get();
-}
-
-Cluster::Node* Cluster::NodeForSession(int64_t session) {
-  for (auto& [name, node] : nodes_) {
-    if (node.session == session) return &node;
-  }
-  return nullptr;
 }
 
 Cluster::Task* Cluster::FindTask(const std::string& id) {
@@ -282,11 +319,9 @@ void Cluster::HandleJobChanged(const std::string& job_id) {
 
 void Cluster::Tick() {
   const absl::Time now = clock_->Now();
-  for (auto& [name, node] : nodes_) {
-    if (!node.lost && now - node.last_seen > options_.lease_timeout) {
-      LoseNode(node, absl::StrCat("node ", name, " lost: no heartbeat for ",
-                                  absl::FormatDuration(now - node.last_seen)));
-    }
+  for (const auto& [name, silent] : registry_.ExpiredLeases(now)) {
+    LoseNode(*registry_.Find(name),
+             absl::StrCat("node ", name, " lost: no heartbeat for ", absl::FormatDuration(silent)));
   }
   std::vector<std::string> unconfirmed;
   for (const auto& [id, task] : tasks_) {
@@ -302,8 +337,8 @@ void Cluster::Tick() {
     const std::string job_id = task.job_id;
     SendCancel(task, "launch not confirmed in time");
     EndTask(task, v1::TASK_STATE_FAILED);
-    if (auto node = nodes_.find(task.node); node != nodes_.end()) {
-      node->second.draining[id] = task.slots;  // until its worker says otherwise
+    if (WorkerNode* node = registry_.Find(task.node)) {
+      node->draining[id] = task.slots;  // until its worker says otherwise
     }
     FailRun(runs_.at(job_id),
             absl::StrCat("the worker on ", task.node, " did not confirm the launch of task ", id,
@@ -358,12 +393,11 @@ void Cluster::EndRecovery(const std::string& job_id, const std::string& reason) 
   MaybeFinish(job_id);
 }
 
-void Cluster::LoseNode(Node& node, const std::string& reason) {
+void Cluster::LoseNode(WorkerNode& node, const std::string& reason) {
   TRAINCTL_LOG(WARNING) << reason;
   node.lost = true;
   if (node.channel != nullptr) node.channel->Close(absl::UnavailableError(reason));
-  node.channel = nullptr;
-  node.session = 0;
+  registry_.Detach(node);
   std::vector<std::string> ids(node.tasks.begin(), node.tasks.end());
   for (const std::string& id : ids) {
     Task& task = tasks_.at(id);
@@ -380,14 +414,15 @@ void Cluster::LoseNode(Node& node, const std::string& reason) {
 void Cluster::SchedulePass() {
   schedule_needed_ = false;
   if (waiting_.empty()) return;
+  const absl::Time start = absl::Now();
   std::vector<SchedNode> sched_nodes;
   std::vector<std::string> names;
-  for (const auto& [name, node] : nodes_) {
+  for (const auto& [name, node] : registry_.nodes()) {
     SchedNode s;
     s.name = name;
     s.labels = node.labels;
     s.total_slots = node.total_slots;
-    s.free_slots = std::max(0, node.total_slots - node.UsedSlots(tasks_));
+    s.free_slots = std::max(0, node.total_slots - UsedSlots(node));
     s.schedulable = !node.lost && node.session != 0;
     sched_nodes.push_back(std::move(s));
     names.push_back(name);
@@ -396,6 +431,7 @@ void Cluster::SchedulePass() {
   jobs.reserve(waiting_.size());
   for (const auto& [id, job] : waiting_) jobs.push_back(job);
   auto pass = Schedule(sched_nodes, std::move(jobs));
+  if (metrics_ != nullptr) metrics_->pass.Observe(absl::ToDoubleSeconds(absl::Now() - start));
   for (const std::string& id : pass.never_fits) {
     if (!told_never_fits_.insert(id).second) continue;
     const SchedJob& job = waiting_.at(id);
@@ -431,7 +467,7 @@ void Cluster::Place(const std::string& job_id, const std::vector<std::string>& n
   run = Run();
   run.job = *job;
   run.nodes = nodes;
-  run.master_addr = nodes_.at(nodes[0]).address;
+  run.master_addr = registry_.nodes().at(nodes[0]).address;
   const int slots = std::max(1, job->spec().resources().slots_per_node());
   for (size_t r = 0; r < nodes.size(); ++r) {
     const std::string id = TaskIdOf(*job, static_cast<int>(r));
@@ -443,7 +479,7 @@ void Cluster::Place(const std::string& job_id, const std::vector<std::string>& n
     task.node_rank = static_cast<int>(r);
     task.slots = slots;
     run.task_ids.push_back(id);
-    nodes_.at(nodes[r]).tasks.insert(id);
+    registry_.nodes().at(nodes[r]).tasks.insert(id);
   }
   TRAINCTL_LOG(INFO) << job_id << " attempt " << job->attempt() << " placed on "
                      << absl::StrJoin(nodes, ",");
@@ -452,7 +488,7 @@ void Cluster::Place(const std::string& job_id, const std::vector<std::string>& n
 
 void Cluster::LaunchTask(Run& run, Task& task) {
   if (TaskEnded(task.state)) return;  // stopped before it was sent
-  Node& node = nodes_.at(task.node);
+  WorkerNode& node = registry_.nodes().at(task.node);
   task.launched = true;
   task.launched_at = clock_->Now();
   if (node.channel == nullptr) {
@@ -485,11 +521,7 @@ void Cluster::LaunchTask(Run& run, Task& task) {
 }
 
 void Cluster::SendCancel(const Task& task, const std::string& reason) {
-  Node* node = nullptr;
-  if (!task.node.empty()) {
-    auto it = nodes_.find(task.node);
-    if (it != nodes_.end()) node = &it->second;
-  }
+  WorkerNode* node = task.node.empty() ? nullptr : registry_.Find(task.node);
   v1::CoordinatorMessage message;
   message.mutable_cancel()->set_task_id(task.id);
   message.mutable_cancel()->set_reason(reason);
@@ -498,15 +530,14 @@ void Cluster::SendCancel(const Task& task, const std::string& reason) {
     return;
   }
   // A stale task of whichever node reported it: every live session gets it (ids are unique).
-  for (auto& [name, n] : nodes_) {
+  for (auto& [name, n] : registry_.nodes()) {
     if (n.channel != nullptr) n.channel->Send(message);
   }
 }
 
 void Cluster::EndTask(Task& task, v1::TaskState state) {
   task.state = state;
-  auto it = nodes_.find(task.node);
-  if (it != nodes_.end()) it->second.tasks.erase(task.id);
+  if (WorkerNode* node = registry_.Find(task.node)) node->tasks.erase(task.id);
   schedule_needed_ = true;
 }
 

@@ -18,7 +18,8 @@
 //   task has ended the job restarts (`restarting`, then a new attempt placed anywhere, resuming
 //   from its last complete checkpoint) while spec.max_restarts allows, else it fails with the
 //   reason.
-// - A node that sends nothing for `lease_timeout` is lost: its tasks count as failed.
+// - A node that sends nothing for `lease_timeout` is lost: its tasks count as failed. Silence is
+//   timed from when its messages arrive, not from when the loop handles them (NodeRegistry).
 // - A worker message whose effects cannot be stored (a full disk) is not acknowledged: the session
 //   is closed, and the worker sends it again, with everything after it, when it reconnects. A job
 //   end that cannot be stored is retried every tick. So nothing reported is lost, and a job ends
@@ -34,8 +35,23 @@
 // the name over and the old stream is ended saying so. Any other bad message is rejected by seq
 // (the worker sets it aside) and acknowledged, so it never blocks what follows.
 //
+// Pieces: NodeRegistry (node_registry.h) keeps the nodes, their sessions and their leases;
+// EventIngester (event_ingester.h) stores log batches and trainer events in batches on its own
+// thread; Cluster itself is the gang runner (placement, launch, restarts, recovery) and routes
+// worker messages between them.
+//
+// Delivery: a worker message is acknowledged only once its effects are stored, and an Ack covers a
+// seq only when everything the worker sent up to it is (internal/ack_window.h): log batches and
+// trainer events are handed to the ingester and acknowledged when it reports them stored; a task
+// status or warning, which the loop applies itself, waits (parked, its stream held) until what the
+// same worker sent before it is stored, so a job never ends before its last lines are kept. A
+// message handed on counts as applied (applied_seq), so one sent again meanwhile is not applied
+// twice; when the ingester reports a transient store error, applied_seq goes back to before the
+// message and the session is closed, so the worker sends it again with everything after it.
+//
 // Threading: every state change runs on one loop thread (an actor); the public methods enqueue work
-// and return. ListNodes waits for a snapshot from the loop.
+// and return. ListNodes waits for a snapshot from the loop. Store writes of worker reports run on
+// the ingester's thread; the loop writes only job state changes (placement, start, end).
 #ifndef TRAINCTL_COORDINATOR_CLUSTER_H_
 #define TRAINCTL_COORDINATOR_CLUSTER_H_
 
@@ -54,22 +70,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/metrics.h"
+#include "coordinator/event_ingester.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/node_registry.h"
 #include "coordinator/scheduler.h"
 #include "trainctl/v1/job.pb.h"
 #include "trainctl/v1/worker.pb.h"
 
 namespace trainctl {
-
-// The coordinator's end of one worker's stream. Thread-safe; Send never blocks (messages queue)
-// and is a no-op once the stream has ended.
-class WorkerChannel {
- public:
-  virtual ~WorkerChannel() = default;
-  virtual void Send(trainctl::v1::CoordinatorMessage message) = 0;
-  // Ends the stream with `why` (not OK) as its status, after what was sent before.
-  virtual void Close(const absl::Status& why) = 0;
-};
 
 struct ClusterOptions {
   // A node that sent nothing (heartbeats included) for this long is lost.
@@ -81,6 +90,12 @@ struct ClusterOptions {
   absl::Duration launch_timeout = absl::Minutes(2);
   // How often the loop checks leases and recovery deadlines.
   absl::Duration tick = absl::Milliseconds(200);
+  // The event ingester's queue and batches (its `metrics` is set from the field below).
+  EventIngesterOptions ingest;
+  // Optional, not owned (nullptr: no metrics); must outlive the cluster. Gets the families
+  // trainctl_scheduler_pass_duration_seconds, trainctl_scheduler_queue_depth,
+  // trainctl_node_lease_misses_total and the ingester's (event_ingester.h).
+  metrics::Registry* metrics = nullptr;
 };
 
 class Cluster {
@@ -98,8 +113,10 @@ class Cluster {
 
   // A worker stream opened. Returns the session id to pass to Receive/Disconnect.
   int64_t Connect(std::shared_ptr<WorkerChannel> channel);
-  // A message from that stream; `done` runs once it has been handled (the stream reads the next
-  // one then: per-worker flow control).
+  // A message from that stream (called on the stream's thread, which stamps its arrival for the
+  // lease and runs its checks). `done` runs once the message has been handled, or handed to the
+  // ingester while its queue has room (the stream reads the next one then: per-worker flow
+  // control).
   void Receive(int64_t session, trainctl::v1::WorkerMessage message, std::function<void()> done);
   // The stream ended. The node stays placeable-for-reconnect until its lease expires.
   void Disconnect(int64_t session);
@@ -110,29 +127,10 @@ class Cluster {
   // A snapshot of the nodes, sorted by name.
   std::vector<trainctl::v1::Node> ListNodes();
 
-  // Runs everything enqueued so far (tests).
+  // Runs everything enqueued so far, and stores what was handed to the ingester (tests).
   void Flush();
 
  private:
-  struct Task;
-  struct Node {
-    std::string name;
-    std::string address;
-    std::map<std::string, std::string> labels;
-    int total_slots = 0;
-    int gpus = 0;
-    int64_t session = 0;  // 0: no live stream
-    std::shared_ptr<WorkerChannel> channel;
-    absl::Time last_seen;
-    bool lost = false;
-    std::string boot_id;
-    int64_t applied_seq = 0;  // within boot_id
-    std::set<std::string> tasks;
-    // Tasks this coordinator has ended or never knew that the worker still runs (being stopped):
-    // their slots are not free until the worker says they ended.
-    std::map<std::string, int> draining;
-    int UsedSlots(const std::map<std::string, Task>& all) const;
-  };
   struct Task {
     std::string id;
     std::string job_id;
@@ -160,26 +158,33 @@ class Cluster {
   void Post(std::function<void()> work);
   void Loop();
 
-  // Loop-thread handlers.
-  void HandleMessage(int64_t session, const trainctl::v1::WorkerMessage& message);
+  // Loop-thread handlers of worker messages (cluster_sessions.cc). HandleMessage takes the
+  // message with its checks (CheckWorkerMessage, run on the stream's thread) and its arrival time,
+  // and runs `done` once the stream may read on.
+  void HandleMessage(int64_t session, trainctl::v1::WorkerMessage message, absl::Status checked,
+                     absl::Time arrived, std::function<void()> done);
   void HandleRegister(int64_t session, const trainctl::v1::RegisterWorker& reg);
-  // These two return a transient store error (IsTransientStoreError) when the message's effects
-  // could not be stored: the message must not be acknowledged. Other problems are logged.
-  absl::Status HandleTaskStatus(Node& node, const trainctl::v1::TaskStatus& status);
-  absl::Status HandleTrainerEvent(const trainctl::v1::TrainerEvent& event);
-  // Leaves the message unacknowledged and closes the node's session: its worker reconnects and
-  // sends it again.
-  void RetryLater(Node& node, int64_t session, const trainctl::v1::WorkerMessage& message,
-                  const absl::Status& why);
-  void HandleWarning(Node& node, const trainctl::v1::WorkerWarning& warning);
+  // A task status or warning whose turn came: applies it, then acknowledges it, or leaves it for a
+  // resend (RetryLater) when its effects could not be stored.
+  void ApplyOnLoop(WorkerNode& node, int64_t session, const trainctl::v1::WorkerMessage& message);
+  // The ingester's report: acknowledges what is stored, leaves the rest for a resend, and applies
+  // a parked message whose turn came.
+  void HandleStored(const std::vector<EventIngester::Outcome>& outcomes);
+  // Sends the Ack that the node's finished messages allow.
+  void SendAcks(WorkerNode& node);
+  // Returns a transient store error (IsTransientStoreError) when the status's effects could not be
+  // stored: it must not be acknowledged. Other problems are logged.
+  absl::Status HandleTaskStatus(WorkerNode& node, const trainctl::v1::TaskStatus& status);
+  // Message `seq` (`what`) and everything after it stay unacknowledged and count as not applied;
+  // the node's session is closed, so its worker reconnects and sends them again.
+  void RetryLater(WorkerNode& node, int64_t seq, const std::string& what, const absl::Status& why);
+  void HandleWarning(WorkerNode& node, const trainctl::v1::WorkerWarning& warning);
   // A sequenced message that failed its checks: Reject, then Ack, so the worker moves on. A bad
   // status of one of the node's live tasks fails that task (its real end is unknowable).
-  void RejectMessage(Node& node, const trainctl::v1::WorkerMessage& message,
+  void RejectMessage(WorkerNode& node, int64_t session, const trainctl::v1::WorkerMessage& message,
                      const absl::Status& why);
-  // Refuses a register (the stream ends with `why`) unless it may take `reg.node_name()`.
-  absl::Status MayRegister(int64_t session, const trainctl::v1::RegisterWorker& reg);
   // A task of `node` ended without a status the coordinator could use: fail it and its run.
-  void FailTaskOf(Node& node, const std::string& task_id, const std::string& why);
+  void FailTaskOf(WorkerNode& node, const std::string& task_id, const std::string& why);
   void HandleJobChanged(const std::string& job_id);
   void Tick();
   void SchedulePass();
@@ -197,17 +202,21 @@ class Cluster {
   void MaybeFinish(std::string job_id);  // by value: it erases the run that may own the id
   // MaybeFinish, then the run's finish_error (OK once the run has ended or while tasks run).
   absl::Status FinishRun(std::string job_id);  // by value, as MaybeFinish
-  void LoseNode(Node& node, const std::string& reason);
+  void LoseNode(WorkerNode& node, const std::string& reason);
   // A recovering run stops waiting for its workers: node ranks nobody reported count as failed
   // (with `reason`, or a default naming them), then the run ends as its tasks allow.
   void EndRecovery(const std::string& job_id, const std::string& reason);
-  Node* NodeForSession(int64_t session);
   Task* FindTask(const std::string& id);
+  // Slots of the node taken by its tasks and by tasks still stopping there.
+  int UsedSlots(const WorkerNode& node) const;
   void Enqueue(const Job& job);
+
+  struct Metrics;
 
   JobManager* const jobs_;
   Clock* const clock_;
   const ClusterOptions options_;
+  const std::unique_ptr<Metrics> metrics_;  // null without options_.metrics
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
@@ -217,15 +226,17 @@ class Cluster {
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread loop_;
 
-  // Loop-thread state.
-  std::map<int64_t, std::shared_ptr<WorkerChannel>> sessions_;
-  std::map<std::string, Node> nodes_;
+  // Loop-thread state (the registry's thread-safe part excepted).
+  NodeRegistry registry_;
   std::map<std::string, Task> tasks_;
   std::map<std::string, Run> runs_;
   std::map<std::string, SchedJob> waiting_;
   std::set<std::string> told_never_fits_;  // waiting jobs whose message says why they cannot start
   bool schedule_needed_ = false;
   bool place_retry_ = false;  // a placement failed on a transient store error
+
+  // Last: its thread reports to the loop (Post) until it stops.
+  std::unique_ptr<EventIngester> ingester_;
 };
 
 }  // namespace trainctl

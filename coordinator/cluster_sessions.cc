@@ -1,8 +1,9 @@
-// The cluster's side of worker sessions: register (who may take a node's name), every message a
-// worker sends (checked, applied, acknowledged once stored, rejected or left for a resend) and
-// what those messages change: task life cycles and trainer events. The rest of Cluster (runs,
-// scheduling, leases) is in cluster.cc.
+// The cluster's side of worker sessions: register (and reconciling the tasks a worker reports),
+// every message a worker sends (routed to the event ingester or applied here, acknowledged once
+// stored, rejected, or left for a resend) and what task statuses change. The rest of Cluster
+// (runs, scheduling, leases) is in cluster.cc; who may take a node's name is NodeRegistry's.
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,7 +14,6 @@
 #include "coordinator/cluster.h"
 #include "coordinator/internal/cluster_tasks.h"
 #include "coordinator/job_state.h"
-#include "nlohmann/json.hpp"
 
 namespace trainctl {
 
@@ -22,61 +22,112 @@ using internal::DescribeFailure;
 using internal::TaskEnded;
 using internal::TaskIdOf;
 
-void Cluster::HandleMessage(int64_t session, const v1::WorkerMessage& message) {
+void Cluster::HandleMessage(int64_t session, v1::WorkerMessage message, absl::Status checked,
+                            absl::Time arrived, std::function<void()> done) {
   if (message.has_register_()) {
     HandleRegister(session, message.register_());
+    done();
     return;
   }
-  Node* node = NodeForSession(session);
+  WorkerNode* node = registry_.ForSession(session);
   if (node == nullptr) {
-    auto it = sessions_.find(session);
-    if (it != sessions_.end()) {
-      it->second->Close(
+    if (auto channel = registry_.SessionChannel(session)) {
+      channel->Close(
           absl::FailedPreconditionError("the first message of a session must be register"));
-      sessions_.erase(it);
+      registry_.RemoveSession(session);
     }
+    done();
     return;
   }
-  node->last_seen = clock_->Now();
-  if (absl::Status s = CheckWorkerMessage(message); !s.ok()) {
-    RejectMessage(*node, message, s);
+  node->last_seen = std::max(node->last_seen, arrived);
+  if (!checked.ok()) {
+    RejectMessage(*node, session, message, checked);
+    done();
     return;
   }
-  if (message.has_heartbeat()) return;
-  if (message.seq() > 0 && message.seq() <= node->applied_seq) {
-    // Sent again after a reconnect; already applied.
-  } else {
-    absl::Status stored;
-    if (message.has_task_status()) {
-      stored = HandleTaskStatus(*node, message.task_status());
-    } else if (message.has_logs()) {
-      std::vector<LogLine> lines(message.logs().lines().begin(), message.logs().lines().end());
-      stored = jobs_->AppendLogs(std::move(lines));
-      if (!stored.ok() && !IsTransientStoreError(stored)) {
-        TRAINCTL_LOG(WARNING) << "logs from " << node->name << " dropped: " << stored.message();
-        stored = absl::OkStatus();
-      }
-    } else if (message.has_event()) {
-      stored = HandleTrainerEvent(message.event());
-    } else if (message.has_warning()) {
-      HandleWarning(*node, message.warning());
-    }
-    node = NodeForSession(session);  // handlers may not invalidate it, but stay safe
-    if (node == nullptr) return;
-    if (!stored.ok()) {
-      RetryLater(*node, session, message, stored);
-      return;
-    }
-    if (message.seq() > 0) node->applied_seq = message.seq();
+  if (message.has_heartbeat()) {
+    done();
+    return;
   }
-  if (message.seq() > 0 && node->channel != nullptr) {
-    v1::CoordinatorMessage ack;
-    ack.mutable_ack()->set_through_seq(message.seq());
-    node->channel->Send(std::move(ack));
+  const int64_t seq = message.seq();
+  if (seq > 0 && seq <= node->applied_seq) {
+    // Sent again after a reconnect; already applied, or handed to the ingester (then the Ack waits
+    // until it is stored).
+    node->acks.Add(session, seq, /*done=*/true);
+    SendAcks(*node);
+    done();
+    return;
+  }
+  if (message.has_logs() || message.has_event()) {
+    if (seq > 0) {
+      node->applied_seq = seq;
+      node->acks.Add(session, seq, /*done=*/false);
+    }
+    ingester_->Submit(session, node->name, std::move(message), std::move(done));
+    return;
+  }
+  // A task status or a warning: after everything the worker sent before it is stored.
+  if (!node->acks.AllDone()) {
+    node->parked = ParkedMessage{session, std::move(message), std::move(done)};
+    return;
+  }
+  ApplyOnLoop(*node, session, message);
+  done();
+}
+
+void Cluster::ApplyOnLoop(WorkerNode& node, int64_t session, const v1::WorkerMessage& message) {
+  absl::Status stored;
+  if (message.has_task_status()) {
+    stored = HandleTaskStatus(node, message.task_status());
+  } else if (message.has_warning()) {
+    HandleWarning(node, message.warning());
+  }
+  if (!stored.ok()) {
+    RetryLater(node, message.seq(), "task status", stored);
+    return;
+  }
+  if (message.seq() <= 0) return;
+  node.applied_seq = std::max(node.applied_seq, message.seq());
+  node.acks.Add(session, message.seq(), /*done=*/true);
+  SendAcks(node);
+}
+
+void Cluster::HandleStored(const std::vector<EventIngester::Outcome>& outcomes) {
+  std::set<std::string> touched;
+  for (const EventIngester::Outcome& o : outcomes) {
+    WorkerNode* node = registry_.Find(o.node);
+    if (node == nullptr || o.seq <= 0) continue;
+    if (o.status.ok()) {
+      if (node->acks.MarkDone(o.session, o.seq)) touched.insert(o.node);
+      continue;
+    }
+    // Not stored. Unless a newer boot or an earlier failure already dropped it, it and everything
+    // after it must come again.
+    if (!node->acks.Contains(o.session, o.seq)) continue;
+    RetryLater(*node, o.seq, "log batch or trainer event", o.status);
+  }
+  for (const std::string& name : touched) {
+    WorkerNode& node = *registry_.Find(name);
+    SendAcks(node);
+    if (node.parked && node.acks.AllDone()) {
+      ParkedMessage parked = std::move(*node.parked);
+      node.parked.reset();
+      ApplyOnLoop(node, parked.session, parked.message);
+      parked.done();
+    }
   }
 }
 
-void Cluster::RejectMessage(Node& node, const v1::WorkerMessage& message, const absl::Status& why) {
+void Cluster::SendAcks(WorkerNode& node) {
+  const int64_t through = node.acks.PopDone();
+  if (through <= 0 || node.channel == nullptr) return;
+  v1::CoordinatorMessage ack;
+  ack.mutable_ack()->set_through_seq(through);
+  node.channel->Send(std::move(ack));
+}
+
+void Cluster::RejectMessage(WorkerNode& node, int64_t session, const v1::WorkerMessage& message,
+                            const absl::Status& why) {
   TRAINCTL_LOG(WARNING) << "worker " << node.name << ": message " << message.seq()
                         << " rejected: " << why.message();
   if (message.has_task_status()) {
@@ -91,12 +142,11 @@ void Cluster::RejectMessage(Node& node, const v1::WorkerMessage& message, const 
   reject.mutable_reject()->set_reason(std::string(why.message()));
   node.channel->Send(std::move(reject));
   if (message.seq() > node.applied_seq) node.applied_seq = message.seq();
-  v1::CoordinatorMessage ack;
-  ack.mutable_ack()->set_through_seq(message.seq());
-  node.channel->Send(std::move(ack));
+  node.acks.Add(session, message.seq(), /*done=*/true);
+  SendAcks(node);
 }
 
-void Cluster::FailTaskOf(Node& node, const std::string& task_id, const std::string& why) {
+void Cluster::FailTaskOf(WorkerNode& node, const std::string& task_id, const std::string& why) {
   Task* task = FindTask(task_id);
   if (task == nullptr || task->node != node.name || TaskEnded(task->state)) return;
   const std::string job_id = task->job_id;
@@ -107,7 +157,7 @@ void Cluster::FailTaskOf(Node& node, const std::string& task_id, const std::stri
   MaybeFinish(job_id);
 }
 
-void Cluster::HandleWarning(Node& node, const v1::WorkerWarning& warning) {
+void Cluster::HandleWarning(WorkerNode& node, const v1::WorkerWarning& warning) {
   TRAINCTL_LOG(WARNING) << "worker " << node.name
                         << (warning.job_id().empty() ? ""
                                                      : absl::StrCat(" (", warning.job_id(), ")"))
@@ -122,79 +172,34 @@ void Cluster::HandleWarning(Node& node, const v1::WorkerWarning& warning) {
   }
 }
 
-absl::Status Cluster::MayRegister(int64_t session, const v1::RegisterWorker& reg) {
-  if (absl::Status s = CheckRegisterWorker(reg); !s.ok()) return s;
-  if (Node* current = NodeForSession(session)) {
-    return absl::FailedPreconditionError(absl::StrCat("register: this session is already node ",
-                                                      current->name, "; one register per session"));
-  }
-  auto it = nodes_.find(reg.node_name());
-  if (it == nodes_.end()) return absl::OkStatus();
-  Node& node = it->second;
-  if (node.session == 0 || node.channel == nullptr) return absl::OkStatus();
-  const absl::Duration silent = clock_->Now() - node.last_seen;
-  if (node.boot_id == reg.boot_id()) {
-    // The same worker process, reconnecting before its old stream was seen to break.
-    node.channel->Close(absl::UnavailableError("replaced by a newer session of the same worker"));
-    return absl::OkStatus();
-  }
-  if (!node.lost && silent <= options_.lease_timeout) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "register: node ", node.name, " has a live session (another worker process, heard from ",
-        absl::FormatDuration(silent), " ago; lease ", absl::FormatDuration(options_.lease_timeout),
-        "); a second worker cannot take its name while it lives"));
-  }
-  node.channel->Close(absl::FailedPreconditionError(absl::StrCat(
-      "node ", node.name, " was taken over by another worker process (", reg.advertise_addr(),
-      ") after this session sent nothing for ", absl::FormatDuration(silent))));
-  return absl::OkStatus();
-}
-
-void Cluster::RetryLater(Node& node, int64_t session, const v1::WorkerMessage& message,
+void Cluster::RetryLater(WorkerNode& node, int64_t seq, const std::string& what,
                          const absl::Status& why) {
-  const char* what = message.has_task_status() ? "task status"
-                     : message.has_logs()      ? "log batch"
-                                               : "trainer event";
-  TRAINCTL_LOG(WARNING) << "worker " << node.name << ": " << what << " seq " << message.seq()
+  TRAINCTL_LOG(WARNING) << "worker " << node.name << ": " << what << " seq " << seq
                         << " not stored, so not acknowledged (" << why.message()
                         << "); the worker sends it again when it reconnects";
+  node.applied_seq = std::min(node.applied_seq, seq - 1);
+  node.acks.DropFrom(seq);
   if (node.channel != nullptr) {
     // With the store's own code (RESOURCE_EXHAUSTED or UNAVAILABLE), which the worker does not
     // count against the message (Worker::CountStrike is for messages that end sessions).
-    node.channel->Close(absl::Status(
-        why.code(), absl::StrCat("the coordinator could not store message ", message.seq(), " (",
-                                 why.message(), "); send it again")));
+    node.channel->Close(
+        absl::Status(why.code(), absl::StrCat("the coordinator could not store message ", seq, " (",
+                                              why.message(), "); send it again")));
   }
-  sessions_.erase(session);
-  node.session = 0;
-  node.channel = nullptr;
+  registry_.Detach(node);
 }
 
 void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
-  auto channel_it = sessions_.find(session);
-  if (channel_it == sessions_.end()) return;  // already disconnected
-  if (absl::Status s = MayRegister(session, reg); !s.ok()) {
+  std::shared_ptr<WorkerChannel> channel = registry_.SessionChannel(session);
+  if (channel == nullptr) return;  // already disconnected
+  if (absl::Status s = registry_.MayRegister(session, reg, clock_->Now()); !s.ok()) {
     TRAINCTL_LOG(WARNING) << "register refused: " << s.message();
-    channel_it->second->Close(s);
-    sessions_.erase(channel_it);
+    channel->Close(s);
+    registry_.RemoveSession(session);
     return;
   }
-  Node& node = nodes_[reg.node_name()];
-  const bool new_boot = node.boot_id != reg.boot_id();
-  node.name = reg.node_name();
-  node.address = reg.advertise_addr();
-  node.labels = {reg.labels().begin(), reg.labels().end()};
-  node.gpus = reg.resources().gpus_size();
-  node.total_slots = node.gpus > 0 ? node.gpus : reg.resources().cpu_slots();
-  node.session = session;
-  node.channel = channel_it->second;
-  node.last_seen = clock_->Now();
-  if (new_boot) {
-    node.boot_id = reg.boot_id();
-    node.applied_seq = 0;
-  }
-  const bool was_lost = node.lost;
-  node.lost = false;
+  bool was_lost = false;
+  WorkerNode& node = registry_.Register(session, reg, clock_->Now(), &was_lost);
   v1::CoordinatorMessage registered;
   registered.mutable_registered();
   node.channel->Send(std::move(registered));
@@ -306,7 +311,7 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   schedule_needed_ = true;
 }
 
-absl::Status Cluster::HandleTaskStatus(Node& node, const v1::TaskStatus& status) {
+absl::Status Cluster::HandleTaskStatus(WorkerNode& node, const v1::TaskStatus& status) {
   Task* task = FindTask(status.task_id());
   if (TaskEnded(status.state()) && node.draining.erase(status.task_id()) > 0) {
     schedule_needed_ = true;  // its slots are free now
@@ -382,37 +387,6 @@ absl::Status Cluster::HandleTaskStatus(Node& node, const v1::TaskStatus& status)
       break;
   }
   return FinishRun(job_id);
-}
-
-absl::Status Cluster::HandleTrainerEvent(const v1::TrainerEvent& event) {
-  nlohmann::json j = nlohmann::json::parse(event.json(), nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
-    TRAINCTL_LOG(WARNING) << event.job_id() << " rank " << event.rank()
-                          << ": unreadable trainer event dropped: " << event.json().substr(0, 200);
-    return absl::OkStatus();
-  }
-  const std::string type = j["type"];
-  absl::Status s;
-  if (type == "metric") {
-    v1::MetricSample sample;
-    sample.set_step(j.value("step", int64_t{0}));
-    if (j.contains("values") && j["values"].is_object()) {
-      for (const auto& [key, value] : j["values"].items()) {
-        if (value.is_number()) (*sample.mutable_values())[key] = value.get<double>();
-      }
-    }
-    s = jobs_->RecordMetric(event.job_id(), sample).status();
-  } else if (type == "checkpoint") {
-    v1::Checkpoint checkpoint;
-    checkpoint.set_step(j.value("step", int64_t{0}));
-    checkpoint.set_path(j.value("path", std::string()));
-    s = jobs_->RecordCheckpoint(event.job_id(), checkpoint).status();
-  }
-  if (IsTransientStoreError(s)) return s;
-  if (!s.ok()) {
-    TRAINCTL_LOG(WARNING) << event.job_id() << ": " << type << " event dropped: " << s.message();
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace trainctl

@@ -19,13 +19,18 @@
 #include "common/clock.h"
 #include "common/daemon.h"
 #include "common/logging.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "common/thread_pool.h"
 #include "coordinator/cluster.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/db_lock.h"
 #include "coordinator/in_memory_job_store.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/job_metrics.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_service.h"
+#include "coordinator/rpc_metrics.h"
 #include "coordinator/sqlite_job_store.h"
 #include "coordinator/worker_service.h"
 
@@ -44,6 +49,12 @@ ABSL_FLAG(
     "after a restart, how long placed jobs wait for their workers to report (0: lease + 10s)");
 ABSL_FLAG(std::string, ready_file, "",
           "once serving, write the bound HOST:PORT to this file (for scripts and tests)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus /metrics on (the documented port is 9401, e.g. "
+          "0.0.0.0:9401; port 0: any free port); empty: no metrics endpoint");
+ABSL_FLAG(std::string, metrics_ready_file, "",
+          "once /metrics is served, write its bound HOST:PORT to this file (written before "
+          "--ready_file)");
 
 namespace trainctl {
 namespace {
@@ -72,6 +83,14 @@ absl::StatusOr<std::unique_ptr<JobStore>> OpenStore(const std::string& path,
   auto store = SqliteJobStore::Open(options);
   if (!store.ok()) return store.status();
   return std::unique_ptr<JobStore>(std::move(*store));
+}
+
+// Writes `address` to `path` (nothing when `path` is empty); readers never see a half-written file.
+void WriteReadyFile(const std::string& path, const std::string& address) {
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << address << "\n";
+  std::filesystem::rename(tmp, path);
 }
 
 std::string BoundAddress(const std::string& listen, int port) {
@@ -110,15 +129,21 @@ int Run() {
   }
   RealClock clock;
   JobNotifier notifier;
+  // Kept whether or not it is served: updating it costs little, and the code has one path.
+  metrics::Registry registry;
+  JobMetrics job_metrics(&registry);
   JobManager jobs(store->get(), &clock, &notifier);
+  jobs.SetObserver(&job_metrics);
   ThreadPool executor(std::max(1, absl::GetFlag(FLAGS_rpc_threads)));
   JobServiceImpl job_service(&jobs, &executor);
   ClusterOptions cluster_options;
   cluster_options.lease_timeout = absl::GetFlag(FLAGS_lease_timeout);
   cluster_options.recovery_grace = absl::GetFlag(FLAGS_recovery_grace);
+  cluster_options.metrics = &registry;
   Cluster cluster(&jobs, &clock, cluster_options);
   jobs.SetListener([&cluster](const std::string& id) { cluster.JobChanged(id); });
   job_service.SetNodeLister([&cluster] { return cluster.ListNodes(); });
+  AddCoordinatorCollectors(&registry, store->get(), [&cluster] { return cluster.ListNodes(); });
   WorkerServiceImpl worker_service(&cluster);
   if (absl::Status s = cluster.Start(); !s.ok()) {
     TRAINCTL_LOG(ERROR) << "loading jobs: " << s.message();
@@ -135,6 +160,9 @@ int Run() {
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&job_service);
   builder.RegisterService(&worker_service);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeRpcMetricsInterceptor(&registry));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     TRAINCTL_LOG(ERROR) << "cannot listen on " << listen << " (address in use or invalid)";
@@ -145,11 +173,21 @@ int Run() {
   if (db_lock != nullptr) {
     if (absl::Status s = db_lock->SetAddress(bound); !s.ok()) TRAINCTL_LOG(WARNING) << s.message();
   }
-  if (const std::string ready = absl::GetFlag(FLAGS_ready_file); !ready.empty()) {
-    const std::string tmp = ready + ".tmp";
-    std::ofstream(tmp) << bound << "\n";
-    std::filesystem::rename(tmp, ready);  // readers never see a half-written file
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (const std::string listen_metrics = absl::GetFlag(FLAGS_metrics_listen);
+      !listen_metrics.empty()) {
+    auto started = metrics::MetricsServer::Start(&registry, listen_metrics);
+    if (!started.ok()) {
+      TRAINCTL_LOG(ERROR) << "--metrics_listen: " << started.status().message();
+      server->Shutdown();
+      cluster.Stop();
+      return 1;
+    }
+    metrics_server = std::move(*started);
+    TRAINCTL_LOG(INFO) << "metrics on http://" << metrics_server->address() << "/metrics";
+    WriteReadyFile(absl::GetFlag(FLAGS_metrics_ready_file), metrics_server->address());
   }
+  WriteReadyFile(absl::GetFlag(FLAGS_ready_file), bound);
 
   std::thread stopper([&server, &signals] {
     int sig = 0;
@@ -159,6 +197,8 @@ int Run() {
   });
   server->Wait();
   stopper.join();
+  // Before the cluster stops: a scrape asks the cluster's loop for its nodes.
+  metrics_server.reset();
   cluster.Stop();
   TRAINCTL_LOG(INFO) << "stopped";
   return 0;

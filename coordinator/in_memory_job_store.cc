@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/time_util.h"
 
 namespace trainctl {
 namespace {
@@ -62,6 +63,18 @@ absl::StatusOr<JobPage> InMemoryJobStore::ListJobs(const JobFilter& filter) {
   return page;
 }
 
+absl::StatusOr<std::vector<JobCount>> InMemoryJobStore::CountJobs() {
+  absl::MutexLock lock(&mu_);
+  std::map<std::pair<int, int>, int64_t> counts;
+  for (const auto& [n, job] : jobs_) ++counts[{job.state(), job.spec().kind()}];
+  std::vector<JobCount> out;
+  for (const auto& [key, count] : counts) {
+    out.push_back({static_cast<trainctl::v1::JobState>(key.first),
+                   static_cast<trainctl::v1::JobKind>(key.second), count});
+  }
+  return out;
+}
+
 absl::StatusOr<Job> InMemoryJobStore::UpdateJob(absl::string_view id, const JobMutation& mutate,
                                                 std::vector<JobEvent>* events) {
   ASSIGN_OR_RETURN(int64_t n, ParseJobId(id));
@@ -80,11 +93,34 @@ absl::StatusOr<Job> InMemoryJobStore::UpdateJob(absl::string_view id, const JobM
 
 void InMemoryJobStore::AppendEventsLocked(const std::string& job_id,
                                           std::vector<JobEvent>* events) {
+  bool metrics = false;
   for (JobEvent& event : *events) {
     event.set_seq(++last_event_seq_);
     event.set_job_id(job_id);
     events_[event.seq()] = event;
+    if (event.has_metric()) {
+      metric_seqs_[job_id].push_back(event.seq());
+      metrics = true;
+    }
   }
+  if (!metrics) return;
+  std::vector<int64_t>& seqs = metric_seqs_[job_id];
+  if (seqs.size() <= static_cast<size_t>(max_metric_events_)) return;
+  std::vector<int64_t> times;
+  for (int64_t seq : seqs) {
+    times.push_back(google::protobuf::util::TimeUtil::TimestampToMicroseconds(events_[seq].time()));
+  }
+  const std::vector<size_t> drop = MetricEventsToThin(times, max_metric_events_);
+  std::vector<int64_t> kept;
+  for (size_t i = 0, d = 0; i < seqs.size(); ++i) {
+    if (d < drop.size() && drop[d] == i) {
+      events_.erase(seqs[i]);
+      ++d;
+    } else {
+      kept.push_back(seqs[i]);
+    }
+  }
+  seqs = std::move(kept);
 }
 
 absl::StatusOr<std::vector<JobEvent>> InMemoryJobStore::ListEvents(absl::string_view job_id,

@@ -5,20 +5,31 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/job_store.h"
+#include "coordinator/metric_retention.h"
 
 namespace trainctl {
 
 class InMemoryJobStore final : public JobStore {
  public:
+  struct Options {
+    // Metric events kept per job before older ones are thinned (coordinator/metric_retention.h).
+    int max_metric_events = kDefaultMaxMetricEventsPerJob;
+  };
+  InMemoryJobStore() = default;
+  explicit InMemoryJobStore(const Options& options)
+      : max_metric_events_(options.max_metric_events) {}
+
   absl::StatusOr<CreateJobResult> CreateJob(const Job& job, const std::string& request_id,
                                             std::vector<JobEvent> initial_events) override;
   absl::StatusOr<Job> GetJob(absl::string_view id) override;
   absl::StatusOr<JobPage> ListJobs(const JobFilter& filter) override;
+  absl::StatusOr<std::vector<JobCount>> CountJobs() override;
   absl::StatusOr<Job> UpdateJob(absl::string_view id, const JobMutation& mutate,
                                 std::vector<JobEvent>* events) override;
   absl::StatusOr<std::vector<JobEvent>> ListEvents(absl::string_view job_id, int64_t after_seq,
@@ -39,6 +50,8 @@ class InMemoryJobStore final : public JobStore {
   std::map<std::string, int64_t> request_ids_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, JobEvent> events_ ABSL_GUARDED_BY(mu_);  // by seq
   std::map<int64_t, LogLine> logs_ ABSL_GUARDED_BY(mu_);     // by seq
+  const int max_metric_events_ = kDefaultMaxMetricEventsPerJob;
+  std::map<std::string, std::vector<int64_t>> metric_seqs_ ABSL_GUARDED_BY(mu_);  // by job id
 };
 
 }  // namespace trainctl

@@ -1,5 +1,7 @@
 #include "coordinator/job_manager.h"
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +10,7 @@
 #include "common/status_macros.h"
 #include "coordinator/job_stages.h"
 #include "coordinator/job_state.h"
+#include "coordinator/metric_history.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace trainctl {
@@ -57,6 +60,90 @@ absl::Status ApplyTransition(Job* job, JobState to, const std::string& reason,
   return absl::OkStatus();
 }
 
+// The weight per step of the newest interval in Progress.step_time's moving average: an interval
+// of k steps weighs 1 - (1 - w)^k, as k one-step samples would, so the average spans about 1/w = 20
+// steps whatever logging_steps is.
+constexpr double kStepTimeSmoothing = 0.05;
+
+// Folds a metric sample of `attempt` at `step`, logged at `time`, into the progress's step time
+// and ETA (see Progress.step_time in job.proto for why it is measured this way).
+void UpdateStepTime(int32_t attempt, int64_t step, const google::protobuf::Timestamp& time,
+                    trainctl::v1::Progress* p) {
+  const bool same_attempt = p->has_rate_time() && p->rate_attempt() == attempt;
+  const int64_t steps = step - p->rate_step();
+  if (same_attempt && steps == 0) return;  // more figures for the same step: same interval
+  if (same_attempt && steps > 0) {
+    const double seconds = static_cast<double>(TimeUtil::TimestampToMicroseconds(time) -
+                                               TimeUtil::TimestampToMicroseconds(p->rate_time())) /
+                           1e6;
+    if (seconds >= 0) {
+      const double per_step = seconds / static_cast<double>(steps);
+      const double w = 1 - std::pow(1 - kStepTimeSmoothing, static_cast<double>(steps));
+      p->set_step_time(p->step_time() <= 0 ? per_step
+                                           : p->step_time() + w * (per_step - p->step_time()));
+    }
+  }
+  // A new attempt, a step that went back (a resume) or a clock that did: a new interval starts.
+  p->set_rate_step(step);
+  *p->mutable_rate_time() = time;
+  p->set_rate_attempt(attempt);
+  // The steps left from where the running attempt is, not from the furthest step ever logged.
+  const int64_t left = std::max<int64_t>(0, p->total_steps() - step);
+  p->set_eta_seconds(p->total_steps() > 0 ? p->step_time() * static_cast<double>(left) : 0);
+}
+
+// Records a metric sample (RecordMetric): progress, step time and ETA, stage figures, the event.
+JobMutation MetricMutation(trainctl::v1::MetricSample sample, google::protobuf::Timestamp now) {
+  return [sample = std::move(sample), now](Job* job, std::vector<JobEvent>* events) {
+    auto* progress = job->mutable_progress();
+    progress->set_step(std::max(progress->step(), sample.step()));
+    if (auto it = sample.values().find("loss"); it != sample.values().end())
+      progress->set_loss(it->second);
+    if (auto it = sample.values().find("epoch"); it != sample.values().end())
+      progress->set_epoch(it->second);
+    if (auto it = sample.values().find("total_steps"); it != sample.values().end()) {
+      progress->set_total_steps(static_cast<int64_t>(it->second));
+    }
+    if (auto it = sample.values().find("tokens_per_second"); it != sample.values().end())
+      progress->set_tokens_per_second(it->second);
+    UpdateStepTime(job->attempt(), sample.step(), sample.has_time() ? sample.time() : now,
+                   progress);
+    RecordStageFigures(job, sample);
+    *job->mutable_update_time() = now;
+    JobEvent event;
+    *event.mutable_time() = now;
+    *event.mutable_metric() = sample;
+    events->push_back(std::move(event));
+    return absl::OkStatus();
+  };
+}
+
+// Records a completed checkpoint (RecordCheckpoint). INVALID_ARGUMENT without a path.
+JobMutation CheckpointMutation(trainctl::v1::Checkpoint checkpoint,
+                               google::protobuf::Timestamp now) {
+  return [checkpoint = std::move(checkpoint), now](Job* job,
+                                                   std::vector<JobEvent>* events) -> absl::Status {
+    if (checkpoint.path().empty()) return absl::InvalidArgumentError("checkpoint.path: required");
+    *job->mutable_last_checkpoint() = checkpoint;
+    if (!job->last_checkpoint().has_time()) *job->mutable_last_checkpoint()->mutable_time() = now;
+    *job->mutable_update_time() = now;
+    JobEvent event;
+    *event.mutable_time() = now;
+    *event.mutable_checkpoint() = job->last_checkpoint();
+    events->push_back(std::move(event));
+    return absl::OkStatus();
+  };
+}
+
+// `mutate`, then the pipeline stage's name on the events it added (as JobManager::Update does).
+JobMutation TaggedWithStage(JobMutation mutate) {
+  return [mutate = std::move(mutate)](Job* job, std::vector<JobEvent>* added) -> absl::Status {
+    RETURN_IF_ERROR(mutate(job, added));
+    TagEventsWithStage(*job, added);
+    return absl::OkStatus();
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spec,
@@ -75,6 +162,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spe
   TagEventsWithStage(job, &events);
   ASSIGN_OR_RETURN(CreateJobResult created, store_->CreateJob(job, request_id, std::move(events)));
   if (created.created) {
+    if (observer_ != nullptr) observer_->OnSubmitted(created.job);
     notifier_->Notify(created.job.id());
     if (listener_) listener_(created.job.id());
   }
@@ -109,15 +197,28 @@ absl::StatusOr<Job> JobManager::Update(absl::string_view id, const JobMutation& 
     return absl::OkStatus();
   };
   ASSIGN_OR_RETURN(Job job, store_->UpdateJob(id, tagged, &events));
+  if (observer_ != nullptr) TellObserver(job, events);
   if (!events.empty()) notifier_->Notify(job.id());
   return job;
+}
+
+void JobManager::TellObserver(const Job& job, const std::vector<JobEvent>& events) {
+  for (const JobEvent& event : events) {
+    if (event.has_state_change() && event.state_change().from() != event.state_change().to()) {
+      observer_->OnStateChanged(job, event.state_change().from());
+    } else if (event.has_metric()) {
+      observer_->OnMetric(job, event.metric());
+    }
+  }
 }
 
 absl::StatusOr<Job> JobManager::Cancel(absl::string_view id, const std::string& reason) {
   const auto now = ToProto(clock_->Now());
   const std::string why =
       reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
+  bool accepted = false;  // not cancelled or being cancelled before this call
   auto cancelled = Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
+    accepted = job->state() != trainctl::v1::JOB_STATE_CANCELLED && !job->cancel_requested();
     switch (job->state()) {
       case trainctl::v1::JOB_STATE_CANCELLED:
         return absl::OkStatus();  // cancelling twice is not an error
@@ -138,6 +239,7 @@ absl::StatusOr<Job> JobManager::Cancel(absl::string_view id, const std::string& 
             "job ", job->id(), " already ", JobStateName(job->state()), "; nothing to cancel"));
     }
   });
+  if (cancelled.ok() && accepted && observer_ != nullptr) observer_->OnCancelAccepted(*cancelled);
   if (cancelled.ok() && listener_) listener_(cancelled->id());
   return cancelled;
 }
@@ -177,41 +279,30 @@ absl::StatusOr<Job> JobManager::Place(absl::string_view id, const std::vector<st
 
 absl::StatusOr<Job> JobManager::RecordMetric(absl::string_view id,
                                              const trainctl::v1::MetricSample& sample) {
-  const auto now = ToProto(clock_->Now());
-  return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
-    auto* progress = job->mutable_progress();
-    progress->set_step(std::max(progress->step(), sample.step()));
-    if (auto it = sample.values().find("loss"); it != sample.values().end())
-      progress->set_loss(it->second);
-    if (auto it = sample.values().find("epoch"); it != sample.values().end())
-      progress->set_epoch(it->second);
-    if (auto it = sample.values().find("total_steps"); it != sample.values().end()) {
-      progress->set_total_steps(static_cast<int64_t>(it->second));
+  return Update(id, MetricMutation(sample, ToProto(clock_->Now())));
+}
+
+absl::StatusOr<trainctl::v1::GetMetricsResponse> JobManager::GetMetrics(
+    absl::string_view id, const std::vector<std::string>& names, int max_points) {
+  constexpr int kPage = 1000;
+  std::vector<JobEvent> events;
+  for (int64_t after = 0;;) {
+    // The store bounds a job's metric events (metric_retention.h), so this ends soon.
+    ASSIGN_OR_RETURN(std::vector<JobEvent> page, store_->ListEvents(id, after, kPage));
+    if (page.empty()) break;
+    after = page.back().seq();
+    const bool last = page.size() < static_cast<size_t>(kPage);
+    for (JobEvent& e : page) {
+      if (e.has_metric()) events.push_back(std::move(e));
     }
-    RecordStageFigures(job, sample);
-    *job->mutable_update_time() = now;
-    JobEvent event;
-    *event.mutable_time() = now;
-    *event.mutable_metric() = sample;
-    events->push_back(std::move(event));
-    return absl::OkStatus();
-  });
+    if (last) break;
+  }
+  return BuildMetricHistory(events, names, max_points);
 }
 
 absl::StatusOr<Job> JobManager::RecordCheckpoint(absl::string_view id,
                                                  const trainctl::v1::Checkpoint& checkpoint) {
-  const auto now = ToProto(clock_->Now());
-  return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
-    if (checkpoint.path().empty()) return absl::InvalidArgumentError("checkpoint.path: required");
-    *job->mutable_last_checkpoint() = checkpoint;
-    if (!job->last_checkpoint().has_time()) *job->mutable_last_checkpoint()->mutable_time() = now;
-    *job->mutable_update_time() = now;
-    JobEvent event;
-    *event.mutable_time() = now;
-    *event.mutable_checkpoint() = job->last_checkpoint();
-    events->push_back(std::move(event));
-    return absl::OkStatus();
-  });
+  return Update(id, CheckpointMutation(checkpoint, ToProto(clock_->Now())));
 }
 
 absl::StatusOr<Job> JobManager::RecordWarning(absl::string_view id, const std::string& source,
@@ -248,6 +339,47 @@ absl::Status JobManager::AppendLogs(std::vector<LogLine> lines) {
   for (const LogLine& line : lines) jobs.insert(line.job_id());
   for (const std::string& id : jobs) notifier_->Notify(id);
   return absl::OkStatus();
+}
+
+BatchRecord JobManager::MetricRecord(const std::string& id, trainctl::v1::MetricSample sample) {
+  BatchRecord r;
+  r.job_id = id;
+  r.mutate = TaggedWithStage(MetricMutation(std::move(sample), ToProto(clock_->Now())));
+  return r;
+}
+
+BatchRecord JobManager::CheckpointRecord(const std::string& id,
+                                         trainctl::v1::Checkpoint checkpoint) {
+  BatchRecord r;
+  r.job_id = id;
+  r.mutate = TaggedWithStage(CheckpointMutation(std::move(checkpoint), ToProto(clock_->Now())));
+  return r;
+}
+
+BatchRecord JobManager::LogRecord(std::vector<LogLine> lines) {
+  const auto now = ToProto(clock_->Now());
+  for (LogLine& line : lines) {
+    if (!line.has_time()) *line.mutable_time() = now;
+  }
+  BatchRecord r;
+  r.lines = std::move(lines);
+  return r;
+}
+
+absl::Status JobManager::WriteBatch(std::vector<BatchRecord>* records) {
+  const absl::Status written = store_->WriteBatch(records);
+  std::set<std::string> jobs;
+  for (const BatchRecord& r : *records) {
+    if (!r.status.ok()) continue;
+    if (r.job_id.empty()) {
+      for (const LogLine& line : r.lines) jobs.insert(line.job_id());
+      continue;
+    }
+    if (observer_ != nullptr) TellObserver(r.job, r.events);
+    if (!r.events.empty()) jobs.insert(r.job.id());
+  }
+  for (const std::string& id : jobs) notifier_->Notify(id);
+  return written;
 }
 
 }  // namespace trainctl

@@ -17,6 +17,22 @@
 
 namespace trainctl {
 
+// Told of every committed change JobManager makes, after the commit, on the caller's thread (RPC
+// threads and the cluster's loop alike, so implementations are thread-safe). Must not call back
+// into the JobManager. E.g. coordinator/job_metrics.h keeps Prometheus series from these.
+class JobObserver {
+ public:
+  virtual ~JobObserver() = default;
+  // A submit that created `job` (a repeated request id is not one).
+  virtual void OnSubmitted(const Job& /*job*/) {}
+  // A cancel that was accepted: the job was not cancelled or being cancelled already.
+  virtual void OnCancelAccepted(const Job& /*job*/) {}
+  // `job` (as committed) moved from `from` to its current state.
+  virtual void OnStateChanged(const Job& /*job*/, trainctl::v1::JobState /*from*/) {}
+  // A metric sample of `job` was stored; `job` carries the progress it updated.
+  virtual void OnMetric(const Job& /*job*/, const trainctl::v1::MetricSample& /*sample*/) {}
+};
+
 struct SubmitResult {
   Job job;
   bool created = false;  // false: the request_id was seen before; `job` is the one made then
@@ -64,10 +80,18 @@ class JobManager {
                             const std::string& reason);
 
   // Records a metric sample (updating progress, and a pipeline's current stage's figures) or a
-  // completed checkpoint as job events. A pipeline's events name its current stage.
+  // completed checkpoint as job events. A pipeline's events name its current stage. A metric
+  // sample also updates the smoothed step time, ETA and tokens/s (Progress in job.proto).
   absl::StatusOr<Job> RecordMetric(absl::string_view id, const trainctl::v1::MetricSample& sample);
   absl::StatusOr<Job> RecordCheckpoint(absl::string_view id,
                                        const trainctl::v1::Checkpoint& checkpoint);
+
+  // The job's metric history, one series per (stage, name), at most `max_points` points each
+  // (coordinator/metric_history.h). NOT_FOUND for an unknown job, INVALID_ARGUMENT for a bad
+  // max_points or an empty name.
+  absl::StatusOr<trainctl::v1::GetMetricsResponse> GetMetrics(absl::string_view id,
+                                                              const std::vector<std::string>& names,
+                                                              int max_points);
 
   // Records a warning event (something went wrong that does not change the job's state), e.g. a
   // worker set aside a message of the job. NOT_FOUND for an unknown job.
@@ -82,22 +106,37 @@ class JobManager {
   // Stores rank log lines (each names its job) and wakes their followers.
   absl::Status AppendLogs(std::vector<LogLine> lines);
 
+  // What RecordMetric, RecordCheckpoint and AppendLogs write, as records of one WriteBatch (the
+  // cluster's event ingester writes many worker messages at once).
+  BatchRecord MetricRecord(const std::string& id, trainctl::v1::MetricSample sample);
+  BatchRecord CheckpointRecord(const std::string& id, trainctl::v1::Checkpoint checkpoint);
+  BatchRecord LogRecord(std::vector<LogLine> lines);
+  // Writes them (JobStore::WriteBatch), then wakes the followers and tells the observer of what
+  // was written. Returns the store's status; each record's own says whether it was written.
+  absl::Status WriteBatch(std::vector<BatchRecord>* records);
+
   // Called after a submit that created a job and after every accepted cancel, with the job's id,
   // on the caller's thread (the scheduler's hook). Set before serving.
   void SetListener(std::function<void(const std::string& job_id)> listener) {
     listener_ = std::move(listener);
   }
 
+  // Optional; not owned, must outlive the manager. Set before serving.
+  void SetObserver(JobObserver* observer) { observer_ = observer; }
+
   JobStore* store() { return store_; }
   JobNotifier* notifier() { return notifier_; }
 
  private:
   absl::StatusOr<Job> Update(absl::string_view id, const JobMutation& mutate);
+  // The committed state changes and metric samples among `events`, to observer_.
+  void TellObserver(const Job& job, const std::vector<JobEvent>& events);
 
   JobStore* const store_;
   Clock* const clock_;
   JobNotifier* const notifier_;
   std::function<void(const std::string& job_id)> listener_;
+  JobObserver* observer_ = nullptr;
 };
 
 }  // namespace trainctl

@@ -95,6 +95,18 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListNodes(
   });
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::GetMetrics(grpc::CallbackServerContext* context,
+                                                     const trainctl::v1::GetMetricsRequest* request,
+                                                     trainctl::v1::GetMetricsResponse* response) {
+  return RunUnary(context, [this, request, response]() -> absl::Status {
+    ASSIGN_OR_RETURN(
+        *response,
+        jobs_->GetMetrics(request->id(), {request->names().begin(), request->names().end()},
+                          request->max_points()));
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const trainctl::v1::CancelJobRequest* request,
                                                     trainctl::v1::Job* response) {

@@ -47,6 +47,9 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* context,
                                       const trainctl::v1::ListNodesRequest* request,
                                       trainctl::v1::ListNodesResponse* response) override;
+  grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* context,
+                                       const trainctl::v1::GetMetricsRequest* request,
+                                       trainctl::v1::GetMetricsResponse* response) override;
 
  private:
   // Runs `work` on the executor and finishes the returned reactor with its status.

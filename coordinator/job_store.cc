@@ -26,4 +26,23 @@ absl::StatusOr<int64_t> ParseJobId(absl::string_view id) {
   return n;
 }
 
+absl::Status JobStore::WriteBatch(std::vector<BatchRecord>* records) {
+  absl::Status first_error;
+  for (BatchRecord& r : *records) {
+    if (!first_error.ok()) {
+      r.status = first_error;  // the store failed: the rest are not tried
+      continue;
+    }
+    if (r.job_id.empty()) {
+      r.status = AppendLogs(&r.lines);
+    } else {
+      auto job = UpdateJob(r.job_id, r.mutate, &r.events);
+      r.status = job.status();
+      if (job.ok()) r.job = std::move(*job);
+    }
+    if (IsTransientStoreError(r.status)) first_error = r.status;
+  }
+  return first_error;
+}
+
 }  // namespace trainctl

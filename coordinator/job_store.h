@@ -44,6 +44,13 @@ struct JobPage {
   int64_t next_before_id = 0;  // 0: no more pages
 };
 
+// How many jobs are in one state and of one kind (JobStore::CountJobs).
+struct JobCount {
+  trainctl::v1::JobState state = trainctl::v1::JOB_STATE_UNSPECIFIED;
+  trainctl::v1::JobKind kind = trainctl::v1::JOB_KIND_UNSPECIFIED;
+  int64_t count = 0;
+};
+
 struct CreateJobResult {
   Job job;
   bool created = false;  // false: request_id matched an existing job, which is returned
@@ -52,6 +59,18 @@ struct CreateJobResult {
 // Edits a job in place inside a store transaction and may add events for it (seq and job_id are
 // filled in by the store). A non-OK return aborts the update; nothing is written.
 using JobMutation = std::function<absl::Status(Job* job, std::vector<JobEvent>* events)>;
+
+// One record of JobStore::WriteBatch: log lines to append (as AppendLogs), or a mutation of one job
+// (as UpdateJob). The cluster's event ingester writes many worker messages as one batch.
+struct BatchRecord {
+  std::vector<LogLine> lines;  // appended when job_id is empty; each line names its job
+  std::string job_id;          // non-empty: `mutate` is applied to this job
+  JobMutation mutate;
+  // Out: OK once written; else why not (NOT_FOUND, the mutation's error, the store's error).
+  absl::Status status;
+  Job job;                       // a mutation's job as it left it
+  std::vector<JobEvent> events;  // a mutation's events, with their seq
+};
 
 struct LogQuery {
   int64_t after_seq = 0;
@@ -73,6 +92,10 @@ class JobStore {
 
   virtual absl::StatusOr<JobPage> ListJobs(const JobFilter& filter) = 0;
 
+  // The number of jobs in each (state, kind) that has any, ordered by state then kind; cheap
+  // enough to run on every Prometheus scrape (no job is read whole).
+  virtual absl::StatusOr<std::vector<JobCount>> CountJobs() = 0;
+
   // Reads the job, applies `mutate`, writes it and its new events atomically. Returns the updated
   // job; `events` (optional) receives the appended events with their seq. NOT_FOUND, or the
   // mutation's own error (nothing written).
@@ -86,6 +109,13 @@ class JobStore {
   // Appends log lines (each names its job; seq is assigned here, in order). NOT_FOUND if a job
   // does not exist; then nothing is written.
   virtual absl::Status AppendLogs(std::vector<LogLine>* lines) = 0;
+
+  // Writes `records` in order, in as few transactions as the store can (SqliteJobStore: one). A
+  // record that fails on its own (NOT_FOUND, its mutation's error) gets that status and nothing of
+  // it is written; the others are. Returns OK, or the store's error when records could not be
+  // written; each record's status then says whether it was (OK) or not (SqliteJobStore writes all
+  // or none). The default writes them one by one through AppendLogs and UpdateJob.
+  virtual absl::Status WriteBatch(std::vector<BatchRecord>* records);
 
   // Log lines of one job, oldest first.
   virtual absl::StatusOr<std::vector<LogLine>> ListLogs(absl::string_view job_id,

@@ -1,6 +1,9 @@
 #include "coordinator/sqlite_job_store.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -67,7 +70,15 @@ constexpr const char* kMigrations[] = {
       );
       ALTER TABLE jobs ADD COLUMN current_stage INTEGER NOT NULL DEFAULT 0;
     )sql",
+    // 4: the job's kind as a column, so that /metrics counts jobs by state and kind from an index
+    // without reading a job. Jobs stored before get theirs from their blob (BackfillJobKinds, in
+    // the same transaction).
+    R"sql(
+      ALTER TABLE jobs ADD COLUMN kind INTEGER NOT NULL DEFAULT 0;
+      CREATE INDEX jobs_by_state_kind ON jobs(state, kind);
+    )sql",
 };
+constexpr int kJobKindColumnVersion = 4;
 constexpr int kLatestVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 constexpr size_t kMaxGroup = 256;
 
@@ -197,6 +208,21 @@ absl::StatusOr<int> ReadUserVersion(Db& db) {
   return row ? static_cast<int>(st->ColumnInt(0)) : 0;
 }
 
+// Migration kJobKindColumnVersion's data: every job's kind column from its blob.
+absl::Status BackfillJobKinds(Db& db) {
+  ASSIGN_OR_RETURN(sqlite::Statement read, db.Prepare("SELECT id, job FROM jobs"));
+  ASSIGN_OR_RETURN(sqlite::Statement write, db.Prepare("UPDATE jobs SET kind = ? WHERE id = ?"));
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, read.Step());
+    if (!row) return absl::OkStatus();
+    Job job;
+    const int64_t n = read.ColumnInt(0);
+    if (!job.ParseFromString(read.ColumnBlob(1))) return Corrupt(db, "job", n);
+    write.Reset();
+    RETURN_IF_ERROR(write.Bind(1, int64_t{job.spec().kind()}).Bind(2, n).Run());
+  }
+}
+
 absl::Status Migrate(Db& db, int target) {
   ASSIGN_OR_RETURN(int current, ReadUserVersion(db));
   if (current > kLatestVersion) {
@@ -207,6 +233,7 @@ absl::Status Migrate(Db& db, int target) {
   for (int v = current + 1; v <= target; ++v) {
     RETURN_IF_ERROR(db.Exec("BEGIN IMMEDIATE"));
     absl::Status s = db.Exec(kMigrations[v - 1]);
+    if (s.ok() && v == kJobKindColumnVersion) s = BackfillJobKinds(db);
     if (s.ok()) s = db.Exec(absl::StrCat("PRAGMA user_version = ", v));
     if (s.ok()) s = db.Exec("COMMIT");
     if (!s.ok()) {
@@ -230,6 +257,52 @@ absl::Status Configure(Db& db, bool synchronous_full) {
   return db.Exec("PRAGMA foreign_keys = ON");
 }
 
+// The job numbered `n` as stored; NOT_FOUND when there is none.
+absl::StatusOr<Job> ReadJob(Db& db, int64_t n) {
+  ASSIGN_OR_RETURN(
+      sqlite::CachedStatement st,
+      db.PrepareCached(absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?")));
+  st->Bind(1, n);
+  ASSIGN_OR_RETURN(bool found, st->Step());
+  if (!found) return absl::NotFoundError(absl::StrCat("job ", FormatJobId(n), " not found"));
+  return ReadJobRow(db, *st);
+}
+
+// Inserts the lines, assigning their seqs; NOT_FOUND (nothing inserted) when a job does not exist.
+absl::Status InsertLogLines(Db& db, std::vector<LogLine>* lines) {
+  ASSIGN_OR_RETURN(sqlite::CachedStatement exists,
+                   db.PrepareCached("SELECT 1 FROM jobs WHERE id = ?"));
+  std::vector<int64_t> numbers;
+  numbers.reserve(lines->size());
+  for (const LogLine& line : *lines) {
+    ASSIGN_OR_RETURN(int64_t n, ParseJobId(line.job_id()));
+    if (numbers.empty() || numbers.back() != n) {
+      exists->Reset();
+      exists->Bind(1, n);
+      ASSIGN_OR_RETURN(bool found, exists->Step());
+      if (!found) return absl::NotFoundError(absl::StrCat("job ", line.job_id(), " not found"));
+    }
+    numbers.push_back(n);
+  }
+  ASSIGN_OR_RETURN(
+      sqlite::CachedStatement insert,
+      db.PrepareCached(
+          "INSERT INTO log_lines(job_id, rank, stream, time_us, text) VALUES(?, ?, ?, ?, ?)"));
+  for (size_t i = 0; i < lines->size(); ++i) {
+    LogLine& line = (*lines)[i];
+    insert->Reset();
+    RETURN_IF_ERROR(insert->Bind(1, numbers[i])
+                        .Bind(2, int64_t{line.rank()})
+                        .Bind(3, line.stream())
+                        .Bind(4, ToMicros(line.time()))
+                        .Bind(5, line.text())
+                        .Run());
+    line.set_seq(db.LastInsertRowId());
+    line.set_job_id(FormatJobId(numbers[i]));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int SqliteJobStore::LatestSchemaVersion() { return kLatestVersion; }
@@ -244,7 +317,9 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const Optio
   RETURN_IF_ERROR(Migrate(*writer, target));
   ASSIGN_OR_RETURN(std::unique_ptr<Db> reader, Db::Open(options.path));
   RETURN_IF_ERROR(Configure(*reader, options.synchronous_full));
-  return std::unique_ptr<SqliteJobStore>(new SqliteJobStore(std::move(writer), std::move(reader)));
+  std::unique_ptr<SqliteJobStore> store(new SqliteJobStore(std::move(writer), std::move(reader)));
+  store->max_metric_events_ = options.max_metric_events;
+  return store;
 }
 
 absl::StatusOr<int> SqliteJobStore::SchemaVersion() {
@@ -342,8 +417,8 @@ absl::StatusOr<CreateJobResult> SqliteJobStore::CreateJob(const Job& job,
     ASSIGN_OR_RETURN(
         sqlite::CachedStatement insert,
         db.PrepareCached("INSERT INTO jobs(request_id, state, priority, create_time_us, "
-                         "update_time_us, job, current_stage) "
-                         "VALUES(?, ?, ?, ?, ?, ?, ?)"));
+                         "update_time_us, job, current_stage, kind) "
+                         "VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
     if (request_id.empty()) {
       insert->BindNull(1);
     } else {
@@ -355,6 +430,7 @@ absl::StatusOr<CreateJobResult> SqliteJobStore::CreateJob(const Job& job,
                         .Bind(5, ToMicros(job.update_time()))
                         .BindBlob(6, JobBlob(job))
                         .Bind(7, int64_t{job.current_stage()})
+                        .Bind(8, int64_t{job.spec().kind()})
                         .Run());
     const int64_t n = db.LastInsertRowId();
     RETURN_IF_ERROR(WriteStages(db, n, job, nullptr));
@@ -405,28 +481,97 @@ absl::StatusOr<JobPage> SqliteJobStore::ListJobs(const JobFilter& filter) {
   return page;
 }
 
+absl::StatusOr<std::vector<JobCount>> SqliteJobStore::CountJobs() {
+  absl::MutexLock lock(&read_mu_);
+  ASSIGN_OR_RETURN(sqlite::CachedStatement st,
+                   reader_db_->PrepareCached("SELECT state, kind, COUNT(*) FROM jobs "
+                                             "GROUP BY state, kind ORDER BY state, kind"));
+  std::vector<JobCount> counts;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st->Step());
+    if (!row) return counts;
+    counts.push_back({static_cast<trainctl::v1::JobState>(st->ColumnInt(0)),
+                      static_cast<trainctl::v1::JobKind>(st->ColumnInt(1)), st->ColumnInt(2)});
+  }
+}
+
 absl::StatusOr<Job> SqliteJobStore::UpdateJob(absl::string_view id, const JobMutation& mutate,
                                               std::vector<JobEvent>* events) {
   ASSIGN_OR_RETURN(int64_t n, ParseJobId(id));
   Job updated;
   std::vector<JobEvent> new_events;
-  RETURN_IF_ERROR(Write([&](Db& db) -> absl::Status {
-    ASSIGN_OR_RETURN(
-        sqlite::CachedStatement st,
-        db.PrepareCached(absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?")));
-    st->Bind(1, n);
-    ASSIGN_OR_RETURN(bool found, st->Step());
-    if (!found) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
-    ASSIGN_OR_RETURN(updated, ReadJobRow(db, *st));
+  const absl::Status written = Write([&](Db& db) -> absl::Status {
+    ASSIGN_OR_RETURN(updated, ReadJob(db, n));
     const Job before = updated;
     new_events.clear();
     RETURN_IF_ERROR(mutate(&updated, &new_events));
     updated.set_id(FormatJobId(n));
     RETURN_IF_ERROR(WriteJobRow(db, n, updated, before));
-    return InsertEvents(db, n, &new_events);
-  }));
+    RETURN_IF_ERROR(InsertEvents(db, n, &new_events));
+    return ThinMetricEvents(db, n, new_events);
+  });
+  if (!written.ok()) {
+    ForgetMetricCount(n);
+    return written;
+  }
   if (events != nullptr) *events = std::move(new_events);
   return updated;
+}
+
+absl::Status SqliteJobStore::ThinMetricEvents(Db& db, int64_t job_n,
+                                              const std::vector<JobEvent>& added) {
+  const int64_t metrics =
+      std::count_if(added.begin(), added.end(), [](const JobEvent& e) { return e.has_metric(); });
+  if (metrics == 0) return absl::OkStatus();
+  std::optional<int64_t> count;
+  {
+    absl::MutexLock lock(&counts_mu_);
+    if (auto it = metric_counts_.find(job_n); it != metric_counts_.end()) {
+      count = it->second + metrics;
+    }
+  }
+  if (!count) {
+    ASSIGN_OR_RETURN(sqlite::CachedStatement st,
+                     db.PrepareCached("SELECT COUNT(*) FROM job_events WHERE job_id = ? AND "
+                                      "kind = 'metric'"));
+    st->Bind(1, job_n);
+    ASSIGN_OR_RETURN(bool row, st->Step());
+    count = row ? st->ColumnInt(0) : 0;
+  }
+  if (*count > std::max(max_metric_events_, kMinMaxMetricEventsPerJob)) {
+    ASSIGN_OR_RETURN(sqlite::CachedStatement read,
+                     db.PrepareCached("SELECT seq, event FROM job_events WHERE job_id = ? AND "
+                                      "kind = 'metric' ORDER BY seq"));
+    read->Bind(1, job_n);
+    std::vector<int64_t> seqs, times;
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, read->Step());
+      if (!row) break;
+      JobEvent event;
+      if (!event.ParseFromString(read->ColumnBlob(1))) {
+        return Corrupt(db, "event", read->ColumnInt(0));
+      }
+      seqs.push_back(read->ColumnInt(0));
+      times.push_back(ToMicros(event.time()));
+    }
+    read->Reset();
+    ASSIGN_OR_RETURN(sqlite::CachedStatement del,
+                     db.PrepareCached("DELETE FROM job_events WHERE seq = ?"));
+    const std::vector<size_t> drop = MetricEventsToThin(times, max_metric_events_);
+    for (size_t i : drop) {
+      del->Reset();
+      RETURN_IF_ERROR(del->Bind(1, seqs[i]).Run());
+    }
+    count = static_cast<int64_t>(seqs.size() - drop.size());
+  }
+  absl::MutexLock lock(&counts_mu_);
+  metric_counts_[job_n] = *count;
+  return absl::OkStatus();
+}
+
+void SqliteJobStore::ForgetMetricCount(int64_t job_n) {
+  absl::MutexLock lock(&counts_mu_);
+  metric_counts_.erase(job_n);
 }
 
 absl::StatusOr<std::vector<JobEvent>> SqliteJobStore::ListEvents(absl::string_view job_id,
@@ -455,35 +600,67 @@ absl::StatusOr<std::vector<JobEvent>> SqliteJobStore::ListEvents(absl::string_vi
 
 absl::Status SqliteJobStore::AppendLogs(std::vector<LogLine>* lines) {
   if (lines->empty()) return absl::OkStatus();
-  return Write([&](Db& db) -> absl::Status {
-    ASSIGN_OR_RETURN(sqlite::CachedStatement exists,
-                     db.PrepareCached("SELECT 1 FROM jobs WHERE id = ?"));
-    ASSIGN_OR_RETURN(
-        sqlite::CachedStatement insert,
-        db.PrepareCached(
-            "INSERT INTO log_lines(job_id, rank, stream, time_us, text) VALUES(?, ?, ?, ?, ?)"));
-    int64_t checked = 0;
-    for (LogLine& line : *lines) {
-      ASSIGN_OR_RETURN(int64_t n, ParseJobId(line.job_id()));
-      if (n != checked) {
-        exists->Reset();
-        exists->Bind(1, n);
-        ASSIGN_OR_RETURN(bool found, exists->Step());
-        if (!found) return absl::NotFoundError(absl::StrCat("job ", line.job_id(), " not found"));
-        checked = n;
+  return Write([&](Db& db) -> absl::Status { return InsertLogLines(db, lines); });
+}
+
+absl::Status SqliteJobStore::WriteBatch(std::vector<BatchRecord>* records) {
+  struct Touched {  // a job's mutations apply in record order to one read of it, written once
+    Job before, after;
+    std::vector<BatchRecord*> records;  // its mutations that succeeded, in order
+  };
+  std::map<int64_t, Touched> jobs;
+  const absl::Status written = Write([&](Db& db) -> absl::Status {
+    jobs.clear();  // a retry (after a full disk) starts afresh
+    std::set<int64_t> missing;
+    for (BatchRecord& r : *records) {
+      r.status = absl::OkStatus();
+      r.events.clear();
+      if (r.job_id.empty()) {
+        r.status = InsertLogLines(db, &r.lines);
+        if (IsTransientStoreError(r.status)) return r.status;
+        continue;
       }
-      insert->Reset();
-      RETURN_IF_ERROR(insert->Bind(1, n)
-                          .Bind(2, int64_t{line.rank()})
-                          .Bind(3, line.stream())
-                          .Bind(4, ToMicros(line.time()))
-                          .Bind(5, line.text())
-                          .Run());
-      line.set_seq(db.LastInsertRowId());
-      line.set_job_id(FormatJobId(n));
+      absl::StatusOr<int64_t> n = ParseJobId(r.job_id);
+      if (!n.ok() || missing.count(*n)) {
+        r.status =
+            n.ok() ? absl::NotFoundError(absl::StrCat("job ", r.job_id, " not found")) : n.status();
+        continue;
+      }
+      auto it = jobs.find(*n);
+      if (it == jobs.end()) {
+        absl::StatusOr<Job> job = ReadJob(db, *n);
+        if (!job.ok()) {
+          if (job.status().code() != absl::StatusCode::kNotFound) return job.status();
+          missing.insert(*n);
+          r.status = job.status();
+          continue;
+        }
+        it = jobs.emplace(*n, Touched{*job, *job, {}}).first;
+      }
+      Job next = it->second.after;
+      r.status = r.mutate(&next, &r.events);
+      if (!r.status.ok()) continue;
+      next.set_id(FormatJobId(*n));
+      r.job = next;
+      it->second.after = std::move(next);
+      it->second.records.push_back(&r);
+    }
+    for (auto& [n, touched] : jobs) {
+      if (touched.records.empty()) continue;
+      RETURN_IF_ERROR(WriteJobRow(db, n, touched.after, touched.before));
+      std::vector<JobEvent> added;
+      for (BatchRecord* r : touched.records) {
+        RETURN_IF_ERROR(InsertEvents(db, n, &r->events));
+        added.insert(added.end(), r->events.begin(), r->events.end());
+      }
+      RETURN_IF_ERROR(ThinMetricEvents(db, n, added));
     }
     return absl::OkStatus();
   });
+  if (written.ok()) return absl::OkStatus();
+  for (const auto& entry : jobs) ForgetMetricCount(entry.first);
+  for (BatchRecord& r : *records) r.status = written;  // nothing was written
+  return written;
 }
 
 absl::StatusOr<std::vector<LogLine>> SqliteJobStore::ListLogs(absl::string_view job_id,

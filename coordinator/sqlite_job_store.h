@@ -15,6 +15,7 @@
 #define TRAINCTL_COORDINATOR_SQLITE_JOB_STORE_H_
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/internal/sqlite.h"
 #include "coordinator/job_store.h"
+#include "coordinator/metric_retention.h"
 
 namespace trainctl {
 
@@ -35,6 +37,8 @@ class SqliteJobStore final : public JobStore {
     bool synchronous_full = true;
     // Tests open older schemas with this; 0 means the latest.
     int schema_version = 0;
+    // Metric events kept per job before older ones are thinned (coordinator/metric_retention.h).
+    int max_metric_events = kDefaultMaxMetricEventsPerJob;
   };
 
   // Opens or creates the database and migrates it. UNAVAILABLE when the file cannot be opened,
@@ -49,6 +53,7 @@ class SqliteJobStore final : public JobStore {
                                             std::vector<JobEvent> initial_events) override;
   absl::StatusOr<Job> GetJob(absl::string_view id) override;
   absl::StatusOr<JobPage> ListJobs(const JobFilter& filter) override;
+  absl::StatusOr<std::vector<JobCount>> CountJobs() override;
   absl::StatusOr<Job> UpdateJob(absl::string_view id, const JobMutation& mutate,
                                 std::vector<JobEvent>* events) override;
   absl::StatusOr<std::vector<JobEvent>> ListEvents(absl::string_view job_id, int64_t after_seq,
@@ -56,6 +61,9 @@ class SqliteJobStore final : public JobStore {
   absl::Status AppendLogs(std::vector<LogLine>* lines) override;
   absl::StatusOr<std::vector<LogLine>> ListLogs(absl::string_view job_id,
                                                 const LogQuery& query) override;
+  // One transaction for the whole batch: every record is written, or none (then each record's
+  // status is the store's error).
+  absl::Status WriteBatch(std::vector<BatchRecord>* records) override;
 
  private:
   using Work = std::function<absl::Status(sqlite::Db& db)>;
@@ -83,6 +91,18 @@ class SqliteJobStore final : public JobStore {
 
   absl::Mutex read_mu_;
   std::unique_ptr<sqlite::Db> reader_db_ ABSL_GUARDED_BY(read_mu_);
+
+  // Metric retention, inside a write transaction: counts the job's metric events (`added` just
+  // inserted among them) and thins them once there are more than max_metric_events_.
+  absl::Status ThinMetricEvents(sqlite::Db& db, int64_t job_n, const std::vector<JobEvent>& added);
+  // After a write that failed: its counts may not have been committed; count again next time.
+  void ForgetMetricCount(int64_t job_n);
+
+  int max_metric_events_ = kDefaultMaxMetricEventsPerJob;
+  // Each job's metric events as last counted, so that an insert need not count them. Only a hint:
+  // a stale count thins a little early or late.
+  absl::Mutex counts_mu_;
+  std::map<int64_t, int64_t> metric_counts_ ABSL_GUARDED_BY(counts_mu_);
 };
 
 }  // namespace trainctl

@@ -168,5 +168,65 @@ TEST(ParseArgsTest, MissingValueNamesTheOption) {
   EXPECT_EQ(alias.status().message(), "-o: needs a value");
 }
 
+std::vector<OptionSpec> Globals() { return {{"coordinator", "", true}, {"output", "-o", true}}; }
+
+TEST(ParseLeadingOptionsTest, GlobalOptionsBeforeTheVerb) {
+  const std::vector<std::string> args = {"--coordinator", "h:1", "-o=json", "ls", "--state", "x"};
+  absl::StatusOr<LeadingArgs> leading = ParseLeadingOptions(args, Globals());
+  ASSERT_TRUE(leading.ok()) << leading.status();
+  EXPECT_THAT(leading->options,
+              UnorderedElementsAre(Pair("coordinator", "h:1"), Pair("output", "json")));
+  EXPECT_EQ(leading->verb_index, 3u);
+
+  absl::StatusOr<LeadingArgs> none = ParseLeadingOptions({"ls", "--coordinator", "h:1"}, Globals());
+  ASSERT_TRUE(none.ok());
+  EXPECT_THAT(none->options, IsEmpty());
+  EXPECT_EQ(none->verb_index, 0u);
+
+  absl::StatusOr<LeadingArgs> only = ParseLeadingOptions({"--coordinator=h:1"}, Globals());
+  ASSERT_TRUE(only.ok());
+  EXPECT_EQ(only->verb_index, 1u);  // no verb
+}
+
+TEST(ParseLeadingOptionsTest, OtherOptionsAndMissingValuesAreErrors) {
+  absl::StatusOr<LeadingArgs> other = ParseLeadingOptions({"--state", "running", "ls"}, Globals());
+  ASSERT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(other.status().message(),
+            "--state: unknown option before the command (only --coordinator and -o may come "
+            "before it)");
+  absl::StatusOr<LeadingArgs> missing = ParseLeadingOptions({"--coordinator"}, Globals());
+  ASSERT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(missing.status().message(), "--coordinator: needs a value");
+}
+
+TEST(MergeLeadingOptionsTest, BeforeOrAfterTheVerbIsTheSameAndAfterWins) {
+  const std::vector<OptionSpec> ls = {
+      {"coordinator", "", true}, {"output", "-o", true}, {"state", "", true}};
+  // `trainctl --coordinator h:1 ls` == `trainctl ls --coordinator h:1`
+  const std::vector<std::string> before = {"--coordinator", "h:1", "ls", "--state", "running"};
+  absl::StatusOr<LeadingArgs> leading = ParseLeadingOptions(before, Globals());
+  ASSERT_TRUE(leading.ok());
+  absl::StatusOr<ParsedArgs> parsed =
+      ParseArgs({before.begin() + leading->verb_index + 1, before.end()}, ls, false);
+  ASSERT_TRUE(parsed.ok());
+  ASSERT_TRUE(MergeLeadingOptions(*leading, ls, &*parsed).ok());
+  absl::StatusOr<ParsedArgs> after =
+      ParseArgs({"--state", "running", "--coordinator", "h:1"}, ls, false);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(parsed->options, after->options);
+
+  // Both: the one after the verb is the more specific.
+  absl::StatusOr<ParsedArgs> both = ParseArgs({"--coordinator", "h:2"}, ls, false);
+  ASSERT_TRUE(both.ok());
+  ASSERT_TRUE(MergeLeadingOptions(*leading, ls, &*both).ok());
+  EXPECT_EQ(both->Get("coordinator"), "h:2");
+
+  // A verb without the option refuses it wherever it comes.
+  ParsedArgs tokenize;
+  absl::Status refused = MergeLeadingOptions(*leading, {{"tokenizer", "", true}}, &tokenize);
+  ASSERT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(), "--coordinator: not an option of this command");
+}
+
 }  // namespace
 }  // namespace trainctl::cli

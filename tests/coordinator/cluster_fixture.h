@@ -1,5 +1,5 @@
 // The Cluster test fixture: fake worker streams (they record what the coordinator sends), an
-// in-memory store and a fake clock for leases. Shared by the cluster suites.
+// in-memory store whose batch writes a test can hold back or fail, and a fake clock for leases. Shared by the cluster suites.
 #ifndef TRAINCTL_TESTS_COORDINATOR_CLUSTER_FIXTURE_H_
 #define TRAINCTL_TESTS_COORDINATOR_CLUSTER_FIXTURE_H_
 
@@ -13,6 +13,7 @@
 #include "coordinator/job_notifier.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/gated_job_store.h"
 #include "tests/testing/subprocess.h"
 
 namespace trainctl::testing {
@@ -77,6 +78,7 @@ class ClusterTest : public ::testing::Test {
     ClusterOptions options;
     options.lease_timeout = absl::Seconds(10);
     options.recovery_grace = absl::Seconds(15);
+    options.metrics = metrics_;  // each registry takes one cluster's families
     options.tick = absl::Milliseconds(1);
     cluster_ = std::make_unique<Cluster>(&jobs_, &clock_, options);
     jobs_.SetListener([this](const std::string& id) { cluster_->JobChanged(id); });
@@ -170,10 +172,11 @@ class ClusterTest : public ::testing::Test {
   }
 
   testing::FakeClock clock_;
-  InMemoryJobStore store_;
+  GatedJobStore store_;
   JobNotifier notifier_;
   JobManager jobs_{&store_, &clock_, &notifier_};
   std::unique_ptr<Cluster> cluster_;
+  metrics::Registry* metrics_ = nullptr;  // set before a Restart to see the cluster's metrics
 };
 
 }  // namespace trainctl::testing

@@ -2,6 +2,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include "coordinator/in_memory_job_store.h"
 #include "coordinator/sqlite_job_store.h"
@@ -101,6 +102,32 @@ TEST_P(JobStoreConformanceTest, ListIsNewestFirstWithPagesAndStateFilter) {
   auto all = store_->ListJobs(exact);
   EXPECT_EQ(all->jobs.size(), 7u);
   EXPECT_EQ(all->next_before_id, 0);  // a full last page says there is no next one
+}
+
+TEST_P(JobStoreConformanceTest, CountJobsGroupsByStateAndKindAndFollowsUpdates) {
+  auto count = [&] {
+    std::vector<std::tuple<int, int, int64_t>> out;
+    auto counts = store_->CountJobs();
+    EXPECT_TRUE(counts.ok()) << counts.status();
+    if (counts.ok()) {
+      for (const JobCount& c : *counts) out.emplace_back(c.state, c.kind, c.count);
+    }
+    return out;
+  };
+  EXPECT_TRUE(count().empty());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store_->CreateJob(PendingJob("sft"), "", {}).ok());
+  Job grpo = PendingJob("grpo");
+  grpo.mutable_spec()->set_kind(trainctl::v1::JOB_KIND_GRPO);
+  ASSERT_TRUE(store_->CreateJob(grpo, "", {}).ok());
+  const JobMutation schedule = [](Job* job, std::vector<JobEvent>*) {
+    job->set_state(JOB_STATE_SCHEDULED);
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(store_->UpdateJob("job-2", schedule, nullptr).ok());
+  using T = std::tuple<int, int, int64_t>;
+  EXPECT_EQ(count(), (std::vector<T>{T{JOB_STATE_PENDING, trainctl::v1::JOB_KIND_SFT, 2},
+                                     T{JOB_STATE_PENDING, trainctl::v1::JOB_KIND_GRPO, 1},
+                                     T{JOB_STATE_SCHEDULED, trainctl::v1::JOB_KIND_SFT, 1}}));
 }
 
 TEST_P(JobStoreConformanceTest, UpdateAppliesMutationAndNumbersEventsAcrossJobs) {

@@ -116,6 +116,27 @@ TEST_F(SqliteJobStoreTest, MigratesAnOlderSchemaKeepingItsJobs) {
   EXPECT_TRUE((*latest)->AppendLogs(&lines).ok());
 }
 
+// Schema 4 counts jobs by a kind column; jobs stored before get their kind from their blob.
+TEST_F(SqliteJobStoreTest, MigrationGivesOlderJobsTheirKind) {
+  {
+    auto v3 = Open(/*schema_version=*/3);
+    ASSERT_TRUE(v3.ok()) << v3.status();
+  }
+  Job grpo = PendingJob("grpo");
+  grpo.mutable_spec()->set_kind(trainctl::v1::JOB_KIND_GRPO);
+  InsertAsOldSchema(grpo);
+  InsertAsOldSchema(PendingJob("sft"));
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto counts = (*store)->CountJobs();
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  ASSERT_EQ(counts->size(), 2u);
+  EXPECT_EQ((*counts)[0].kind, trainctl::v1::JOB_KIND_SFT);
+  EXPECT_EQ((*counts)[0].count, 1);
+  EXPECT_EQ((*counts)[1].kind, trainctl::v1::JOB_KIND_GRPO);
+  EXPECT_EQ((*counts)[1].count, 1);
+}
+
 // Schema 3 keeps a pipeline's stages in their own table. A pipeline stored before has none; it
 // gets them when it is first placed, and they are kept from then on.
 TEST_F(SqliteJobStoreTest, MigratedPipelineGetsItsStagesWhenPlaced) {
@@ -136,7 +157,7 @@ TEST_F(SqliteJobStoreTest, MigratedPipelineGetsItsStagesWhenPlaced) {
   }
   auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ(*(*store)->SchemaVersion(), 3);
+  EXPECT_EQ(*(*store)->SchemaVersion(), SqliteJobStore::LatestSchemaVersion());
   auto job = (*store)->GetJob(id);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->spec().name(), "pipeline");

@@ -2,6 +2,8 @@
 //   FAKE_LINES=N            print N numbered lines "rank R line i" (stdout), one every
 //   FAKE_PERIOD_MS
 //                           (default 20), each followed by a metric event on $TRAINCTL_EVENT_FD
+//   FAKE_TRAINER_METRICS=1  those metric events also carry total_steps (N) and tokens_per_second,
+//                           as the trainer's do
 //   FAKE_FAIL_RANK=R        that rank prints "rank R: fatal: injected failure" to stderr and exits
 //   FAKE_EXIT_CODE=C        with C (default 1) after its lines
 //   FAKE_HANG=1             after its lines, sleep forever (a hung rank)
@@ -45,8 +47,13 @@ int main() {
     std::printf("rank %d line %d\n", rank, i);
     std::fflush(stdout);
     if (event_fd >= 0 && rank == 0) {
+      const std::string extra =
+          EnvInt("FAKE_TRAINER_METRICS", 0) == 1
+              ? ",\"total_steps\":" + std::to_string(lines) + ",\"tokens_per_second\":1500"
+              : "";
       const std::string event = "{\"type\":\"metric\",\"step\":" + std::to_string(i + 1) +
-                                ",\"values\":{\"loss\":" + std::to_string(1.0 / (i + 1)) + "}}\n";
+                                ",\"values\":{\"loss\":" + std::to_string(1.0 / (i + 1)) +
+                                extra + "}}\n";
       if (write(event_fd, event.data(), event.size()) < 0) return 9;
     }
     usleep(static_cast<useconds_t>(period_ms) * 1000);

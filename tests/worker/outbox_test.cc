@@ -67,8 +67,11 @@ TEST(OutboxTest, SpillsToDiskBeyondItsMemoryLimitAndLosesNothing) {
   EXPECT_GT(outbox.spilled(), 1000u);
   EXPECT_TRUE(std::filesystem::exists(spill));
   EXPECT_EQ(outbox.held(), static_cast<size_t>(n));
+  // /metrics' spilled bytes: the whole file while nothing was read back from it.
+  EXPECT_EQ(outbox.spilled_bytes(), static_cast<int64_t>(std::filesystem::file_size(spill)));
   std::vector<std::string> got;
   int64_t acked = 0;
+  int64_t spilled_bytes = outbox.spilled_bytes();
   while (static_cast<int>(got.size()) < n) {
     auto batch = outbox.WaitNext(acked, 64, absl::Now() + absl::Seconds(1));
     ASSERT_FALSE(batch.empty()) << "stalled after " << got.size();
@@ -78,6 +81,9 @@ TEST(OutboxTest, SpillsToDiskBeyondItsMemoryLimitAndLosesNothing) {
       acked = m.seq();
     }
     outbox.Ack(acked);
+    EXPECT_LE(outbox.spilled_bytes(), spilled_bytes) << "read back, so fewer bytes on disk";
+    EXPECT_EQ(outbox.spilled_bytes() == 0, outbox.spilled() == 0);
+    spilled_bytes = outbox.spilled_bytes();
   }
   for (int i = 0; i < n; ++i) ASSERT_EQ(got[i], "line " + std::to_string(i));
   EXPECT_EQ(outbox.held(), 0u);

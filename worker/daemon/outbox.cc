@@ -47,6 +47,7 @@ int64_t Outbox::Push(v1::WorkerMessage message) {
           std::fwrite(bytes.data(), 1, bytes.size(), spill_) == bytes.size() &&
           std::fflush(spill_) == 0) {
         ++spilled_;
+        spilled_bytes_ += static_cast<int64_t>(sizeof(n) + bytes.size());
         return seq;
       }
       spill_status_ = absl::UnavailableError(absl::StrCat(
@@ -77,9 +78,12 @@ void Outbox::RefillLocked(bool all) {
           absl::StrCat("outbox spill file ", spill_path_, " is unreadable at offset ",
                        spill_read_offset_, "; ", spilled_, " messages lost"));
       spilled_ = 0;
+      spilled_bytes_ = 0;
       break;
     }
-    spill_read_offset_ = std::ftell(spill_);
+    const long offset = std::ftell(spill_);
+    spilled_bytes_ -= offset - spill_read_offset_;
+    spill_read_offset_ = offset;
     --spilled_;
     memory_bytes_ += message.ByteSizeLong();
     memory_.push_back(std::move(message));
@@ -89,6 +93,7 @@ void Outbox::RefillLocked(bool all) {
     std::fclose(spill_);
     spill_ = nullptr;
     spill_read_offset_ = 0;
+    spilled_bytes_ = 0;
     std::remove(spill_path_.c_str());
   }
 }
@@ -158,6 +163,10 @@ size_t Outbox::held() {
 size_t Outbox::spilled() {
   absl::MutexLock lock(&mu_);
   return spilled_;
+}
+int64_t Outbox::spilled_bytes() {
+  absl::MutexLock lock(&mu_);
+  return spilled_bytes_;
 }
 absl::Status Outbox::spill_status() {
   absl::MutexLock lock(&mu_);

@@ -50,6 +50,8 @@ class Outbox {
   int64_t first_held();  // the smallest seq not yet acknowledged nor set aside; 0 when none
   size_t held();         // messages not yet acknowledged
   size_t spilled();      // of those, how many are on disk
+  // The bytes those take on disk.
+  int64_t spilled_bytes();
   // An error of the spill file (disk full...), if one happened; messages were then kept in memory.
   absl::Status spill_status();
 
@@ -65,6 +67,7 @@ class Outbox {
   std::FILE* spill_ ABSL_GUARDED_BY(mu_) = nullptr;  // opened on first spill
   long spill_read_offset_ ABSL_GUARDED_BY(mu_) = 0;
   size_t spilled_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t spilled_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of the records not yet read back
   absl::Status spill_status_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t acked_ ABSL_GUARDED_BY(mu_) = 0;

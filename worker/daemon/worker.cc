@@ -164,6 +164,26 @@ void Worker::Stop() {
   outbox_.Close();
 }
 
+WorkerStats Worker::Stats() {
+  WorkerStats stats;
+  stats.connected = connected_;
+  stats.reconnects = std::max<int64_t>(0, sessions_registered_ - 1);
+  stats.slots = options_.gpus.empty() ? options_.cpu_slots : static_cast<int>(options_.gpus.size());
+  stats.outbox_messages = static_cast<int64_t>(outbox_.held());
+  stats.outbox_spilled_bytes = outbox_.spilled_bytes();
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, task] : tasks_) {
+    if (task.state != v1::TASK_STATE_RUNNING || task.gang == nullptr) continue;
+    ++stats.tasks;
+    const std::vector<pid_t> pids = task.gang->pids();
+    for (size_t i = 0; i < pids.size(); ++i) {
+      stats.ranks.push_back(RankProcess{task.launch.job_id(), id,
+                                        task.launch.first_rank() + static_cast<int>(i), pids[i]});
+    }
+  }
+  return stats;
+}
+
 void Worker::FlushLoop() {
   while (!closing_) {
     absl::SleepFor(options_.log_flush_interval);
@@ -231,7 +251,10 @@ void Worker::Session() {
     reader = std::thread([&] {
       v1::CoordinatorMessage message;
       while (stream->Read(&message)) {
-        if (message.has_registered()) registered = true;
+        if (message.has_registered() && !registered.exchange(true)) {
+          ++sessions_registered_;
+          connected_ = true;
+        }
         Handle(message);
       }
       broken = true;
@@ -262,6 +285,7 @@ void Worker::Session() {
   // the coordinator's status (why it ended the session). Only our own stop must cancel the call.
   if (closing_) context.TryCancel();
   if (reader.joinable()) reader.join();
+  connected_ = false;
   const grpc::Status status = stream->Finish();
   {
     absl::MutexLock lock(&mu_);

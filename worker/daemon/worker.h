@@ -27,6 +27,7 @@
 #include "trainctl/v1/worker.grpc.pb.h"
 #include "worker/daemon/outbox.h"
 #include "worker/daemon/rank_launcher.h"
+#include "worker/daemon/worker_stats.h"
 
 namespace trainctl::worker {
 
@@ -64,6 +65,9 @@ class Worker {
   // Any thread: stops every rank (SIGTERM, SIGKILL after kill_grace), gives the coordinator a
   // moment to take their final status, and makes Run return.
   void Stop();
+
+  // A snapshot of the session, outbox, tasks and rank processes, for /metrics. Any thread.
+  WorkerStats Stats();
 
  private:
   struct Task {
@@ -114,6 +118,9 @@ class Worker {
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the live session
   std::atomic<bool> stopping_{false};                            // Stop() began: no new tasks
   std::atomic<bool> closing_{false};  // Stop() is done with the ranks: end the session
+  // For Stats(): the coordinator accepted the live session; how many sessions it accepted.
+  std::atomic<bool> connected_{false};
+  std::atomic<int64_t> sessions_registered_{0};
   // Run()'s thread only (CountStrike): the oldest unacknowledged seq when the last session ended,
   // and how many sessions in a row ended with it so.
   int64_t strike_seq_ = 0;

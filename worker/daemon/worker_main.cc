@@ -3,12 +3,15 @@
 //
 //   trainctl-worker --coordinator HOST:PORT [--node_name NAME] [--advertise_addr ADDR]
 //                   [--work_dir DIR] [--labels k=v,k=v] [--slots N]
+//                   [--metrics_listen HOST:PORT] [--kernel_log PATH]
 #include <limits.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <memory>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -18,10 +21,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/build_info.h"
 #include "common/daemon.h"
 #include "common/logging.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "common/worker_limits.h"
 #include "worker/daemon/gpu_discovery.h"
+#include "worker/daemon/node_metrics.h"
 #include "worker/daemon/worker.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "the coordinator's HOST:PORT");
@@ -44,6 +51,16 @@ ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(10),
 ABSL_FLAG(absl::Duration, reconnect_max, absl::Seconds(5),
           "longest wait between attempts to reach the coordinator (exponential back-off)");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve Prometheus metrics on HOST:PORT (GET /metrics); empty: off. The documented port "
+          "is 9402");
+ABSL_FLAG(std::string, metrics_ready_file, "",
+          "once /metrics is served, write its bound HOST:PORT to this file (scripts, tests)");
+ABSL_FLAG(std::string, kernel_log, "/dev/kmsg",
+          "kernel log to count NVIDIA Xid errors in (/dev/kmsg needs CAP_SYSLOG or "
+          "kernel.dmesg_restrict=0; a file such as /var/log/kern.log works too); empty: none");
+ABSL_FLAG(absl::Duration, gpu_metrics_interval, absl::Seconds(5),
+          "how often nvidia-smi and the kernel log are read for /metrics");
 
 namespace trainctl::worker {
 namespace {
@@ -141,6 +158,10 @@ int Run() {
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.kill_grace = absl::GetFlag(FLAGS_kill_grace);
   options.reconnect_max = absl::GetFlag(FLAGS_reconnect_max);
+  if (absl::GetFlag(FLAGS_gpu_metrics_interval) <= absl::ZeroDuration()) {
+    TRAINCTL_LOG(ERROR) << "--gpu_metrics_interval: must be positive";
+    return 2;
+  }
 
   TRAINCTL_LOG(INFO) << "trainctl-worker " << options.node_name << " (" << options.advertise_addr
                      << "): "
@@ -153,7 +174,40 @@ int Run() {
   // Rank descendants orphaned by a rank are reparented here, so their groups can be reaped even
   // where pid 1 does not reap (rank_launcher.h).
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // Declared before the worker, so the metrics (which read it) go first.
+  metrics::Registry registry;
   Worker worker(options);
+  std::unique_ptr<NodeMetrics> node_metrics;
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen); !listen.empty()) {
+    NodeMetricsOptions metrics_options;
+    metrics_options.node_name = options.node_name;
+    metrics_options.version = BuildVersion();
+    if (!options.gpus.empty()) metrics_options.nvidia_smi = absl::GetFlag(FLAGS_nvidia_smi);
+    metrics_options.kernel_log = absl::GetFlag(FLAGS_kernel_log);
+    metrics_options.poll_interval = absl::GetFlag(FLAGS_gpu_metrics_interval);
+    node_metrics = std::make_unique<NodeMetrics>(std::move(metrics_options), &registry,
+                                                 [&worker] { return worker.Stats(); });
+    auto server = metrics::MetricsServer::Start(&registry, listen);
+    if (!server.ok()) {
+      TRAINCTL_LOG(ERROR) << "--metrics_listen: " << server.status().message();
+      return 2;
+    }
+    metrics_server = std::move(*server);
+    node_metrics->Start();
+    TRAINCTL_LOG(INFO) << "serving metrics on http://" << metrics_server->address() << "/metrics";
+    if (const std::string ready = absl::GetFlag(FLAGS_metrics_ready_file); !ready.empty()) {
+      const std::string tmp = ready + ".tmp";
+      std::ofstream(tmp) << metrics_server->address() << "\n";
+      std::error_code ec;
+      std::filesystem::rename(tmp, ready, ec);  // readers never see a half-written file
+      if (ec) {
+        TRAINCTL_LOG(ERROR) << "--metrics_ready_file: cannot write " << ready << ": "
+                            << ec.message();
+        return 2;
+      }
+    }
+  }
   std::thread stopper([&worker, &signals] {
     int sig = 0;
     sigwait(&signals, &sig);
@@ -173,7 +227,7 @@ int Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trainctl-worker --coordinator HOST:PORT [--node_name N] [--advertise_addr A] "
-      "[--work_dir D] [--labels k=v,...] [--slots N]");
+      "[--work_dir D] [--labels k=v,...] [--slots N] [--metrics_listen HOST:PORT]");
   absl::ParseCommandLine(argc, argv);
   return trainctl::worker::Run();
 }

@@ -1,0 +1,80 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "common/build_info.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "coordinator/job_state.h"
+
+namespace trainctl {
+namespace {
+
+namespace v1 = trainctl::v1;
+
+void AddJobCounts(metrics::Registry* registry, JobStore* store) {
+  auto& jobs = registry->AddGauge("trainctl_jobs", "Jobs in each state and of each kind.",
+                                  {"state", "kind"});
+  registry->AddCollector([&jobs, store] {
+    auto counts = store->CountJobs();
+    if (!counts.ok()) {
+      TRAINCTL_LOG(WARNING) << "metrics: counting jobs: " << counts.status().message();
+      return;
+    }
+    std::map<std::pair<int, int>, int64_t> by_key;
+    for (const JobCount& c : *counts) by_key[{c.state, c.kind}] = c.count;
+    for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
+      if (s == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(s)) continue;
+      for (int k = v1::JobKind_MIN; k <= v1::JobKind_MAX; ++k) {
+        if (k == v1::JOB_KIND_UNSPECIFIED || !v1::JobKind_IsValid(k)) continue;
+        auto it = by_key.find({s, k});
+        jobs.WithLabels({JobStateName(static_cast<v1::JobState>(s)),
+                         JobKindName(static_cast<v1::JobKind>(k))})
+            .Set(it == by_key.end() ? 0 : static_cast<double>(it->second));
+      }
+    }
+  });
+}
+
+void AddNodes(metrics::Registry* registry, NodeSnapshot list_nodes) {
+  auto& nodes = registry->AddGauge(
+      "trainctl_nodes", "Worker nodes by state: live (heard from within the lease) or lost.",
+      {"state"});
+  auto& slots =
+      registry->AddGauge("trainctl_cluster_slots", "Slots (GPUs, or CPU slots) on live nodes.");
+  auto& free_slots =
+      registry->AddGauge("trainctl_cluster_free_slots", "Slots on live nodes that no task uses.");
+  registry->AddCollector([&nodes, &slots, &free_slots, list_nodes = std::move(list_nodes)] {
+    int live = 0, lost = 0;
+    int64_t total = 0, free = 0;
+    for (const v1::Node& node : list_nodes()) {
+      // "disconnected" is within its lease: its worker may reconnect and keep its tasks.
+      if (node.state() == "lost") {
+        ++lost;
+        continue;
+      }
+      ++live;
+      total += node.total_slots();
+      free += node.free_slots();
+    }
+    nodes.WithLabels({"live"}).Set(live);
+    nodes.WithLabels({"lost"}).Set(lost);
+    slots.Get().Set(static_cast<double>(total));
+    free_slots.Get().Set(static_cast<double>(free));
+  });
+}
+
+}  // namespace
+
+void AddCoordinatorCollectors(metrics::Registry* registry, JobStore* store, NodeSnapshot nodes) {
+  registry
+      ->AddGauge("trainctl_build_info", "The running build (always 1).", {"version", "revision"})
+      .WithLabels({BuildVersion(), BuildRevision()})
+      .Set(1);
+  AddJobCounts(registry, store);
+  if (nodes) AddNodes(registry, std::move(nodes));
+}
+
+}  // namespace trainctl

@@ -1,0 +1,248 @@
+#include "coordinator/event_ingester.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "nlohmann/json.hpp"
+
+namespace trainctl {
+
+namespace v1 = trainctl::v1;
+
+struct EventIngester::Metrics {
+  explicit Metrics(metrics::Registry* r)
+      : events(r->AddCounter("trainctl_events_ingested_total",
+                             "Trainer events handled by the coordinator's ingester, by type.",
+                             {"type"})),
+        lines(r->AddCounter("trainctl_log_lines_ingested_total",
+                            "Rank log lines stored by the coordinator.")
+                  .Get()),
+        depth(r->AddGauge("trainctl_ingest_queue_depth",
+                          "Worker messages waiting for the coordinator's ingester.")
+                  .Get()),
+        commits(r->AddHistogram("trainctl_store_commit_duration_seconds",
+                                "Store commit latency by what was committed.", {"op"},
+                                metrics::LatencyBuckets())),
+        logs_commit(commits.WithLabels({"logs"})),
+        events_commit(commits.WithLabels({"events"})) {}
+
+  // The label of a trainer event's type: one of a fixed set, so a peer cannot mint series.
+  metrics::Counter& Events(const std::string& type) {
+    static const char* const kKnown[] = {"metric", "checkpoint", "topology", "bandwidth", "warning",
+                                         "status", "setup",      "memory",   "generation"};
+    for (const char* known : kKnown) {
+      if (type == known) return events.WithLabels({type});
+    }
+    return events.WithLabels({"other"});
+  }
+
+  metrics::Family<metrics::Counter>& events;
+  metrics::Counter& lines;
+  metrics::Gauge& depth;
+  metrics::Family<metrics::Histogram>& commits;
+  metrics::Histogram& logs_commit;
+  metrics::Histogram& events_commit;
+};
+
+EventIngester::EventIngester(JobManager* jobs, EventIngesterOptions options, OnStored on_stored)
+    : jobs_(jobs), options_(std::move(options)), on_stored_(std::move(on_stored)) {
+  if (options_.metrics != nullptr) metrics_ = std::make_unique<Metrics>(options_.metrics);
+  thread_ = std::thread([this] { Run(); });
+}
+
+EventIngester::~EventIngester() { Stop(); }
+
+void EventIngester::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void EventIngester::Submit(int64_t session, const std::string& node, v1::WorkerMessage message,
+                           std::function<void()> release) {
+  Item item;
+  item.session = session;
+  item.node = node;
+  item.bytes = message.ByteSizeLong();
+  item.message = std::move(message);
+  bool store_here = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) {
+      store_here = true;  // the coordinator is shutting down
+    } else {
+      ++submitted_;
+      queued_bytes_ += item.bytes;
+      const bool hold = queued_bytes_ > options_.max_queue_bytes;
+      if (hold) item.release = std::move(release);
+      queue_.push_back(std::move(item));
+      if (metrics_ != nullptr) metrics_->depth.Set(static_cast<double>(queue_.size()));
+      if (hold) return;
+    }
+  }
+  if (store_here) {
+    absl::MutexLock store(&store_mu_);
+    std::vector<Item> batch;
+    batch.push_back(std::move(item));
+    Store(batch);
+  }
+  if (release) release();
+}
+
+void EventIngester::Flush() {
+  absl::MutexLock lock(&mu_);
+  const int64_t target = submitted_;
+  auto done = [this, target]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_ >= target || stopped_; };
+  mu_.Await(absl::Condition(&done));
+}
+
+size_t EventIngester::depth() {
+  absl::MutexLock lock(&mu_);
+  return queue_.size();
+}
+
+void EventIngester::ReleaseLocked(std::vector<std::function<void()>>* out) {
+  if (queued_bytes_ > options_.max_queue_bytes) return;
+  for (Item& item : queue_) {
+    if (item.release) out->push_back(std::move(item.release));
+    item.release = nullptr;
+  }
+}
+
+void EventIngester::Run() {
+  while (true) {
+    std::vector<Item> batch;
+    std::vector<std::function<void()>> releases;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) {  // stopping, and everything is stored
+        stopped_ = true;
+        break;
+      }
+      size_t bytes = 0;
+      while (!queue_.empty() && static_cast<int>(batch.size()) < options_.max_batch_messages &&
+             (batch.empty() || bytes + queue_.front().bytes <= options_.max_batch_bytes)) {
+        bytes += queue_.front().bytes;
+        if (queue_.front().release) releases.push_back(std::move(queue_.front().release));
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      queued_bytes_ -= bytes;
+      ReleaseLocked(&releases);
+      if (metrics_ != nullptr) metrics_->depth.Set(static_cast<double>(queue_.size()));
+    }
+    for (auto& release : releases) release();
+    {
+      absl::MutexLock store(&store_mu_);
+      Store(batch);
+    }
+    absl::MutexLock lock(&mu_);
+    finished_ += static_cast<int64_t>(batch.size());
+  }
+}
+
+bool EventIngester::EventRecord(const v1::TrainerEvent& event, BatchRecord* record,
+                                std::string* type) {
+  nlohmann::json j = nlohmann::json::parse(event.json(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+    TRAINCTL_LOG(WARNING) << event.job_id() << " rank " << event.rank()
+                          << ": unreadable trainer event dropped: " << event.json().substr(0, 200);
+    return false;
+  }
+  *type = j["type"].get<std::string>();
+  if (*type == "metric") {
+    v1::MetricSample sample;
+    const nlohmann::json& step = j["step"];
+    sample.set_step(step.is_number_integer() ? step.get<int64_t>() : 0);
+    if (j.contains("values") && j["values"].is_object()) {
+      for (const auto& [key, value] : j["values"].items()) {
+        if (value.is_number()) (*sample.mutable_values())[key] = value.get<double>();
+      }
+    }
+    *record = jobs_->MetricRecord(event.job_id(), std::move(sample));
+    return true;
+  }
+  if (*type == "checkpoint") {
+    v1::Checkpoint checkpoint;
+    const nlohmann::json& step = j["step"];
+    checkpoint.set_step(step.is_number_integer() ? step.get<int64_t>() : 0);
+    const nlohmann::json& path = j["path"];
+    checkpoint.set_path(path.is_string() ? path.get<std::string>() : "");
+    *record = jobs_->CheckpointRecord(event.job_id(), std::move(checkpoint));
+    return true;
+  }
+  return false;  // other types are not stored as job events (yet)
+}
+
+void EventIngester::Store(std::vector<Item>& batch) {
+  std::vector<BatchRecord> logs, events;
+  // Per item: where its record is (logs or events, index), or -1 when it has none.
+  std::vector<std::pair<bool, int>> where(batch.size(), {false, -1});
+  std::vector<std::string> types(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Item& item = batch[i];
+    if (failed_sessions_.count(item.session)) continue;
+    if (item.message.has_logs()) {
+      auto* lines = item.message.mutable_logs()->mutable_lines();
+      where[i] = {true, static_cast<int>(logs.size())};
+      logs.push_back(jobs_->LogRecord(std::vector<LogLine>(std::make_move_iterator(lines->begin()),
+                                                           std::make_move_iterator(lines->end()))));
+    } else if (item.message.has_event()) {
+      BatchRecord record;
+      if (EventRecord(item.message.event(), &record, &types[i])) {
+        where[i] = {false, static_cast<int>(events.size())};
+        events.push_back(std::move(record));
+      }
+    }
+  }
+  auto commit = [this](std::vector<BatchRecord>* records, bool are_logs) {
+    if (records->empty()) return;
+    const absl::Time start = absl::Now();
+    (void)jobs_->WriteBatch(records);
+    if (metrics_ != nullptr) {
+      (are_logs ? metrics_->logs_commit : metrics_->events_commit)
+          .Observe(absl::ToDoubleSeconds(absl::Now() - start));
+    }
+  };
+  commit(&logs, true);
+  commit(&events, false);
+
+  std::vector<Outcome> outcomes;
+  outcomes.reserve(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Item& item = batch[i];
+    Outcome out{item.session, item.node, item.message.seq(), absl::OkStatus()};
+    auto failed = failed_sessions_.find(item.session);
+    if (failed != failed_sessions_.end()) {
+      out.status = failed->second;  // after a failure of its session: it comes again
+      outcomes.push_back(std::move(out));
+      continue;
+    }
+    const BatchRecord* record = nullptr;
+    if (where[i].second >= 0) record = &(where[i].first ? logs : events)[where[i].second];
+    if (record != nullptr && IsTransientStoreError(record->status)) {
+      out.status = record->status;
+      failed_sessions_[item.session] = record->status;
+    } else if (record != nullptr && !record->status.ok()) {
+      TRAINCTL_LOG(WARNING) << (where[i].first ? "logs" : types[i] + " event") << " from "
+                            << item.node << " dropped: " << record->status.message();
+    } else if (metrics_ != nullptr && item.message.has_logs() && record != nullptr) {
+      metrics_->lines.Inc(static_cast<double>(record->lines.size()));
+    } else if (metrics_ != nullptr && item.message.has_event() && !types[i].empty()) {
+      metrics_->Events(types[i]).Inc();
+    }
+    outcomes.push_back(std::move(out));
+  }
+  on_stored_(std::move(outcomes));
+}
+
+}  // namespace trainctl

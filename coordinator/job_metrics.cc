@@ -1,0 +1,165 @@
+#include "coordinator/job_metrics.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "coordinator/job_state.h"
+
+namespace trainctl {
+namespace {
+
+const std::vector<std::string> kJobLabels = {"job", "name", "kind", "nodes"};
+
+// How much of a new step_time goes into the smoothed one: enough to follow a real change in speed
+// within ~10 logged steps, little enough that one slow step (a checkpoint save) barely moves ETA.
+constexpr double kStepTimeWeight = 0.2;
+
+int NodeCount(const Job& job) {
+  if (job.nodes_size() > 0) return job.nodes_size();
+  return job.spec().resources().has_nodes() ? job.spec().resources().nodes() : 1;
+}
+
+}  // namespace
+
+const std::vector<JobMetrics::SampleGauge>& JobMetrics::SampleGauges() {
+  static const auto* const kGauges = new std::vector<SampleGauge>{
+      {"loss", "trainctl_job_loss", "Training loss of the latest logged step (NaN when diverged)."},
+      {"learning_rate", "trainctl_job_learning_rate", "Learning rate of the latest logged step."},
+      {"grad_norm", "trainctl_job_grad_norm", "Global gradient norm before clipping."},
+      {"tokens_per_second", "trainctl_job_tokens_per_second",
+       "Training tokens per second over the latest logging window."},
+      {"samples_per_second", "trainctl_job_samples_per_second",
+       "Training samples per second over the latest logging window."},
+      {"mfu", "trainctl_job_mfu_ratio",
+       "Model FLOPs utilisation (0..1), where the device's peak is known."},
+      {"reward", "trainctl_job_reward", "GRPO: mean reward of the latest rollouts."},
+      {"reward_std", "trainctl_job_reward_std", "GRPO: reward standard deviation within groups."},
+      {"kl", "trainctl_job_kl", "GRPO: KL divergence from the reference model."},
+      {"completions/mean_length", "trainctl_job_completion_length_tokens",
+       "GRPO: mean completion length in tokens."},
+  };
+  return *kGauges;
+}
+
+JobMetrics::JobMetrics(metrics::Registry* registry)
+    : submissions_(registry->AddCounter(
+          "trainctl_job_submissions_total",
+          "Accepted job submissions (a repeated request id counts once).", {"kind"})),
+      cancellations_(
+          registry->AddCounter("trainctl_job_cancellations_total", "Accepted job cancels.")),
+      finished_(registry->AddCounter("trainctl_jobs_finished_total",
+                                     "Jobs that ended since the coordinator started.",
+                                     {"kind", "state"})),
+      restarts_(registry->AddCounter("trainctl_job_restarts_total",
+                                     "Job restarts after a failed attempt.", {"kind"})),
+      attempt_(registry->AddGauge("trainctl_job_attempt",
+                                  "Attempt number of a running job (0 for the first run).",
+                                  kJobLabels)),
+      step_(registry->AddGauge("trainctl_job_step", "Global step of a running job.", kJobLabels)),
+      total_steps_(registry->AddGauge("trainctl_job_total_steps",
+                                      "Total steps of a running job's run.", kJobLabels)),
+      progress_(registry->AddGauge("trainctl_job_progress_ratio",
+                                   "Step / total steps of a running job.", kJobLabels)),
+      eta_(registry->AddGauge("trainctl_job_eta_seconds",
+                              "Time a running job needs to finish, from a smoothed step time.",
+                              kJobLabels)) {
+  for (const SampleGauge& g : SampleGauges()) {
+    sample_gauges_.push_back(&registry->AddGauge(g.metric_name, g.help, kJobLabels));
+  }
+}
+
+void JobMetrics::OnSubmitted(const Job& job) {
+  submissions_.WithLabels({JobKindName(job.spec().kind())}).Inc();
+}
+
+void JobMetrics::OnCancelAccepted(const Job& /*job*/) { cancellations_.Get().Inc(); }
+
+void JobMetrics::OnStateChanged(const Job& job, trainctl::v1::JobState /*from*/) {
+  const std::string kind = JobKindName(job.spec().kind());
+  if (job.state() == trainctl::v1::JOB_STATE_RESTARTING) restarts_.WithLabels({kind}).Inc();
+  absl::MutexLock lock(&mu_);
+  if (IsTerminal(job.state())) {
+    finished_.WithLabels({kind, JobStateName(job.state())}).Inc();
+    DropSeries(job.id());
+    ended_.insert(job.id());
+    return;
+  }
+  if (series_.count(job.id()) == 0) return;
+  if (job.state() == trainctl::v1::JOB_STATE_PENDING) {
+    // A pipeline waiting for its next stage: the last stage's figures are not this one's.
+    DropSeries(job.id());
+    return;
+  }
+  // A new attempt shows at once, not at its first logged step.
+  attempt_.WithLabels(SeriesFor(job).labels).Set(job.attempt());
+}
+
+void JobMetrics::OnMetric(const Job& job, const trainctl::v1::MetricSample& sample) {
+  absl::MutexLock lock(&mu_);
+  if (IsTerminal(job.state()) || ended_.count(job.id()) > 0) return;
+  Series& series = SeriesFor(job);
+  const auto& values = sample.values();
+  if (auto it = values.find("step_time"); it != values.end() && it->second > 0) {
+    series.smoothed_step_time =
+        series.smoothed_step_time == 0
+            ? it->second
+            : kStepTimeWeight * it->second + (1 - kStepTimeWeight) * series.smoothed_step_time;
+  }
+  const std::vector<SampleGauge>& gauges = SampleGauges();
+  for (size_t i = 0; i < gauges.size(); ++i) {
+    auto it = values.find(gauges[i].sample_name);
+    if (it != values.end()) sample_gauges_[i]->WithLabels(series.labels).Set(it->second);
+  }
+  SetProgress(job, series);
+}
+
+void JobMetrics::SetProgress(const Job& job, Series& series) {
+  const auto& labels = series.labels;
+  const trainctl::v1::Progress& p = job.progress();
+  attempt_.WithLabels(labels).Set(job.attempt());
+  step_.WithLabels(labels).Set(static_cast<double>(p.step()));
+  if (p.total_steps() <= 0) return;
+  total_steps_.WithLabels(labels).Set(static_cast<double>(p.total_steps()));
+  progress_.WithLabels(labels).Set(
+      std::min(1.0, static_cast<double>(p.step()) / static_cast<double>(p.total_steps())));
+  // JobManager's ETA (wall time per step, smoothed) once it has two samples of the attempt; until
+  // then the trainer's own step time (compute only) is the best guess there is.
+  if (p.eta_seconds() > 0) {
+    eta_.WithLabels(labels).Set(p.eta_seconds());
+  } else if (series.smoothed_step_time > 0) {
+    const int64_t left = std::max<int64_t>(0, p.total_steps() - p.step());
+    eta_.WithLabels(labels).Set(static_cast<double>(left) * series.smoothed_step_time);
+  }
+}
+
+JobMetrics::Series& JobMetrics::SeriesFor(const Job& job) {
+  std::vector<std::string> labels = {job.id(), job.spec().name(), JobKindName(job.spec().kind()),
+                                     absl::StrCat(NodeCount(job))};
+  auto it = series_.find(job.id());
+  if (it != series_.end() && it->second.labels == labels) return it->second;
+  if (it != series_.end()) DropSeries(job.id());  // e.g. a restart placed on fewer nodes
+  Series& series = series_[job.id()];
+  series.labels = std::move(labels);
+  return series;
+}
+
+void JobMetrics::DropSeries(const std::string& job_id) {
+  auto it = series_.find(job_id);
+  if (it == series_.end()) return;
+  const std::vector<std::string>& labels = it->second.labels;
+  for (auto* family : {&attempt_, &step_, &total_steps_, &progress_, &eta_}) {
+    family->Remove(labels);
+  }
+  for (auto* family : sample_gauges_) family->Remove(labels);
+  series_.erase(it);
+}
+
+std::vector<std::string> JobMetrics::JobsWithSeries() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, series] : series_) ids.push_back(id);
+  return ids;
+}
+
+}  // namespace trainctl
