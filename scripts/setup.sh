@@ -13,6 +13,7 @@ PACKAGES=(
   libpcre2-dev libicu-dev nodejs npm
   libcpp-httplib-dev libjpeg62-turbo-dev python3-pil
   procps prometheus tmux
+  libsystemd-dev systemd openssl libssl-dev clang libclang-rt-14-dev
 )
 
 missing=()
