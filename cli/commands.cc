@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "cli/chart.h"
 #include "cli/cli_args.h"
+#include "cli/diagnose_command.h"
 #include "cli/job_client.h"
 #include "cli/metrics_view.h"
 #include "cli/pipeline_view.h"
@@ -65,6 +66,10 @@ Usage: trainctl [--coordinator HOST:PORT] [-o FORMAT] VERB [options]
          [-o table|csv|json]     (default 1000)
   logs ID [-f] [--tail N]        print a job's rank logs; -f follows until the job ends
   nodes                          list worker nodes: state, slots, labels, tasks
+  diagnose ID                    a job's interconnect: node topology, NCCL transports, the
+                                 bandwidth probe, findings with their remedies
+  diagnose --probe [--nodes N] [--slots_per_node S] [--node_selector k=v] [--sizes B,B]
+                                 run a bandwidth probe job over N nodes, then diagnose it
   tokenize --tokenizer DIR       offline: each UTF-8 line on stdin -> a JSON array of token ids
            [--decode]            (DIR holds tokenizer.json); --decode turns JSON arrays back to text
 
@@ -590,6 +595,8 @@ int Logs(Context& c) {
 
 int Tokenize(Context& c) { return RunTokenize(c.args, c.out, c.err); }
 
+int Diagnose(Context& c) { return RunDiagnose(c.args, c.coordinator, c.format, c.out, c.err); }
+
 struct Verb {
   std::function<int(Context&)> run;
   std::vector<OptionSpec> options;
@@ -599,6 +606,8 @@ struct Verb {
 std::map<std::string, Verb> Verbs() {
   const OptionSpec coordinator{"coordinator", "", true};
   const OptionSpec output{"output", "-o", true};
+  std::vector<OptionSpec> diagnose = DiagnoseOptions();
+  diagnose.insert(diagnose.begin(), {coordinator, output});
   return {
       {"submit", {Submit, {coordinator, output}, true}},
       {"validate", {Validate, {output}, true}},
@@ -609,6 +618,7 @@ std::map<std::string, Verb> Verbs() {
       {"metrics", {Metrics, {coordinator, output, {"name", "", true}, {"max_points", "", true}}}},
       {"logs", {Logs, {coordinator, output, {"follow", "-f", false}, {"tail", "", true}}}},
       {"nodes", {Nodes, {coordinator, output}}},
+      {"diagnose", {Diagnose, diagnose}},
       {"tokenize", {Tokenize, {{"tokenizer", "", true}, {"decode", "", false}}}},
   };
 }

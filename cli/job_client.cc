@@ -52,6 +52,12 @@ absl::StatusOr<trainctl::v1::SubmitJobResponse> JobClient::Submit(
   return Unary(&trainctl::v1::JobService::Stub::SubmitJob, request);
 }
 
+absl::StatusOr<trainctl::v1::DiagnoseJobResponse> JobClient::Diagnose(const std::string& id) {
+  trainctl::v1::DiagnoseJobRequest request;
+  request.set_id(id);
+  return Unary(&trainctl::v1::JobService::Stub::DiagnoseJob, request);
+}
+
 absl::StatusOr<trainctl::v1::GetMetricsResponse> JobClient::GetMetrics(
     const trainctl::v1::GetMetricsRequest& request) {
   return Unary(&trainctl::v1::JobService::Stub::GetMetrics, request);

@@ -28,6 +28,7 @@ class JobClient {
   absl::StatusOr<trainctl::v1::ListNodesResponse> ListNodes();
   absl::StatusOr<trainctl::v1::GetMetricsResponse> GetMetrics(
       const trainctl::v1::GetMetricsRequest& request);
+  absl::StatusOr<trainctl::v1::DiagnoseJobResponse> Diagnose(const std::string& id);
   // Stream until the server ends it; `on_event` runs for each record. Returns the stream's status.
   absl::Status Watch(const trainctl::v1::WatchJobRequest& request,
                      const std::function<void(const trainctl::v1::JobEvent&)>& on_event);

@@ -107,6 +107,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetMetrics(grpc::CallbackServerContext
   });
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::DiagnoseJob(
+    grpc::CallbackServerContext* context, const trainctl::v1::DiagnoseJobRequest* request,
+    trainctl::v1::DiagnoseJobResponse* response) {
+  return RunUnary(context, [this, request, response]() -> absl::Status {
+    if (diagnoser_ == nullptr) return absl::UnimplementedError("this coordinator diagnoses no jobs");
+    ASSIGN_OR_RETURN(*response, diagnoser_->Diagnose(request->id()));
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const trainctl::v1::CancelJobRequest* request,
                                                     trainctl::v1::Job* response) {

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "common/thread_pool.h"
+#include "coordinator/job_diagnoser.h"
 #include "coordinator/job_manager.h"
 #include "trainctl/v1/job.grpc.pb.h"
 
@@ -26,6 +27,8 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
   // What ListNodes answers; without one it is UNIMPLEMENTED (a coordinator with no scheduler).
   using NodeLister = std::function<std::vector<trainctl::v1::Node>()>;
   void SetNodeLister(NodeLister lister) { node_lister_ = std::move(lister); }
+  // What DiagnoseJob answers with (not owned; outlives the server); without one UNIMPLEMENTED.
+  void SetDiagnoser(const JobDiagnoser* diagnoser) { diagnoser_ = diagnoser; }
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const trainctl::v1::SubmitJobRequest* request,
@@ -50,6 +53,9 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* context,
                                        const trainctl::v1::GetMetricsRequest* request,
                                        trainctl::v1::GetMetricsResponse* response) override;
+  grpc::ServerUnaryReactor* DiagnoseJob(grpc::CallbackServerContext* context,
+                                        const trainctl::v1::DiagnoseJobRequest* request,
+                                        trainctl::v1::DiagnoseJobResponse* response) override;
 
  private:
   // Runs `work` on the executor and finishes the returned reactor with its status.
@@ -59,6 +65,7 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
   JobManager* const jobs_;
   ThreadPool* const executor_;
   NodeLister node_lister_;
+  const JobDiagnoser* diagnoser_ = nullptr;
 };
 
 }  // namespace trainctl
