@@ -183,7 +183,81 @@ absl::Status CheckWarning(const v1::WorkerWarning& w) {
   return CheckText("warning.message", w.message(), kMaxMessageBytes);
 }
 
+absl::Status CheckCount(absl::string_view field, int count, int max) {
+  if (count <= max) return absl::OkStatus();
+  return Bad(field, absl::StrCat("at most ", max, ", got ", count));
+}
+
 }  // namespace
+
+absl::Status CheckNodeTopology(absl::string_view field, const v1::NodeTopology& t) {
+  const std::string f(field);
+  RETURN_IF_ERROR(CheckId(f + ".node", t.node(), /*required=*/false));
+  RETURN_IF_ERROR(CheckCount(f + ".gpus", t.gpus_size(), kMaxNodeSlots));
+  for (int i = 0; i < t.gpus_size(); ++i) {
+    const v1::TopologyGpu& gpu = t.gpus(i);
+    const std::string g = absl::StrCat(f, ".gpus[", i, "]");
+    RETURN_IF_ERROR(CheckRange(g + ".index", gpu.index(), 0, kMaxNodeSlots - 1));
+    RETURN_IF_ERROR(CheckId(g + ".uuid", gpu.uuid(), false));
+    RETURN_IF_ERROR(CheckId(g + ".name", gpu.name(), false));
+    RETURN_IF_ERROR(CheckId(g + ".pci_bus_id", gpu.pci_bus_id(), false));
+    if (gpu.memory_total_bytes() < 0) return Bad(g + ".memory_total_bytes", "negative");
+  }
+  RETURN_IF_ERROR(CheckCount(f + ".devices", t.devices_size(), kMaxTopologyDevices));
+  for (int i = 0; i < t.devices_size(); ++i) {
+    const v1::TopologyDevice& d = t.devices(i);
+    const std::string g = absl::StrCat(f, ".devices[", i, "]");
+    RETURN_IF_ERROR(CheckId(g + ".name", d.name()));
+    RETURN_IF_ERROR(CheckId(g + ".nic_device", d.nic_device(), false));
+    RETURN_IF_ERROR(CheckId(g + ".cpu_affinity", d.cpu_affinity(), false));
+    RETURN_IF_ERROR(CheckId(g + ".numa_affinity", d.numa_affinity(), false));
+  }
+  const int n = t.devices_size();
+  RETURN_IF_ERROR(CheckCount(f + ".links", t.links_size(), n * (n - 1) / 2));
+  for (int i = 0; i < t.links_size(); ++i) {
+    const v1::TopologyLink& l = t.links(i);
+    const std::string g = absl::StrCat(f, ".links[", i, "]");
+    RETURN_IF_ERROR(CheckRange(g + ".a", l.a(), 0, n - 1));
+    RETURN_IF_ERROR(CheckRange(g + ".b", l.b(), l.a() + 1, n - 1));
+    if (!v1::LinkType_IsValid(l.type()) || l.type() == v1::LINK_TYPE_UNSPECIFIED) {
+      return Bad(g + ".type", absl::StrCat("unknown link type ", l.type()));
+    }
+    RETURN_IF_ERROR(CheckRange(g + ".nvlinks", l.nvlinks(), 0, 1024));
+  }
+  RETURN_IF_ERROR(CheckCount(f + ".rdma_ports", t.rdma_ports_size(), kMaxTopologyRdmaPorts));
+  for (int i = 0; i < t.rdma_ports_size(); ++i) {
+    const v1::RdmaPort& p = t.rdma_ports(i);
+    const std::string g = absl::StrCat(f, ".rdma_ports[", i, "]");
+    RETURN_IF_ERROR(CheckId(g + ".device", p.device()));
+    RETURN_IF_ERROR(CheckRange(g + ".port", p.port(), 0, 1 << 16));
+    for (const std::string* s : {&p.state(), &p.phys_state(), &p.rate(), &p.link_layer()}) {
+      RETURN_IF_ERROR(CheckId(g, *s, false));
+    }
+    if (!(p.rate_gbps() >= 0 && p.rate_gbps() <= 1e6)) {
+      return Bad(g + ".rate_gbps", absl::StrCat("must be in [0, 1e6], got ", p.rate_gbps()));
+    }
+    RETURN_IF_ERROR(CheckCount(g + ".netdevs", p.netdevs_size(), kMaxTopologyInterfaces));
+    for (const std::string& netdev : p.netdevs()) RETURN_IF_ERROR(CheckId(g + ".netdevs", netdev));
+  }
+  RETURN_IF_ERROR(CheckId(f + ".peer_memory_module", t.peer_memory_module(), false));
+  RETURN_IF_ERROR(CheckCount(f + ".nccl_env", t.nccl_env_size(), kMaxTopologyEnv));
+  for (const auto& [name, value] : t.nccl_env()) {
+    RETURN_IF_ERROR(CheckId(f + ".nccl_env key", name));
+    RETURN_IF_ERROR(CheckText(absl::StrCat(f, ".nccl_env[", Quote(name), "]"), value,
+                              kMaxTopologyTextBytes));
+  }
+  RETURN_IF_ERROR(CheckText(f + ".topo_matrix", t.topo_matrix(), kMaxTopoMatrixBytes));
+  RETURN_IF_ERROR(CheckCount(f + ".probe_errors", t.probe_errors_size(), kMaxTopologyProbeErrors));
+  for (const std::string& e : t.probe_errors()) {
+    RETURN_IF_ERROR(CheckText(f + ".probe_errors", e, kMaxTopologyTextBytes));
+  }
+  RETURN_IF_ERROR(CheckCount(f + ".interfaces", t.interfaces_size(), kMaxTopologyInterfaces));
+  for (const auto& [name, value] : t.interfaces()) {
+    RETURN_IF_ERROR(CheckId(f + ".interfaces key", name));
+    RETURN_IF_ERROR(CheckId(absl::StrCat(f, ".interfaces[", Quote(name), "]"), value, false));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status CheckRegisterWorker(const v1::RegisterWorker& reg) {
   RETURN_IF_ERROR(CheckLength("register.node_name", reg.node_name(), 1, kMaxNodeNameBytes));
@@ -227,6 +301,8 @@ absl::Status CheckWorkerMessage(const v1::WorkerMessage& message) {
       return CheckEvent(message.event());
     case v1::WorkerMessage::kWarning:
       return CheckWarning(message.warning());
+    case v1::WorkerMessage::kTopology:
+      return CheckNodeTopology("topology", message.topology());
     case v1::WorkerMessage::kRegister:
       return CheckRegisterWorker(message.register_());
     default:

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "trainctl/v1/worker.pb.h"
 
 namespace trainctl {
@@ -35,11 +36,27 @@ inline constexpr size_t kMaxLogBatchBytes = 1 << 20;
 inline constexpr int kMaxStatusTailLines = 32;
 inline constexpr size_t kMaxMessageBytes = 64 * 1024;
 
+// NodeTopology (a worker's topology probe, worker/daemon/topology_probe.h): devices of the
+// `nvidia-smi topo -m` matrix, RDMA ports, network interfaces, NCCL variables, probe errors; the
+// length of free text (an environment value, a probe error), and of the matrix as printed.
+inline constexpr int kMaxTopologyDevices = 256;
+inline constexpr int kMaxTopologyRdmaPorts = 256;
+inline constexpr int kMaxTopologyInterfaces = 512;
+inline constexpr int kMaxTopologyEnv = 128;
+inline constexpr int kMaxTopologyProbeErrors = 64;
+inline constexpr size_t kMaxTopologyTextBytes = 4096;
+inline constexpr size_t kMaxTopoMatrixBytes = 256 * 1024;
+
 // INVALID_ARGUMENT naming the first field out of range or of the wrong shape
 // ("register.resources.cpu_slots: must be in [1, 1024] on a node without GPUs, got -1").
 absl::Status CheckRegisterWorker(const trainctl::v1::RegisterWorker& reg);
 
-// The same for every other kind of message (task_status, logs, event, warning, heartbeat):
+// The same for a topology probe, `field` naming where it is ("register.topology", "topology").
+// CheckRegisterWorker does not look at register.topology: a bad probe costs only the probe (the
+// coordinator drops it), never the registration.
+absl::Status CheckNodeTopology(absl::string_view field, const trainctl::v1::NodeTopology& topology);
+
+// The same for every other kind of message (task_status, logs, event, warning, heartbeat, topology):
 // INVALID_ARGUMENT naming the field ("logs.lines[3].stream: must be stdout or stderr, got 'x'"),
 // also for a message that carries nothing or a negative seq. Does not look at register.
 absl::Status CheckWorkerMessage(const trainctl::v1::WorkerMessage& message);

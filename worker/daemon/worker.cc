@@ -116,7 +116,13 @@ Worker::~Worker() {
 void Worker::Run() {
   std::error_code ec;
   fs::create_directories(fs::path(options_.work_dir) / "tasks", ec);
+  if (options_.probe_topology) {
+    v1::NodeTopology topology = options_.probe_topology();
+    absl::MutexLock lock(&mu_);
+    topology_ = std::move(topology);
+  }
   std::thread flusher([this] { FlushLoop(); });
+  std::thread prober([this] { ProbeLoop(); });
   absl::Duration backoff = options_.reconnect_min;
   std::mt19937 rng(std::random_device{}());
   while (!closing_) {
@@ -132,6 +138,7 @@ void Worker::Run() {
     backoff = std::min(backoff * 2, options_.reconnect_max);
   }
   flusher.join();
+  prober.join();
 }
 
 void Worker::Stop() {
@@ -192,6 +199,30 @@ void Worker::FlushLoop() {
   }
 }
 
+void Worker::ProbeLoop() {
+  while (!closing_) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto asked = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return probe_requested_ || closing_;
+      };
+      // closing_ is not under mu_: the timeout bounds how long a Stop goes unnoticed.
+      mu_.AwaitWithTimeout(absl::Condition(&asked), absl::Milliseconds(200));
+      if (!probe_requested_ || closing_) continue;
+      probe_requested_ = false;
+    }
+    v1::NodeTopology topology = options_.probe_topology();
+    TRAINCTL_LOG(INFO) << "topology probed (" << topology.gpus_size() << " GPUs, "
+                       << topology.rdma_ports_size() << " RDMA ports, "
+                       << topology.probe_errors_size() << " probe errors); sending it";
+    v1::WorkerMessage message;
+    *message.mutable_topology() = topology;
+    absl::MutexLock lock(&mu_);
+    topology_ = std::move(topology);
+    outbox_.Push(std::move(message));
+  }
+}
+
 void Worker::FlushLogsLocked() {
   if (logs_.empty()) return;
   v1::WorkerMessage message;
@@ -211,6 +242,7 @@ v1::WorkerMessage Worker::MakeRegister() {
   reg->mutable_resources()->set_cpu_slots(options_.gpus.empty() ? options_.cpu_slots : 0);
   reg->set_boot_id(boot_id_);
   absl::MutexLock lock(&mu_);
+  if (options_.probe_topology) *reg->mutable_topology() = topology_;
   for (const auto& [id, task] : tasks_) {
     v1::RunningTask* rt = reg->add_running_tasks();
     rt->set_task_id(id);
@@ -344,6 +376,8 @@ void Worker::SetAside(int64_t seq, const std::string& reason) {
     task_id = message->task_status().task_id();
   } else if (message->has_warning()) {
     kind = "warning";
+  } else if (message->has_topology()) {
+    kind = "topology probe";
   }
   const std::string text =
       ToValidUtf8(absl::StrCat("worker ", options_.node_name, " set aside a ", kind, " (seq ", seq,
@@ -368,6 +402,9 @@ void Worker::Handle(const v1::CoordinatorMessage& message) {
     HandleCancel(message.cancel());
   } else if (message.has_ack()) {
     HandleAck(message.ack().through_seq());
+  } else if (message.has_probe_topology()) {
+    absl::MutexLock lock(&mu_);
+    if (options_.probe_topology) probe_requested_ = true;
   } else if (message.has_reject()) {
     SetAside(message.reject().seq(),
              absl::StrCat("the coordinator rejected it: ", message.reject().reason()));

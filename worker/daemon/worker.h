@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -51,6 +52,10 @@ struct WorkerOptions {
   absl::Duration reconnect_max = absl::Seconds(5);
   absl::Duration log_flush_interval = absl::Milliseconds(100);
   size_t outbox_memory_bytes = size_t{64} << 20;
+  // Probes the node's topology (topology_probe.h): once when Run starts (the result goes with every
+  // register), and again, off the session's threads, each time the coordinator sends
+  // ProbeTopology. Null: no topology is sent.
+  std::function<trainctl::v1::NodeTopology()> probe_topology;
 };
 
 class Worker {
@@ -102,6 +107,8 @@ class Worker {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushLogsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushLoop();
+  // Runs the probes the coordinator asked for (ProbeTopology), one at a time, until closing_.
+  void ProbeLoop();
   bool stopping() const { return stopping_.load(); }
 
   const WorkerOptions options_;
@@ -116,6 +123,9 @@ class Worker {
   std::vector<trainctl::v1::LogLine> logs_ ABSL_GUARDED_BY(mu_);
   size_t logs_bytes_ ABSL_GUARDED_BY(mu_) = 0;                   // text bytes in logs_
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the live session
+  // The latest topology probe, sent with every register; a probe asked for and not yet run.
+  trainctl::v1::NodeTopology topology_ ABSL_GUARDED_BY(mu_);
+  bool probe_requested_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> stopping_{false};                            // Stop() began: no new tasks
   std::atomic<bool> closing_{false};  // Stop() is done with the ranks: end the session
   // For Stats(): the coordinator accepted the live session; how many sessions it accepted.

@@ -4,6 +4,7 @@
 //   trainctl-worker --coordinator HOST:PORT [--node_name NAME] [--advertise_addr ADDR]
 //                   [--work_dir DIR] [--labels k=v,k=v] [--slots N]
 //                   [--metrics_listen HOST:PORT] [--kernel_log PATH]
+//                   [--sysfs_root DIR] [--proc_modules PATH]
 #include <limits.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/build_info.h"
 #include "common/daemon.h"
 #include "common/logging.h"
@@ -29,7 +31,10 @@
 #include "common/worker_limits.h"
 #include "worker/daemon/gpu_discovery.h"
 #include "worker/daemon/node_metrics.h"
+#include "worker/daemon/topology_probe.h"
 #include "worker/daemon/worker.h"
+
+extern char** environ;
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "the coordinator's HOST:PORT");
 ABSL_FLAG(std::string, node_name, "", "this node's name (default: the host name)");
@@ -61,6 +66,10 @@ ABSL_FLAG(std::string, kernel_log, "/dev/kmsg",
           "kernel.dmesg_restrict=0; a file such as /var/log/kern.log works too); empty: none");
 ABSL_FLAG(absl::Duration, gpu_metrics_interval, absl::Seconds(5),
           "how often nvidia-smi and the kernel log are read for /metrics");
+ABSL_FLAG(std::string, sysfs_root, "/sys",
+          "where the topology probe reads class/infiniband (RDMA ports) and class/net");
+ABSL_FLAG(std::string, proc_modules, "/proc/modules",
+          "where the topology probe looks for a GPUDirect RDMA peer-memory module");
 
 namespace trainctl::worker {
 namespace {
@@ -146,6 +155,28 @@ int Run() {
                           << " (see --node_name, --advertise_addr, --labels, --slots)";
       return 2;
     }
+  }
+  {
+    TopologyProbeOptions probe;
+    probe.gpus = options.gpus;
+    probe.nvidia_smi = absl::GetFlag(FLAGS_nvidia_smi);
+    probe.sysfs_root = absl::GetFlag(FLAGS_sysfs_root);
+    probe.proc_modules = absl::GetFlag(FLAGS_proc_modules);
+    // The one place the worker reads its environment: the NCCL settings its ranks inherit.
+    for (char** e = environ; *e != nullptr; ++e) {
+      const absl::string_view entry(*e);
+      const size_t eq = entry.find('=');
+      if (eq == absl::string_view::npos || !IsNcclRelevant(entry.substr(0, eq))) continue;
+      probe.environment.emplace(std::string(entry.substr(0, eq)),
+                                std::string(entry.substr(eq + 1)));
+    }
+    options.probe_topology = [probe] {
+      v1::NodeTopology topology = ProbeTopology(probe, absl::Now());
+      for (const std::string& error : topology.probe_errors()) {
+        TRAINCTL_LOG(WARNING) << "topology probe: " << error;
+      }
+      return topology;
+    };
   }
   options.trainer_bin = absl::GetFlag(FLAGS_trainer);
   if (options.trainer_bin.empty()) options.trainer_bin = DefaultTrainer();
