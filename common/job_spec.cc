@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/deepspeed_config.h"
+#include "common/diagnostics_spec.h"
 #include "common/internal/spec_checker.h"
 #include "common/json_proto.h"
 #include "common/model_catalog.h"
@@ -500,8 +501,9 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
     const std::string model = spec->model_name_or_path().empty() && spec->stages_size() > 0
                                   ? spec->stages(0).model_name_or_path()
                                   : spec->model_name_or_path();
-    spec->set_name(
-        absl::StrCat(JobKindName(spec->kind()), "-", absl::AsciiStrToLower(BaseName(model))));
+    spec->set_name(model.empty() ? JobKindName(spec->kind())
+                                 : absl::StrCat(JobKindName(spec->kind()), "-",
+                                                absl::AsciiStrToLower(BaseName(model))));
   }
   for (int i = 0; i < spec->stages_size(); ++i) {
     PipelineStage* stage = spec->mutable_stages(i);
@@ -536,16 +538,18 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
   CheckKnownFieldsAndValues(input, "spec", &errors);
   const bool pipeline = spec.kind() == trainctl::v1::JOB_KIND_PIPELINE;
   if (spec.kind() == trainctl::v1::JOB_KIND_UNSPECIFIED) {
-    c.Fail("spec.kind", "required, one of distill|sft|grpo|eval|pipeline");
+    c.Fail("spec.kind", "required, one of distill|sft|grpo|eval|pipeline|probe");
   }
+  // A probe job measures the interconnect only: no model, no data, nothing written.
+  const bool probe = spec.kind() == trainctl::v1::JOB_KIND_PROBE;
   if (!pipeline) {
-    if (spec.model_name_or_path().empty()) c.Fail("spec.model_name_or_path", "required");
-    if (spec.data_path().empty()) c.Fail("spec.data_path", "required");
+    if (spec.model_name_or_path().empty() && !probe) c.Fail("spec.model_name_or_path", "required");
+    if (spec.data_path().empty() && !probe) c.Fail("spec.data_path", "required");
     if (spec.stages_size() > 0) c.Fail("spec.stages", "only a pipeline job has stages");
   } else if (spec.stages_size() == 0) {
     c.Fail("spec.stages", "a pipeline needs at least one stage");
   }
-  if (spec.output_dir().empty()) c.Fail("spec.output_dir", "required");
+  if (spec.output_dir().empty() && !probe) c.Fail("spec.output_dir", "required");
   c.AtLeast("spec.resources.nodes", spec.resources().nodes(), 1);
   c.AtLeast("spec.resources.slots_per_node", spec.resources().slots_per_node(), 1);
   c.AtLeast("spec.max_restarts", spec.max_restarts(), 0);
@@ -572,6 +576,7 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
   }
   CheckMaps(spec, c);
   CheckSizes(input, c);
+  CheckDiagnostics(spec, c);
   if (!spec.deepspeed().empty() && spec.deepspeed_config_json().empty()) {
     c.Fail(
         "spec.deepspeed_config_json",
