@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -244,6 +245,36 @@ TEST(ManifestTest, InconsistentManifestIsRefused) {
               HasSubstr("'num_samples' is 3 but the shards hold 2"));
   EXPECT_THAT(ParseManifest(R"({"format": "other"})", "m.json").status().message(),
               HasSubstr("m.json: 'format'"));
+}
+
+// Found by tests/fuzz/manifest_fuzz (regressions/manifest_fuzz): a field of the wrong type threw
+// out of nlohmann::json::value and killed the process.
+TEST(ManifestTest, FieldsOfTheWrongTypeAreErrorsOrIgnored) {
+  EXPECT_THAT(ParseManifest(R"({"format": 1})", "m.json").status().message(),
+              HasSubstr("m.json: 'format'"));
+  const std::string text = R"({"format": "trainctl-shards", "version": 1, "checksum": "crc32c",
+      "patch_dtype": "float32", "pad_token_id": 0, "num_samples": 0, "num_tokens": 0,
+      "num_label_tokens": 0, "num_images": 0, "num_patches": 0,
+      "prepared": {"tokenizer": 5, "skipped_records": [{"file": 1, "line": "7"}]},
+      "shards": [{"file": "shard-00000.bin", "num_samples": 0, "bytes": 10, "crc32c": 7}]})";
+  EXPECT_THAT(ParseManifest(text, "m.json").status().message(),
+              HasSubstr("'shards[0].crc32c' must be 8 hex digits"));
+}
+
+// Found by tests/fuzz/shard_reader_fuzz (regressions/shard_reader_fuzz): the manifest's sample
+// count sized an allocation before any shard was read.
+TEST_F(CorruptShardTest, SampleCountBeyondTheShardsIsDataLoss) {
+  const std::string path = dir_.path() + "/manifest.json";
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  auto manifest = ParseManifest(text.str(), path);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  manifest->num_samples = int64_t{1} << 50;
+  manifest->shards.back().num_samples += manifest->num_samples - 6;
+  std::ofstream(path) << ManifestToJson(*manifest);
+  auto reader = ShardReader::Open(dir_.path());
+  EXPECT_EQ(reader.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(reader.status().message(), HasSubstr("bytes hold at most"));
 }
 
 }  // namespace

@@ -25,6 +25,18 @@ absl::Status ReadCount(const json& object, const char* field, absl::string_view 
   return absl::OkStatus();
 }
 
+// A field read without trusting its type (json::value throws when the key holds another type):
+// the string, or "" when absent or not a string.
+std::string StringField(const json& object, const char* field) {
+  auto it = object.find(field);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+int64_t IntegerField(const json& object, const char* field) {
+  auto it = object.find(field);
+  return it != object.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+}
+
 }  // namespace
 
 const char* PatchDtypeName(PatchDtype dtype) {
@@ -77,16 +89,16 @@ absl::StatusOr<DatasetManifest> ParseManifest(absl::string_view text, absl::stri
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
   }
-  if (j.value("format", "") != kShardFormat) {
+  if (StringField(j, "format") != kShardFormat) {
     return Bad(source, "format", absl::StrCat("must be \"", kShardFormat, "\""));
   }
   if (!j.contains("version") || !j["version"].is_number_integer() ||
       j["version"].get<int>() != kShardFormatVersion) {
     return Bad(source, "version", absl::StrCat("must be ", kShardFormatVersion));
   }
-  if (j.value("checksum", "") != "crc32c") return Bad(source, "checksum", "must be \"crc32c\"");
+  if (StringField(j, "checksum") != "crc32c") return Bad(source, "checksum", "must be \"crc32c\"");
   DatasetManifest m;
-  const std::string dtype = j.value("patch_dtype", "");
+  const std::string dtype = StringField(j, "patch_dtype");
   if (dtype == "float32") {
     m.patch_dtype = PatchDtype::kFloat32;
   } else if (dtype == "bfloat16") {
@@ -112,8 +124,8 @@ absl::StatusOr<DatasetManifest> ParseManifest(absl::string_view text, absl::stri
         if (input.is_string()) m.inputs.push_back(input.get<std::string>());
       }
     }
-    m.tokenizer = p.value("tokenizer", "");
-    m.overflow = p.value("overflow", "");
+    m.tokenizer = StringField(p, "tokenizer");
+    m.overflow = StringField(p, "overflow");
     for (auto [field, out] : {std::pair<const char*, int64_t*>{"min_pixels", &m.min_pixels},
                               {"max_pixels", &m.max_pixels},
                               {"max_seq_len", &m.max_seq_len},
@@ -127,7 +139,7 @@ absl::StatusOr<DatasetManifest> ParseManifest(absl::string_view text, absl::stri
       for (const json& s : p["skipped_records"]) {
         if (!s.is_object()) continue;
         m.skipped_records.push_back(
-            {s.value("file", ""), s.value("line", int64_t{0}), s.value("error", "")});
+            {StringField(s, "file"), IntegerField(s, "line"), StringField(s, "error")});
       }
     }
   }
@@ -150,7 +162,7 @@ absl::StatusOr<DatasetManifest> ParseManifest(absl::string_view text, absl::stri
       return st;
     }
     if (absl::Status st = ReadCount(s, "bytes", source, &info.bytes); !st.ok()) return st;
-    const std::string crc = s.value("crc32c", "");
+    const std::string crc = StringField(s, "crc32c");
     uint32_t value = 0;
     if (crc.size() != 8 || !absl::SimpleHexAtoi(crc, &value)) {
       return Bad(source, where + ".crc32c", "must be 8 hex digits");

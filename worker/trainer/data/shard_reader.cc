@@ -164,6 +164,17 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const std::string
   std::unique_ptr<ShardReader> reader(new ShardReader());
   reader->dir_ = dir;
   reader->manifest_ = std::move(*manifest);
+  // Every record takes at least its header: a manifest claiming more samples than its shards'
+  // bytes can hold is corrupt (and must not size an allocation).
+  uint64_t shard_bytes = 0;
+  for (const ShardInfo& info : reader->manifest_.shards) {
+    shard_bytes += static_cast<uint64_t>(info.bytes);
+  }
+  if (static_cast<uint64_t>(reader->manifest_.num_samples) > shard_bytes / sizeof(RecordHeader)) {
+    return absl::DataLossError(absl::StrCat(
+        manifest_path, ": num_samples is ", reader->manifest_.num_samples, " but its shards' ",
+        shard_bytes, " bytes hold at most ", shard_bytes / sizeof(RecordHeader), " records"));
+  }
   reader->records_.reserve(static_cast<size_t>(reader->manifest_.num_samples));
   for (const ShardInfo& info : reader->manifest_.shards) {
     if (absl::Status s = reader->OpenShard(info, options); !s.ok()) return s;

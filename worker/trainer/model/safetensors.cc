@@ -49,20 +49,19 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;  // safetensors' own limit
 constexpr char kIndexName[] = "model.safetensors.index.json";
 constexpr char kSingleName[] = "model.safetensors";
 
+// The torch type of each dtype safetensors_header.h accepts (element sizes live there).
 struct DtypeEntry {
   const char* name;
   torch::ScalarType type;
-  size_t bytes;
 };
 constexpr DtypeEntry kDtypes[] = {
-    {"F64", torch::kFloat64, 8},   {"F32", torch::kFloat32, 4}, {"F16", torch::kFloat16, 2},
-    {"BF16", torch::kBFloat16, 2}, {"I64", torch::kInt64, 8},   {"I32", torch::kInt32, 4},
-    {"I16", torch::kInt16, 2},     {"I8", torch::kInt8, 1},     {"U8", torch::kUInt8, 1},
-    {"BOOL", torch::kBool, 1},
+    {"F64", torch::kFloat64}, {"F32", torch::kFloat32}, {"F16", torch::kFloat16},
+    {"BF16", torch::kBFloat16}, {"I64", torch::kInt64}, {"I32", torch::kInt32},
+    {"I16", torch::kInt16},   {"I8", torch::kInt8},     {"U8", torch::kUInt8},
+    {"BOOL", torch::kBool},
 };
 
 const DtypeEntry* DtypeByName(const std::string& name) {
@@ -72,93 +71,11 @@ const DtypeEntry* DtypeByName(const std::string& name) {
   return nullptr;
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 bool LittleEndianHost() {
   const uint16_t probe = 1;
   unsigned char first = 0;
   std::memcpy(&first, &probe, 1);
   return first == 1;
-}
-
-// Parses one tensor entry of the header.
-absl::StatusOr<SafetensorInfo> ParseEntry(const std::string& name, const json& entry,
-                                          const std::string& path) {
-  auto corrupt = [&](const std::string& what) {
-    return absl::DataLossError(
-        absl::StrCat("tensor ", name, " in ", path, ": corrupt header: ", what));
-  };
-  if (!entry.is_object()) return corrupt("entry is not an object");
-  SafetensorInfo info;
-  if (!entry.contains("dtype") || !entry["dtype"].is_string()) return corrupt("no dtype");
-  info.dtype = entry["dtype"].get<std::string>();
-  const DtypeEntry* dtype = DtypeByName(info.dtype);
-  if (dtype == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor ", name, " in ", path, ": unsupported dtype ", info.dtype));
-  }
-  if (!entry.contains("shape") || !entry["shape"].is_array()) return corrupt("no shape");
-  uint64_t numel = 1;
-  for (const json& d : entry["shape"]) {
-    if (!d.is_number_unsigned()) return corrupt("shape holds a non-integer or negative size");
-    const uint64_t size = d.get<uint64_t>();
-    if (size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-        (size != 0 && numel > std::numeric_limits<uint64_t>::max() / size)) {
-      return corrupt("shape overflows");
-    }
-    numel *= size;
-    info.shape.push_back(static_cast<int64_t>(size));
-  }
-  const json& offsets = entry.contains("data_offsets") ? entry["data_offsets"] : json();
-  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-      !offsets[1].is_number_unsigned()) {
-    return corrupt("data_offsets must be two non-negative integers");
-  }
-  info.begin = offsets[0].get<uint64_t>();
-  info.end = offsets[1].get<uint64_t>();
-  if (info.end < info.begin) return corrupt("data_offsets end before they begin");
-  if (numel > std::numeric_limits<uint64_t>::max() / dtype->bytes ||
-      info.end - info.begin != numel * dtype->bytes) {
-    return corrupt(absl::StrCat("shape ", ShapeString(info.shape), " of ", info.dtype, " needs ",
-                                numel * dtype->bytes, " bytes but data_offsets span ",
-                                info.end - info.begin));
-  }
-  return info;
-}
-
-// Checks that the byte ranges tile [0, data_size) exactly, as safetensors requires.
-absl::Status CheckLayout(const std::map<std::string, SafetensorInfo>& tensors, uint64_t data_size,
-                         const std::string& path) {
-  std::vector<std::pair<uint64_t, const std::string*>> order;
-  for (const auto& [name, info] : tensors) order.emplace_back(info.begin, &name);
-  std::sort(order.begin(), order.end(), [&tensors](const auto& a, const auto& b) {
-    if (a.first != b.first) return a.first < b.first;
-    return tensors.at(*a.second).end < tensors.at(*b.second).end;
-  });
-  uint64_t expected = 0;
-  for (const auto& [begin, name] : order) {
-    const SafetensorInfo& info = tensors.at(*name);
-    if (info.end > data_size) {
-      return absl::DataLossError(absl::StrFormat(
-          "tensor %s in %s: its bytes [%d, %d) lie past the end of the data section (%d bytes); "
-          "the file is truncated",
-          *name, path, info.begin, info.end, data_size));
-    }
-    if (begin != expected) {
-      return absl::DataLossError(absl::StrFormat(
-          "tensor %s in %s: corrupt header: data starts at byte %d, expected %d (ranges must be "
-          "contiguous and not overlap)",
-          *name, path, begin, expected));
-    }
-    expected = info.end;
-  }
-  if (expected != data_size) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: corrupt file: %d bytes after the last tensor's data", path, data_size - expected));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& path) {
@@ -225,41 +142,10 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   file->path_ = path;
   file->mapping_ = std::make_shared<internal::MappedFile>(base, file_size);
   const char* bytes = file->mapping_->data();
-
-  uint64_t header_size = 0;
-  std::memcpy(&header_size, bytes, 8);
-  if (header_size > kMaxHeaderBytes) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": corrupt: header length ", header_size, " exceeds the 100 MiB limit"));
-  }
-  if (header_size > file_size - 8) {
-    return absl::DataLossError(absl::StrCat(path, ": truncated: header length ", header_size,
-                                            " but only ", file_size - 8, " bytes follow"));
-  }
-  json header = json::parse(bytes + 8, bytes + 8 + header_size, nullptr, false);
-  if (header.is_discarded() || !header.is_object()) {
-    return absl::DataLossError(absl::StrCat(path, ": corrupt: header is not a JSON object"));
-  }
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      if (!entry.is_object()) {
-        return absl::DataLossError(absl::StrCat(path, ": corrupt: __metadata__ is not an object"));
-      }
-      for (const auto& [key, value] : entry.items()) {
-        if (!value.is_string()) {
-          return absl::DataLossError(
-              absl::StrCat(path, ": corrupt: __metadata__.", key, " is not a string"));
-        }
-        file->metadata_[key] = value.get<std::string>();
-      }
-      continue;
-    }
-    ASSIGN_OR_RETURN(SafetensorInfo info, ParseEntry(name, entry, path));
-    file->tensors_.emplace(name, std::move(info));
-  }
-  const uint64_t data_size = file_size - 8 - header_size;
-  RETURN_IF_ERROR(CheckLayout(file->tensors_, data_size, path));
-  file->data_ = bytes + 8 + header_size;
+  ASSIGN_OR_RETURN(SafetensorsHeader header, ParseSafetensorsHeader(bytes, file_size, path));
+  file->tensors_ = std::move(header.tensors);
+  file->metadata_ = std::move(header.metadata);
+  file->data_ = bytes + header.data_offset;
   return file;
 }
 
@@ -285,7 +171,7 @@ absl::StatusOr<torch::Tensor> SafetensorsFile::Get(const std::string& name,
   const char* ptr = data_ + info->begin;
   const auto options = torch::TensorOptions().dtype(stored->type);
   torch::Tensor tensor;
-  if (reinterpret_cast<uintptr_t>(ptr) % stored->bytes == 0) {
+  if (reinterpret_cast<uintptr_t>(ptr) % SafetensorsDtypeBytes(info->dtype) == 0) {
     std::shared_ptr<internal::MappedFile> keep = mapping_;
     tensor = torch::from_blob(
         const_cast<char*>(ptr), info->shape, [keep](void*) mutable { keep.reset(); }, options);

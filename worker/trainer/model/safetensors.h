@@ -26,16 +26,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/trainer/model/safetensors_header.h"  // SafetensorInfo
 
 namespace trainctl::model {
-
-// One tensor's entry in a header.
-struct SafetensorInfo {
-  std::string dtype;  // "F32", "BF16", ...
-  std::vector<int64_t> shape;
-  uint64_t begin = 0;  // byte range in the data section
-  uint64_t end = 0;
-};
 
 namespace internal {
 class MappedFile;
