@@ -3,11 +3,17 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "cli/commands.h"
+#include "common/build_info.h"
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+    std::cout << trainctl::VersionText("trainctl");
+    return 0;
+  }
   const char* env = std::getenv("TRAINCTL_COORDINATOR");
   trainctl::cli::Terminal terminal;
   terminal.is_tty = isatty(STDOUT_FILENO) == 1;

@@ -13,4 +13,8 @@ namespace trainctl {
 const char* BuildVersion() { return TRAINCTL_VERSION; }
 const char* BuildRevision() { return TRAINCTL_REVISION; }
 
+std::string VersionText(const std::string& program) {
+  return program + " " + TRAINCTL_VERSION + " (git " + TRAINCTL_REVISION + ")\n";
+}
+
 }  // namespace trainctl

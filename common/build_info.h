@@ -5,12 +5,17 @@
 #ifndef TRAINCTL_COMMON_BUILD_INFO_H_
 #define TRAINCTL_COMMON_BUILD_INFO_H_
 
+#include <string>
+
 namespace trainctl {
 
 // E.g. "0.1.0".
 const char* BuildVersion();
 // E.g. "f1326e7a9c2b", or "unknown".
 const char* BuildRevision();
+// What every binary's --version prints: "<program> <version> (git <revision>)\n", e.g.
+// "trainctl-worker 0.1.0 (git f1326e7a9c2b)\n".
+std::string VersionText(const std::string& program);
 
 }  // namespace trainctl
 

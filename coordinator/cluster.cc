@@ -179,6 +179,7 @@ void Cluster::Loop() {
     if (absl::Now() >= next_tick) {
       Tick();
       next_tick = absl::Now() + options_.tick;
+      if (options_.on_tick) options_.on_tick(Summary());
     }
     if (schedule_needed_) SchedulePass();
     if (metrics_ != nullptr) metrics_->queue_depth.Set(static_cast<double>(waiting_.size()));
@@ -193,6 +194,14 @@ void Cluster::Loop() {
     rest.swap(queue_);
   }
   for (auto& w : rest) w();
+}
+
+ClusterSummary Cluster::Summary() {
+  ClusterSummary summary;
+  for (const auto& [name, node] : registry_.nodes()) summary.nodes += node.lost ? 0 : 1;
+  summary.placed_jobs = static_cast<int>(runs_.size());
+  summary.waiting_jobs = static_cast<int>(waiting_.size());
+  return summary;
 }
 
 void Cluster::Flush() {

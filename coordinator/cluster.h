@@ -80,6 +80,13 @@
 
 namespace trainctl {
 
+// What the loop reports after each tick (ClusterOptions::on_tick).
+struct ClusterSummary {
+  int nodes = 0;         // registered and not lost
+  int placed_jobs = 0;   // scheduled or running
+  int waiting_jobs = 0;  // pending or restarting
+};
+
 struct ClusterOptions {
   // A node that sent nothing (heartbeats included) for this long is lost.
   absl::Duration lease_timeout = absl::Seconds(10);
@@ -96,6 +103,10 @@ struct ClusterOptions {
   // trainctl_scheduler_pass_duration_seconds, trainctl_scheduler_queue_depth,
   // trainctl_node_lease_misses_total and the ingester's (event_ingester.h).
   metrics::Registry* metrics = nullptr;
+  // Optional: runs on the loop thread after every tick, so it stops when the loop hangs (the
+  // daemon's watchdog pings from here: common/service_loop_reporter.h). Must not call back into
+  // the cluster.
+  std::function<void(const ClusterSummary&)> on_tick;
 };
 
 class Cluster {
@@ -157,6 +168,7 @@ class Cluster {
 
   void Post(std::function<void()> work);
   void Loop();
+  ClusterSummary Summary();  // loop thread
 
   // Loop-thread handlers of worker messages (cluster_sessions.cc). HandleMessage takes the
   // message with its checks (CheckWorkerMessage, run on the stream's thread) and its arrival time,

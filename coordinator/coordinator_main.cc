@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,13 +15,17 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/build_info.h"
 #include "common/clock.h"
 #include "common/daemon.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
+#include "common/service_loop_reporter.h"
+#include "common/service_notifier.h"
 #include "common/thread_pool.h"
 #include "coordinator/cluster.h"
 #include "coordinator/coordinator_metrics.h"
@@ -55,6 +60,10 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, metrics_ready_file, "",
           "once /metrics is served, write its bound HOST:PORT to this file (written before "
           "--ready_file)");
+
+ABSL_FLAG(std::string, testonly_stall_file, "",
+          "TEST ONLY, never in production: while this file exists the cluster loop hangs, so its "
+          "systemd watchdog pings (WATCHDOG=1) stop as a deadlocked loop's would");
 
 namespace trainctl {
 namespace {
@@ -128,6 +137,15 @@ int Run() {
     return 1;
   }
   RealClock clock;
+  // systemd (Type=notify): READY=1 once serving with recovery done, STATUS= lines and WATCHDOG=1
+  // from the cluster loop, STOPPING=1 on a stop signal. Nothing without $NOTIFY_SOCKET.
+  SystemdNotifier service_notifier;
+  ServiceLoopOptions service_options;
+  service_options.watchdog_interval = TakeSystemdWatchdogInterval();
+  service_options.testonly_stall_file = absl::GetFlag(FLAGS_testonly_stall_file);
+  ServiceLoopReporter service(&service_notifier, &clock, service_options);
+  std::string bound;  // written once, before `serving` is set
+  std::atomic<bool> serving{false};
   JobNotifier notifier;
   // Kept whether or not it is served: updating it costs little, and the code has one path.
   metrics::Registry registry;
@@ -140,6 +158,15 @@ int Run() {
   cluster_options.lease_timeout = absl::GetFlag(FLAGS_lease_timeout);
   cluster_options.recovery_grace = absl::GetFlag(FLAGS_recovery_grace);
   cluster_options.metrics = &registry;
+  cluster_options.on_tick = [&service, &bound, &serving](const ClusterSummary& summary) {
+    if (!serving.load(std::memory_order_acquire)) {
+      service.Tick(false, "starting: jobs recovered, not serving yet");
+      return;
+    }
+    service.Tick(true,
+                 absl::StrCat("serving on ", bound, ", ", summary.placed_jobs, " jobs running, ",
+                              summary.waiting_jobs, " waiting, ", summary.nodes, " nodes"));
+  };
   Cluster cluster(&jobs, &clock, cluster_options);
   jobs.SetListener([&cluster](const std::string& id) { cluster.JobChanged(id); });
   job_service.SetNodeLister([&cluster] { return cluster.ListNodes(); });
@@ -168,7 +195,7 @@ int Run() {
     TRAINCTL_LOG(ERROR) << "cannot listen on " << listen << " (address in use or invalid)";
     return 1;
   }
-  const std::string bound = BoundAddress(listen, port);
+  bound = BoundAddress(listen, port);
   TRAINCTL_LOG(INFO) << "trainctl-coordinator serving on " << bound << ", db " << db_path;
   if (db_lock != nullptr) {
     if (absl::Status s = db_lock->SetAddress(bound); !s.ok()) TRAINCTL_LOG(WARNING) << s.message();
@@ -188,11 +215,13 @@ int Run() {
     WriteReadyFile(absl::GetFlag(FLAGS_metrics_ready_file), metrics_server->address());
   }
   WriteReadyFile(absl::GetFlag(FLAGS_ready_file), bound);
+  serving.store(true, std::memory_order_release);
 
-  std::thread stopper([&server, &signals] {
+  std::thread stopper([&server, &signals, &service] {
     int sig = 0;
     sigwait(&signals, &sig);
     TRAINCTL_LOG(INFO) << "signal " << sig << ": shutting down";
+    service.Stopping("stopping: draining RPCs");
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   });
   server->Wait();
@@ -209,6 +238,9 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("trainctl-coordinator --listen HOST:PORT --db PATH");
+  absl::FlagsUsageConfig usage_config;
+  usage_config.version_string = [] { return trainctl::VersionText("trainctl-coordinator"); };
+  absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
   return trainctl::Run();
 }

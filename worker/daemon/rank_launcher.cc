@@ -229,6 +229,8 @@ std::vector<std::string> RankEnvironment(const std::map<std::string, std::string
       env.emplace(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
     }
   }
+  // systemd talks to the daemon, not to its ranks (common/service_notifier.h).
+  env.erase("NOTIFY_SOCKET");
   for (const auto& [key, value] : extra) env[key] = value;
   env["TRAINCTL_EVENT_FD"] = std::to_string(kRankEventFd);
   std::vector<std::string> out;

@@ -134,7 +134,10 @@ void Worker::Run() {
     // restart.
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
     const absl::Time until = absl::Now() + backoff * jitter(rng);
-    while (!closing_ && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+    while (!closing_ && absl::Now() < until) {
+      ReportLoopPass();
+      absl::SleepFor(absl::Milliseconds(20));
+    }
     backoff = std::min(backoff * 2, options_.reconnect_max);
   }
   flusher.join();
@@ -169,6 +172,17 @@ void Worker::Stop() {
   absl::MutexLock lock(&mu_);
   if (context_ != nullptr) context_->TryCancel();
   outbox_.Close();
+}
+
+void Worker::ReportLoopPass() {
+  if (!options_.on_loop) return;
+  WorkerLoopSummary summary;
+  summary.registered = connected_;
+  {
+    absl::MutexLock lock(&mu_);
+    summary.tasks = static_cast<int>(tasks_.size());
+  }
+  options_.on_loop(summary);
 }
 
 WorkerStats Worker::Stats() {
@@ -295,6 +309,7 @@ void Worker::Session() {
     sent = outbox_.acked_through();
     absl::Time next_heartbeat = absl::Now() + options_.heartbeat_interval;
     while (!broken && !closing_) {
+      ReportLoopPass();
       const absl::Time deadline = std::min(next_heartbeat, absl::Now() + absl::Milliseconds(100));
       for (v1::WorkerMessage& m : outbox_.WaitNext(sent, 64, deadline)) {
         const int64_t seq = m.seq();

@@ -32,6 +32,12 @@
 
 namespace trainctl::worker {
 
+// What the worker's loop reports on each pass (WorkerOptions::on_loop).
+struct WorkerLoopSummary {
+  bool registered = false;  // the coordinator accepted the live session
+  int tasks = 0;            // tasks held (starting, running, or ended and not yet acknowledged)
+};
+
 struct WorkerOptions {
   std::string coordinator = "127.0.0.1:50051";
   std::string node_name;
@@ -52,6 +58,11 @@ struct WorkerOptions {
   absl::Duration reconnect_max = absl::Seconds(5);
   absl::Duration log_flush_interval = absl::Milliseconds(100);
   size_t outbox_memory_bytes = size_t{64} << 20;
+  // Optional: runs on Run()'s thread on every pass of its loops (every 100 ms at most while a
+  // session is open, every 20 ms while waiting to reconnect), so it stops when that loop hangs
+  // (the daemon's watchdog pings from here: common/service_loop_reporter.h). Must not call back
+  // into the worker.
+  std::function<void(const WorkerLoopSummary&)> on_loop;
   // Probes the node's topology (topology_probe.h): once when Run starts (the result goes with every
   // register), and again, off the session's threads, each time the coordinator sends
   // ProbeTopology. Null: no topology is sent.
@@ -110,6 +121,7 @@ class Worker {
   // Runs the probes the coordinator asked for (ProbeTopology), one at a time, until closing_.
   void ProbeLoop();
   bool stopping() const { return stopping_.load(); }
+  void ReportLoopPass();  // options_.on_loop
 
   const WorkerOptions options_;
   const std::vector<std::filesystem::path> output_roots_;  // canonical

@@ -18,16 +18,20 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/build_info.h"
+#include "common/clock.h"
 #include "common/daemon.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
+#include "common/service_loop_reporter.h"
+#include "common/service_notifier.h"
 #include "common/worker_limits.h"
 #include "worker/daemon/gpu_discovery.h"
 #include "worker/daemon/node_metrics.h"
@@ -70,6 +74,10 @@ ABSL_FLAG(std::string, sysfs_root, "/sys",
           "where the topology probe reads class/infiniband (RDMA ports) and class/net");
 ABSL_FLAG(std::string, proc_modules, "/proc/modules",
           "where the topology probe looks for a GPUDirect RDMA peer-memory module");
+
+ABSL_FLAG(std::string, testonly_stall_file, "",
+          "TEST ONLY, never in production: while this file exists the session loop hangs, so its "
+          "systemd watchdog pings (WATCHDOG=1) stop as a deadlocked loop's would");
 
 namespace trainctl::worker {
 namespace {
@@ -205,6 +213,22 @@ int Run() {
   // Rank descendants orphaned by a rank are reparented here, so their groups can be reaped even
   // where pid 1 does not reap (rank_launcher.h).
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // systemd (Type=notify): READY=1 once registered with the coordinator, STATUS= lines and
+  // WATCHDOG=1 from the session loop, STOPPING=1 on a stop signal. Nothing without $NOTIFY_SOCKET.
+  RealClock clock;
+  SystemdNotifier service_notifier;
+  ServiceLoopOptions service_options;
+  service_options.watchdog_interval = TakeSystemdWatchdogInterval();
+  service_options.testonly_stall_file = absl::GetFlag(FLAGS_testonly_stall_file);
+  ServiceLoopReporter service(&service_notifier, &clock, service_options);
+  options.on_loop = [&service, node = options.node_name,
+                     coordinator = options.coordinator](const WorkerLoopSummary& summary) {
+    const std::string tasks = absl::StrCat(summary.tasks, summary.tasks == 1 ? " task" : " tasks");
+    service.Tick(summary.registered,
+                 summary.registered
+                     ? absl::StrCat("registered as ", node, " with ", coordinator, ", ", tasks)
+                     : absl::StrCat("connecting to ", coordinator, " as ", node, ", ", tasks));
+  };
   // Declared before the worker, so the metrics (which read it) go first.
   metrics::Registry registry;
   Worker worker(options);
@@ -239,10 +263,11 @@ int Run() {
       }
     }
   }
-  std::thread stopper([&worker, &signals] {
+  std::thread stopper([&worker, &signals, &service] {
     int sig = 0;
     sigwait(&signals, &sig);
     TRAINCTL_LOG(INFO) << "signal " << sig << ": stopping ranks and shutting down";
+    service.Stopping("stopping: ending ranks, reporting them");
     worker.Stop();
   });
   worker.Run();
@@ -259,6 +284,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trainctl-worker --coordinator HOST:PORT [--node_name N] [--advertise_addr A] "
       "[--work_dir D] [--labels k=v,...] [--slots N] [--metrics_listen HOST:PORT]");
+  absl::FlagsUsageConfig usage_config;
+  usage_config.version_string = [] { return trainctl::VersionText("trainctl-worker"); };
+  absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
   return trainctl::worker::Run();
 }
