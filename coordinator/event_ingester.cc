@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/diagnostics_reports.h"
 #include "common/logging.h"
 #include "nlohmann/json.hpp"
 
@@ -178,6 +180,31 @@ bool EventIngester::EventRecord(const v1::TrainerEvent& event, BatchRecord* reco
     const nlohmann::json& path = j["path"];
     checkpoint.set_path(path.is_string() ? path.get<std::string>() : "");
     *record = jobs_->CheckpointRecord(event.job_id(), std::move(checkpoint));
+    return true;
+  }
+  // What NCCL did (a rank's report) and the bandwidth probe (rank 0's), typed and checked
+  // (common/diagnostics_reports.h); a report that fails the checks becomes a warning naming why.
+  if (*type == "topology" || *type == "bandwidth") {
+    v1::JobEvent out;
+    absl::Status status;
+    if (*type == "topology") {
+      auto report = NcclReportFromEvent(j);
+      status = report.status();
+      if (report.ok()) {
+        report->set_rank(event.rank());  // the worker knows which rank wrote it
+        *out.mutable_nccl() = std::move(*report);
+      }
+    } else {
+      auto report = BandwidthReportFromEvent(j);
+      status = report.status();
+      if (report.ok()) *out.mutable_bandwidth() = std::move(*report);
+    }
+    if (!status.ok()) {
+      out.mutable_warning()->set_source(absl::StrCat("rank ", event.rank()));
+      out.mutable_warning()->set_message(
+          absl::StrCat(*type, " report dropped: ", std::string(status.message()).substr(0, 1000)));
+    }
+    *record = jobs_->JobEventRecord(event.job_id(), std::move(out));
     return true;
   }
   return false;  // other types are not stored as job events (yet)

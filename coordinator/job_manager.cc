@@ -356,6 +356,18 @@ BatchRecord JobManager::CheckpointRecord(const std::string& id,
   return r;
 }
 
+BatchRecord JobManager::JobEventRecord(const std::string& id, trainctl::v1::JobEvent event) {
+  BatchRecord r;
+  r.job_id = id;
+  r.mutate = TaggedWithStage([event = std::move(event), now = ToProto(clock_->Now())](
+                                 Job*, std::vector<JobEvent>* events) mutable {
+    *event.mutable_time() = now;
+    events->push_back(std::move(event));
+    return absl::OkStatus();
+  });
+  return r;
+}
+
 BatchRecord JobManager::LogRecord(std::vector<LogLine> lines) {
   const auto now = ToProto(clock_->Now());
   for (LogLine& line : lines) {

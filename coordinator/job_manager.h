@@ -110,6 +110,9 @@ class JobManager {
   // cluster's event ingester writes many worker messages at once).
   BatchRecord MetricRecord(const std::string& id, trainctl::v1::MetricSample sample);
   BatchRecord CheckpointRecord(const std::string& id, trainctl::v1::Checkpoint checkpoint);
+  // `event` as it is (a diagnostics report, or a warning about a broken one), stamped now and
+  // tagged with the current pipeline stage.
+  BatchRecord JobEventRecord(const std::string& id, trainctl::v1::JobEvent event);
   BatchRecord LogRecord(std::vector<LogLine> lines);
   // Writes them (JobStore::WriteBatch), then wakes the followers and tells the observer of what
   // was written. Returns the store's status; each record's own says whether it was written.

@@ -167,6 +167,10 @@ const char* EventKind(const JobEvent& e) {
       return "checkpoint";
     case JobEvent::kStageChange:
       return "stage_change";
+    case JobEvent::kNccl:
+      return "nccl";
+    case JobEvent::kBandwidth:
+      return "bandwidth";
     default:
       return "other";
   }

@@ -138,6 +138,49 @@ TEST_F(ClusterIngestTest, MetricEventsAreStoredAndAcknowledged) {
   EXPECT_EQ(Acks(a).back(), a.seq);
 }
 
+TEST_F(ClusterIngestTest, TopologyAndBandwidthEventsBecomeTypedJobEvents) {
+  FakeWorker a = Register("node-a", 1);
+  const std::string id = RunningJob(a);
+  auto send = [&](int rank, const std::string& json) {
+    v1::WorkerMessage m;
+    m.mutable_event()->set_job_id(id);
+    m.mutable_event()->set_rank(rank);
+    m.mutable_event()->set_json(json);
+    Send(a, m);
+  };
+  send(2, R"({"type":"topology","rank":2,"report":{"rank":2,"host":"node-a","nccl_version":)"
+          R"("2.18.3+cuda12.2","nranks":4,"connections":[{"channel":1,"from_rank":2,"to_rank":)"
+          R"(3,"transport":"NCCL_TRANSPORT_NET_IB","via":"NET/IB/0/GDRDMA","gdrdma":true}],)"
+          R"("gdr_state":"enabled"}})");
+  send(0, R"({"type":"bandwidth","report":{"world_size":2,"nodes":1,"backend":"gloo","rows":)"
+          R"([{"collective":"all_reduce","bytes":"4096","time_us":20,"algbw_gbps":0.2048,)"
+          R"("busbw_gbps":0.2048,"rank_time_us":[19,20]}],"rank_hosts":["node-a","node-a"]}})");
+  send(1, R"({"type":"topology","report":{"connections":[{"from_rank":-5}]}})");  // broken
+  EXPECT_EQ(Acks(a).back(), a.seq);
+  auto events = jobs_.store()->ListEvents(id, 0, 1000);
+  ASSERT_TRUE(events.ok()) << events.status();
+  const v1::JobEvent* nccl = nullptr;
+  const v1::JobEvent* bandwidth = nullptr;
+  const v1::JobEvent* warning = nullptr;
+  for (const v1::JobEvent& e : *events) {
+    if (e.has_nccl()) nccl = &e;
+    if (e.has_bandwidth()) bandwidth = &e;
+    if (e.has_warning()) warning = &e;
+  }
+  ASSERT_NE(nccl, nullptr);
+  EXPECT_EQ(nccl->nccl().rank(), 2);
+  EXPECT_EQ(nccl->nccl().nranks(), 4);
+  EXPECT_EQ(nccl->nccl().connections(0).transport(), v1::NCCL_TRANSPORT_NET_IB);
+  EXPECT_TRUE(nccl->nccl().connections(0).gdrdma());
+  ASSERT_NE(bandwidth, nullptr);
+  EXPECT_EQ(bandwidth->bandwidth().rows(0).bytes(), 4096);
+  EXPECT_EQ(bandwidth->bandwidth().rows(0).rank_time_us(1), 20);
+  ASSERT_NE(warning, nullptr);
+  EXPECT_EQ(warning->warning().source(), "rank 1");
+  EXPECT_TRUE(absl::StrContains(warning->warning().message(), "connections[0].from_rank"))
+      << warning->warning().message();
+}
+
 TEST_F(ClusterIngestTest, AWorkerWhoseMessageTheCoordinatorHoldsKeepsItsLease) {
   FakeWorker a = Register("node-a", 1);
   const std::string id = RunningJob(a);

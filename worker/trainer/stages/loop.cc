@@ -1,5 +1,7 @@
 #include "worker/trainer/stages/loop.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -17,11 +19,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/deepspeed_config.h"
+#include "common/diagnostics_spec.h"
 #include "common/job_spec.h"
 #include "common/process_stats.h"
 #include "common/status_macros.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/data/manifest.h"
+#include "worker/trainer/diagnostics/bandwidth_probe.h"
+#include "worker/trainer/diagnostics/nccl_log.h"
 #include "worker/trainer/model/attention.h"
 #include "worker/trainer/stages/internal/flops.h"
 #include "worker/trainer/stages/lr_schedule.h"
@@ -60,6 +65,39 @@ std::string PreparedWithTokenizer(const std::string& data_path) {
     return "";
   }
   return manifest->tokenizer;
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+// NCCL's INFO log for this rank (diagnostics/nccl_log.h): the variables the job did not set, set
+// before the process group exists. The files go to <output_dir>/diagnostics, or a temporary
+// directory of this process when the job has no output_dir (a probe job).
+absl::StatusOr<NcclLogPlan> PrepareNcclLog(const trainctl::v1::JobSpec& spec, int rank,
+                                           const std::string& host) {
+  std::error_code ec;
+  const fs::path dir =
+      spec.output_dir().empty()
+          ? fs::temp_directory_path(ec) / ("trainctl-nccl-" + std::to_string(getpid()))
+          : fs::path(spec.output_dir()) / "diagnostics";
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", dir.string(), " for NCCL's log: ", ec.message()));
+  }
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  NcclLogPlan plan = PlanNcclLog(
+      [](const std::string& name) -> std::optional<std::string> {
+        const char* value = std::getenv(name.c_str());
+        if (value == nullptr) return std::nullopt;
+        return std::string(value);
+      },
+      rank, local_rank ? std::atoi(local_rank) : 0, dir.string(), host, getpid());
+  for (const auto& [name, value] : plan.set_env) setenv(name.c_str(), value.c_str(), 0);
+  return plan;
 }
 
 // Optimizer steps between events/saves: HF's `*_steps` may be a ratio of the total when < 1.
@@ -148,7 +186,13 @@ class Loop {
     ASSIGN_OR_RETURN(zero::CommOptions comm_options, zero::CommOptionsFromEnv());
     comm_options.timeout = std::chrono::seconds(t_.ddp_timeout());
     comm_options.device = device;
+    const std::string host = HostName();
+    std::optional<NcclLogPlan> nccl_log;
+    if (device.is_cuda() && NcclLogEnabled(spec_)) {
+      ASSIGN_OR_RETURN(nccl_log, PrepareNcclLog(spec_, comm_options.rank, host));
+    }
     ASSIGN_OR_RETURN(comm_, zero::Comm::Create(comm_options));
+    RETURN_IF_ERROR(RunDiagnostics(nccl_log, device, host));
     // The model a stage names (stages/loop.h Stage::EngineModel); none for a teacher endpoint.
     const std::string model_ref = stage_->EngineModel(spec_);
     model::AttentionImpl attention = model::AttentionImpl::kAuto;
@@ -196,6 +240,24 @@ class Loop {
     peak_flops_ =
         PeakFlops(std::getenv("TRAINCTL_PEAK_FLOPS"), DeviceName(device), precision, &peak_error);
     if (!peak_error.empty()) ctx_->Warn(peak_error);
+    return absl::OkStatus();
+  }
+
+  // What NCCL did (each rank's `topology` event) and, when the job asks, the bandwidth probe
+  // (rank 0's `bandwidth` event), before any model exists.
+  absl::Status RunDiagnostics(const std::optional<NcclLogPlan>& nccl_log,
+                              const torch::Device& device, const std::string& host) {
+    if (nccl_log && comm_->backend() == "nccl") {
+      // NCCL creates its communicator at the first collective, and logs it then.
+      RETURN_IF_ERROR(comm_->AllReduceSum(torch::ones({1}), "nccl init"));
+      ReportNcclTopology(*nccl_log, comm_->rank(), host, events_);
+    }
+    if (!RunsBandwidthProbe(spec_)) return absl::OkStatus();
+    ASSIGN_OR_RETURN(
+        const trainctl::v1::BandwidthReport report,
+        RunBandwidthProbe(*comm_, device,
+                          BandwidthProbeOptionsFor(spec_.diagnostics(), comm_->backend(), host)));
+    if (comm_->rank() == 0) EmitBandwidthReport(report, events_);
     return absl::OkStatus();
   }
 

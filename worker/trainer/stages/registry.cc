@@ -10,6 +10,19 @@
 #include "worker/trainer/stages/trace_distill.h"
 
 namespace trainctl::trainer {
+namespace {
+
+// A probe job: the loop runs the bandwidth probe over the comm layer before any stage (as for
+// every job with diagnostics.bandwidth_probe); this stage builds no model and has nothing more to
+// do.
+class ProbeStage final : public MeasuringStage {
+ public:
+  std::string EngineModel(const trainctl::v1::JobSpec& /*spec*/) const override { return ""; }
+  absl::StatusOr<int64_t> Setup(StageContext& /*ctx*/) override { return 1; }
+  absl::Status Evaluate(StageContext& /*ctx*/) override { return absl::OkStatus(); }
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Stage>> MakeStage(const trainctl::v1::JobSpec& spec) {
   const trainctl::v1::JobKind kind = spec.kind();
@@ -24,9 +37,11 @@ absl::StatusOr<std::unique_ptr<Stage>> MakeStage(const trainctl::v1::JobSpec& sp
       // distill_loss: logit distillation; without it, a teacher generating traces.
       if (spec.training().has_distill_loss()) return MakeDistillStage();
       return MakeTraceDistillStage();
+    case trainctl::v1::JOB_KIND_PROBE:
+      return std::unique_ptr<Stage>(std::make_unique<ProbeStage>());
     default:
       return absl::UnimplementedError(
-          absl::StrCat("this trainer runs sft, grpo, distill and eval jobs; the ",
+          absl::StrCat("this trainer runs sft, grpo, distill, eval and probe jobs; the ",
                        JobKindName(kind), " stage is not in it"));
   }
 }
