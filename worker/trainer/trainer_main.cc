@@ -18,6 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/build_info.h"
 #include "common/job_spec.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/event_sink.h"
@@ -198,6 +199,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string verb = argv[1];
+  if (verb == "--version") {
+    std::cout << trainctl::VersionText("trainctl-trainer");
+    return 0;
+  }
   if (verb == "export") {
     if (argc < 4 || argv[2][0] == '-' || argv[3][0] == '-') {
       std::cerr << trainctl::trainer::kUsage;
