@@ -34,6 +34,7 @@
 #include "cli/watch_view.h"
 #include "common/job_spec.h"
 #include "common/json_proto.h"
+#include "common/remedies_spec.h"
 #include "common/seed_flags.h"
 #include "google/protobuf/util/time_util.h"
 #include "worker/trainer/data/data_cli.h"
@@ -336,6 +337,8 @@ std::string DescribeEvent(const JobEvent& e) {
       return absl::StrCat("warning    ", e.warning().source(), ": ", e.warning().message());
     case JobEvent::kStageChange:
       return DescribeStageChange(e.stage_change());
+    case JobEvent::kRemedy:
+      return absl::StrCat("remedy     ", RemedyLine(e.remedy()));
     default:
       return "event";
   }
@@ -419,6 +422,13 @@ int Describe(Context& c) {
                                     : absl::StrCat(job->last_checkpoint().path(), " (step ",
                                                    job->last_checkpoint().step(), ")")});
   fields.Print(c.out);
+  if (job->remedies_size() > 0) {
+    c.out << "\nRemedies:\n";
+    for (const trainctl::v1::Remedy& remedy : job->remedies()) {
+      c.out << "  " << RemedyLine(remedy)
+            << (remedy.detail().empty() ? "" : "\n    " + remedy.detail()) << "\n";
+    }
+  }
   if (job->stages_size() > 0) {
     c.out << "\nStages:\n";
     PrintStages(*job, absl::Now(), c.out);

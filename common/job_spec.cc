@@ -19,6 +19,7 @@
 #include "common/json_proto.h"
 #include "common/model_catalog.h"
 #include "common/pipeline_spec.h"
+#include "common/remedies_spec.h"
 #include "common/status_macros.h"
 
 namespace trainctl {
@@ -497,6 +498,7 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   if (!resources->has_nodes()) resources->set_nodes(1);
   if (!resources->has_slots_per_node()) resources->set_slots_per_node(1);
   if (!spec->has_max_restarts()) spec->set_max_restarts(0);
+  ApplyRemediesDefaults(spec);
   if (spec->name().empty()) {
     const std::string model = spec->model_name_or_path().empty() && spec->stages_size() > 0
                                   ? spec->stages(0).model_name_or_path()
@@ -576,6 +578,7 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
   }
   CheckMaps(spec, c);
   CheckSizes(input, c);
+  CheckRemedies(spec, c, &out.warnings);
   CheckDiagnostics(spec, c);
   if (!spec.deepspeed().empty() && spec.deepspeed_config_json().empty()) {
     c.Fail(

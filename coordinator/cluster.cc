@@ -2,17 +2,21 @@
 
 #include <algorithm>
 #include <future>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 #include "common/json_proto.h"
 #include "common/logging.h"
 #include "common/pipeline_spec.h"
+#include "common/remedies_spec.h"
 #include "common/worker_limits.h"
 #include "coordinator/internal/cluster_tasks.h"
 #include "coordinator/job_stages.h"
 #include "coordinator/job_state.h"
+#include "coordinator/remedy_ladder.h"
 #include "google/protobuf/util/time_util.h"
 #include "nlohmann/json.hpp"
 
@@ -38,9 +42,22 @@ SchedJob ToSchedJob(const Job& job) {
 // What the job's ranks run: its spec and resolved DeepSpeed config, or for a pipeline those of its
 // current stage (common/pipeline_spec.h), so that workers and trainers see an ordinary job.
 absl::Status LaunchSpec(const Job& job, v1::JobSpec* spec, std::string* deepspeed) {
-  if (job.spec().kind() != v1::JOB_KIND_PIPELINE) {
+  if (job.spec().kind() != v1::JOB_KIND_PIPELINE && job.remedies().empty()) {
     *spec = job.spec();
     *deepspeed = job.resolved_deepspeed_config_json();
+    return absl::OkStatus();
+  }
+  if (job.spec().kind() != v1::JOB_KIND_PIPELINE) {
+    // The remedies' settings on top of the spec, validated and resolved as at submit.
+    absl::StatusOr<v1::JobSpec> remedied = ApplyRemedies(job.spec(), job.remedies());
+    if (!remedied.ok()) return remedied.status();
+    absl::StatusOr<ValidatedJobSpec> validated = ValidateJobSpec(*remedied);
+    if (!validated.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the spec with its remedies is not valid: ", validated.status().message()));
+    }
+    *spec = std::move(validated->spec);
+    *deepspeed = std::move(validated->resolved_deepspeed_config_json);
     return absl::OkStatus();
   }
   absl::StatusOr<v1::JobSpec> stage = PipelineStageSpec(job.spec(), job.current_stage());
@@ -57,6 +74,19 @@ absl::Status LaunchSpec(const Job& job, v1::JobSpec* spec, std::string* deepspee
 std::string StagePrefix(const Job& job) {
   const std::string label = CurrentStageLabel(job);
   return label.empty() ? "" : absl::StrCat("stage ", label, ": ");
+}
+
+// The remedy for the run's failure (coordinator/remedy_ladder.h), if its spec asks for one.
+std::optional<v1::Remedy> NextRemedyFor(const Job& job, int rank, int exit_code,
+                                        const std::string& detail) {
+  if (job.spec().kind() == v1::JOB_KIND_PIPELINE) return std::nullopt;
+  AttemptFailure failure;
+  failure.attempt = job.attempt();
+  failure.exit_code = exit_code;
+  failure.rank = rank;
+  failure.detail = detail;
+  failure.last_checkpoint_step = job.last_checkpoint().step();
+  return NextRemedy(job.spec(), job.remedies(), failure);
 }
 
 }  // namespace
@@ -587,10 +617,20 @@ void Cluster::MaybeFinish(std::string job_id) {
   }
   // Every task has ended: decide the job's fate.
   absl::StatusOr<Job> job;
+  std::optional<v1::Remedy> remedy;
   const int max_restarts = run.job.spec().max_restarts();
   if (run.cancel_requested) {
     job = jobs_->Transition(job_id, v1::JOB_STATE_CANCELLED,
                             run.job.message().empty() ? "cancelled" : run.job.message());
+  } else if (run.failing && run.job.attempt() < max_restarts &&
+             (remedy =
+                  NextRemedyFor(run.job, run.failed_rank, run.failed_exit_code, run.failed_detail))
+                 .has_value()) {
+    job = jobs_->RestartWithRemedy(
+        job_id, *remedy,
+        absl::StrCat("attempt ", run.job.attempt(), " failed (", run.failure, "); restart ",
+                     run.job.attempt() + 1, " of ", max_restarts,
+                     " with a remedy: ", RemedyLine(*remedy)));
   } else if (run.failing && run.job.attempt() < max_restarts) {
     // A pipeline restarts its current stage only, which resumes from its own checkpoints.
     job = jobs_->Transition(

@@ -18,6 +18,10 @@
 //   task has ended the job restarts (`restarting`, then a new attempt placed anywhere, resuming
 //   from its last complete checkpoint) while spec.max_restarts allows, else it fails with the
 //   reason.
+// - A job whose spec asks for remedies (spec.remedies) and whose first failed rank exited with a
+//   trainer exit code that has one (common/trainer_exit_codes.h) restarts with the next remedy
+//   (coordinator/remedy_ladder.h) recorded in Job.remedies; every later attempt is launched with
+//   the spec those remedies make (ApplyRemedies), its DeepSpeed config resolved again.
 // - A node that sends nothing for `lease_timeout` is lost: its tasks count as failed. Silence is
 //   timed from when its messages arrive, not from when the loop handles them (NodeRegistry).
 // - A worker message whose effects cannot be stored (a full disk) is not acknowledged: the session
@@ -161,6 +165,11 @@ class Cluster {
     int master_port = 0;
     bool failing = false;
     std::string failure;
+    // The first failed task's failed rank, its exit code (-1: a signal) and last log line, for
+    // the remedies (coordinator/remedy_ladder.h); exit code 0 when the run failed otherwise.
+    int failed_rank = -1;
+    int failed_exit_code = 0;
+    std::string failed_detail;
     bool cancel_requested = false;
     absl::Time recover_until = absl::InfinitePast();  // > now: waiting for workers to report
     absl::Status finish_error;  // not OK: every task ended, but storing the job's end failed

@@ -383,6 +383,13 @@ absl::Status Cluster::HandleTaskStatus(WorkerNode& node, const v1::TaskStatus& s
     case v1::TASK_STATE_FAILED:
     default:
       EndTask(*task, v1::TASK_STATE_FAILED);
+      if (!run.failing && !run.cancel_requested) {
+        run.failed_rank = status.failed_rank();
+        run.failed_exit_code = status.exit_code();
+        run.failed_detail = status.last_log_lines().empty()
+                                ? std::string()
+                                : status.last_log_lines(status.last_log_lines_size() - 1);
+      }
       FailRun(run, DescribeFailure(node.name, status));
       break;
   }

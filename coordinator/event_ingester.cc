@@ -207,6 +207,18 @@ bool EventIngester::EventRecord(const v1::TrainerEvent& event, BatchRecord* reco
     *record = jobs_->JobEventRecord(event.job_id(), std::move(out));
     return true;
   }
+  // A rank's typed warning that a remedy answers (worker/trainer/trainer_failure.h): "oom",
+  // "loss_spike". Untyped warnings stay in the rank's log.
+  if (*type == "warning" && j.contains("kind") && j["kind"].is_string() &&
+      (j["kind"] == "oom" || j["kind"] == "loss_spike")) {
+    const nlohmann::json& message = j["message"];
+    *record = jobs_->WarningRecord(
+        event.job_id(), absl::StrCat("rank ", event.rank()),
+        absl::StrCat(
+            j["kind"].get<std::string>(), ": ",
+            message.is_string() ? message.get<std::string>().substr(0, 2000) : std::string()));
+    return true;
+  }
   return false;  // other types are not stored as job events (yet)
 }
 

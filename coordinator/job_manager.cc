@@ -208,6 +208,8 @@ void JobManager::TellObserver(const Job& job, const std::vector<JobEvent>& event
       observer_->OnStateChanged(job, event.state_change().from());
     } else if (event.has_metric()) {
       observer_->OnMetric(job, event.metric());
+    } else if (event.has_remedy()) {
+      observer_->OnRemedy(job, event.remedy());
     }
   }
 }
@@ -249,6 +251,21 @@ absl::StatusOr<Job> JobManager::Transition(absl::string_view id, trainctl::v1::J
   const auto now = ToProto(clock_->Now());
   return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
     return ApplyTransition(job, to, reason, now, events);
+  });
+}
+
+absl::StatusOr<Job> JobManager::RestartWithRemedy(absl::string_view id,
+                                                  const trainctl::v1::Remedy& remedy,
+                                                  const std::string& reason) {
+  const auto now = ToProto(clock_->Now());
+  return Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
+    RETURN_IF_ERROR(ApplyTransition(job, trainctl::v1::JOB_STATE_RESTARTING, reason, now, events));
+    *job->add_remedies() = remedy;
+    JobEvent event;
+    *event.mutable_time() = now;
+    *event.mutable_remedy() = remedy;
+    events->push_back(std::move(event));
+    return absl::OkStatus();
   });
 }
 
@@ -362,6 +379,22 @@ BatchRecord JobManager::JobEventRecord(const std::string& id, trainctl::v1::JobE
   r.mutate = TaggedWithStage([event = std::move(event), now = ToProto(clock_->Now())](
                                  Job*, std::vector<JobEvent>* events) mutable {
     *event.mutable_time() = now;
+    events->push_back(std::move(event));
+    return absl::OkStatus();
+  });
+  return r;
+}
+
+BatchRecord JobManager::WarningRecord(const std::string& id, const std::string& source,
+                                      const std::string& message) {
+  const auto now = ToProto(clock_->Now());
+  BatchRecord r;
+  r.job_id = id;
+  r.mutate = TaggedWithStage([=](Job*, std::vector<JobEvent>* events) -> absl::Status {
+    JobEvent event;
+    *event.mutable_time() = now;
+    event.mutable_warning()->set_source(source);
+    event.mutable_warning()->set_message(message);
     events->push_back(std::move(event));
     return absl::OkStatus();
   });

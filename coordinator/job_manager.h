@@ -31,6 +31,8 @@ class JobObserver {
   virtual void OnStateChanged(const Job& /*job*/, trainctl::v1::JobState /*from*/) {}
   // A metric sample of `job` was stored; `job` carries the progress it updated.
   virtual void OnMetric(const Job& /*job*/, const trainctl::v1::MetricSample& /*sample*/) {}
+  // A remedy (coordinator/remedy_ladder.h) was recorded for `job`'s next attempt.
+  virtual void OnRemedy(const Job& /*job*/, const trainctl::v1::Remedy& /*remedy*/) {}
 };
 
 struct SubmitResult {
@@ -67,6 +69,12 @@ class JobManager {
   // times and the attempt counter, and records a state_change event.
   absl::StatusOr<Job> Transition(absl::string_view id, trainctl::v1::JobState to,
                                  const std::string& reason);
+
+  // Transition to restarting, as Transition, and in the same write `remedy` appended to
+  // Job.remedies (its settings in force from remedy.attempt on) and recorded as a remedy event
+  // after the state change. FAILED_PRECONDITION as Transition.
+  absl::StatusOr<Job> RestartWithRemedy(absl::string_view id, const trainctl::v1::Remedy& remedy,
+                                        const std::string& reason);
 
   // A pipeline whose current stage's tasks all succeeded and that has another stage: records the
   // stage as succeeded (stage_change event) and moves the job to pending for the next stage, with
@@ -114,6 +122,9 @@ class JobManager {
   // tagged with the current pipeline stage.
   BatchRecord JobEventRecord(const std::string& id, trainctl::v1::JobEvent event);
   BatchRecord LogRecord(std::vector<LogLine> lines);
+  // What RecordWarning writes (a rank's typed warning: out of memory, loss spike).
+  BatchRecord WarningRecord(const std::string& id, const std::string& source,
+                            const std::string& message);
   // Writes them (JobStore::WriteBatch), then wakes the followers and tells the observer of what
   // was written. Returns the store's status; each record's own says whether it was written.
   absl::Status WriteBatch(std::vector<BatchRecord>* records);

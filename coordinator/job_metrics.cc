@@ -53,6 +53,10 @@ JobMetrics::JobMetrics(metrics::Registry* registry)
                                      {"kind", "state"})),
       restarts_(registry->AddCounter("trainctl_job_restarts_total",
                                      "Job restarts after a failed attempt.", {"kind"})),
+      remedies_(registry->AddCounter(
+          "trainctl_job_remedies_total",
+          "Automatic remedies applied to restarts (spec.remedies), by cause (oom, loss_spike).",
+          {"cause"})),
       attempt_(registry->AddGauge("trainctl_job_attempt",
                                   "Attempt number of a running job (0 for the first run).",
                                   kJobLabels)),
@@ -74,6 +78,10 @@ void JobMetrics::OnSubmitted(const Job& job) {
 }
 
 void JobMetrics::OnCancelAccepted(const Job& /*job*/) { cancellations_.Get().Inc(); }
+
+void JobMetrics::OnRemedy(const Job& /*job*/, const trainctl::v1::Remedy& remedy) {
+  remedies_.WithLabels({remedy.cause()}).Inc();
+}
 
 void JobMetrics::OnStateChanged(const Job& job, trainctl::v1::JobState /*from*/) {
   const std::string kind = JobKindName(job.spec().kind());

@@ -33,6 +33,7 @@ class JobMetrics final : public JobObserver {
   void OnCancelAccepted(const Job& job) override;
   void OnStateChanged(const Job& job, trainctl::v1::JobState from) override;
   void OnMetric(const Job& job, const trainctl::v1::MetricSample& sample) override;
+  void OnRemedy(const Job& job, const trainctl::v1::Remedy& remedy) override;
 
   // Ids of the jobs that have series now (tests).
   std::vector<std::string> JobsWithSeries();
@@ -61,6 +62,7 @@ class JobMetrics final : public JobObserver {
   metrics::Family<metrics::Counter>& cancellations_;
   metrics::Family<metrics::Counter>& finished_;
   metrics::Family<metrics::Counter>& restarts_;
+  metrics::Family<metrics::Counter>& remedies_;
   metrics::Family<metrics::Gauge>& attempt_;
   metrics::Family<metrics::Gauge>& step_;
   metrics::Family<metrics::Gauge>& total_steps_;

@@ -6,12 +6,17 @@
 //   trainctl-trainer generate --model DIR --request REQ.json --max_new_tokens N --out OUT.json
 //   trainctl-trainer serve --model DIR --listen HOST:PORT [--max_batch N]  (CPU builds)
 #include <malloc.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,6 +33,7 @@
 #include "worker/trainer/serve/serve_tool.h"
 #endif
 #include "worker/trainer/stages/loop.h"
+#include "worker/trainer/trainer_failure.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -87,11 +93,33 @@ int Train(const std::map<std::string, std::string>& flags) {
   }
   ConsoleEchoEventSink console(sink->get());
   EventSink* events = &console;
+  // The exit code says why when a remedy exists (common/trainer_exit_codes.h); an out-of-memory
+  // error is also a typed warning naming the rank (a loss spike's the loop emits itself).
   auto fail = [&](const absl::Status& s) {
-    std::cerr << "trainctl-trainer: " << s.message() << "\n";
+    if (std::optional<OutOfMemory> oom = ParseOutOfMemory(s.message())) {
+      const char* rank = std::getenv("RANK");
+      events->Emit("warning", {{"kind", "oom"},
+                               {"rank", rank != nullptr ? std::atoi(rank) : 0},
+                               {"device", oom->device},
+                               {"bytes", oom->bytes},
+                               {"message", std::string(s.message())}});
+    }
     events->Emit("status", {{"state", "failed"}, {"message", std::string(s.message())}});
-    return 1;
+    std::cerr << "trainctl-trainer: " << s.message() << "\n";
+    return TrainerExitCode(s);
   };
+  // Tests only: an address-space limit on this rank, so that an allocation fails for real.
+  if (const char* limit = std::getenv("TRAINCTL_TEST_ADDRESS_SPACE_LIMIT"); limit && *limit) {
+    rlimit rl{};
+    if (!absl::SimpleAtoi(limit, &rl.rlim_cur) || rl.rlim_cur == 0) {
+      return fail(absl::InvalidArgumentError(
+          "TRAINCTL_TEST_ADDRESS_SPACE_LIMIT: must be a positive number of bytes"));
+    }
+    rl.rlim_max = rl.rlim_cur;
+    if (setrlimit(RLIMIT_AS, &rl) != 0) {
+      return fail(absl::InternalError(absl::StrCat("setrlimit(RLIMIT_AS): ", strerror(errno))));
+    }
+  }
   if (flags.count("threads")) {
     int threads = 0;
     if (!absl::SimpleAtoi(flags.at("threads"), &threads) || threads < 1) {
@@ -104,7 +132,14 @@ int Train(const std::map<std::string, std::string>& flags) {
   const std::string kind = JobKindName(spec->spec.kind());
   events->Emit("status", {{"state", "running"}, {"kind", kind}, {"name", spec->spec.name()}});
   TrainRun run{spec->spec, /*resume=*/!flags.count("no_resume")};
-  auto result = RunTraining(run, events);
+  absl::StatusOr<TrainResult> result;
+  try {
+    result = RunTraining(run, events);
+  } catch (const std::bad_alloc& e) {  // outside the stages' own c10::Error handlers
+    result = absl::ResourceExhaustedError(absl::StrCat("std::bad_alloc: ", e.what()));
+  } catch (const c10::Error& e) {
+    result = absl::InternalError(e.what_without_backtrace());
+  }
   if (!result.ok()) return fail(result.status());
   events->Emit("status", {{"state", "succeeded"},
                           {"steps", result->steps},

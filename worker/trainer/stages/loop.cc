@@ -29,7 +29,9 @@
 #include "worker/trainer/diagnostics/nccl_log.h"
 #include "worker/trainer/model/attention.h"
 #include "worker/trainer/stages/internal/flops.h"
+#include "worker/trainer/stages/loss_spike.h"
 #include "worker/trainer/stages/lr_schedule.h"
+#include "worker/trainer/trainer_failure.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -132,6 +134,7 @@ class Loop {
         ASSIGN_OR_RETURN(state_, LoadCheckpoint(*latest, *engine_));
         RETURN_IF_ERROR(stage_->RestoreDataState(state_.loader, state_.global_step));
         result.resumed_from = state_.global_step;
+        rewarm_from_ = state_.global_step;
         if (ctx_->lead()) {
           events_->Emit(
               "status",
@@ -228,6 +231,11 @@ class Loop {
                                     WarmupSteps(t_.warmup_steps(), t_.warmup_ratio(), total_steps_),
                                     total_steps_));
     base_lr_ = options_.lr;
+    if (spec_.has_remedies() && spec_.remedies().has_loss_spike()) {
+      const trainctl::v1::LossSpikeRemedy& remedy = spec_.remedies().loss_spike();
+      spike_.emplace(remedy.spike_factor(), remedy.window());
+      rewarm_steps_ = WarmupSteps(t_.warmup_steps(), t_.warmup_ratio(), total_steps_);
+    }
     logging_every_ = Interval(t_.logging_steps(), total_steps_);
     save_every_ = Interval(t_.save_steps(), total_steps_);
     shape_ = ModelShape{engine_->Memory().parameters, config_.vocab_size, config_.hidden_size,
@@ -324,7 +332,20 @@ class Loop {
       return absl::Status(out.status().code(),
                           absl::StrCat("step ", step, ": ", out.status().message()));
     }
-    auto result = engine_->Step(base_lr_ * schedule_->Factor(state_.global_step));
+    // A spike stops the run before its update and before any save (spec.remedies.loss_spike): the
+    // coordinator rolls back to the newest checkpoint (common/trainer_exit_codes.h).
+    if (spike_) {
+      if (std::optional<std::string> evidence = spike_->Observe(step, out->loss)) {
+        events_->Emit("warning", {{"kind", "loss_spike"},
+                                  {"rank", comm_->rank()},
+                                  {"step", step},
+                                  {"loss", out->loss},
+                                  {"median", spike_->Median()},
+                                  {"message", *evidence}});
+        return LossSpikeError(*evidence);
+      }
+    }
+    auto result = engine_->Step(LearningRate(state_.global_step));
     if (!result.ok()) {
       return absl::Status(result.status().code(),
                           absl::StrCat("step ", step, ": ", result.status().message()));
@@ -373,7 +394,7 @@ class Loop {
     if (state_.global_step % logging_every_ != 0 && state_.global_step != total_steps_) return;
     nlohmann::json values = {
         {"loss", window_loss_ / window_steps_},
-        {"learning_rate", base_lr_ * schedule_->Factor(state_.global_step - 1)},
+        {"learning_rate", LearningRate(state_.global_step - 1)},
         {"grad_norm", grad_norm},
         {"epoch", state_.epoch},
         {"total_steps", total_steps_},
@@ -393,6 +414,16 @@ class Loop {
     window_loss_ = window_seconds_ = 0;
     window_steps_ = window_tokens_ = window_samples_ = 0;
     window_metrics_.clear();
+  }
+
+  // The learning rate of the step after `done` steps. With the loss-spike remedy on, a resumed run
+  // (a rollback) warms up again from where it resumed over the warm-up steps, linearly.
+  double LearningRate(int64_t done) const {
+    double factor = schedule_->Factor(done);
+    if (spike_ && rewarm_from_ > 0 && rewarm_steps_ > 0) {
+      factor *= std::min(1.0, static_cast<double>(done - rewarm_from_ + 1) / rewarm_steps_);
+    }
+    return base_lr_ * factor;
   }
 
   bool ShouldSave() const {
@@ -442,6 +473,9 @@ class Loop {
   std::map<std::string, double> window_metrics_;
   ModelShape shape_;
   std::optional<double> peak_flops_;  // per device, FLOP/s
+  std::optional<LossSpikeDetector> spike_;  // spec.remedies.loss_spike set
+  int64_t rewarm_from_ = 0;                 // the step resumed from
+  int64_t rewarm_steps_ = 0;
 };
 
 }  // namespace
