@@ -25,6 +25,7 @@
 #include "cli/chart.h"
 #include "cli/cli_args.h"
 #include "cli/diagnose_command.h"
+#include "cli/node_topology_command.h"
 #include "cli/job_client.h"
 #include "cli/metrics_view.h"
 #include "cli/pipeline_view.h"
@@ -67,6 +68,9 @@ Usage: trainctl [--coordinator HOST:PORT] [-o FORMAT] VERB [options]
          [-o table|csv|json]     (default 1000)
   logs ID [-f] [--tail N]        print a job's rank logs; -f follows until the job ends
   nodes                          list worker nodes: state, slots, labels, tasks
+  nodes NODE --topology [--refresh]
+                                 a node's GPUs, link matrix, RDMA ports, GPUDirect RDMA and
+                                 NCCL environment, as last probed (--refresh: probe it now)
   diagnose ID                    a job's interconnect: node topology, NCCL transports, the
                                  bandwidth probe, findings with their remedies
   diagnose --probe [--nodes N] [--slots_per_node S] [--node_selector k=v] [--sizes B,B]
@@ -289,6 +293,10 @@ int List(Context& c) {
 }
 
 int Nodes(Context& c) {
+  if (!c.args.positional.empty() || c.args.Has("topology") || c.args.Has("refresh")) {
+    JobClient client(c.coordinator, c.args.Has("refresh") ? RefreshDeadline() : absl::Seconds(4));
+    return RunNodeTopology(c.args, client, c.json, c.out, c.err);
+  }
   JobClient client(c.coordinator);
   auto nodes = client.ListNodes();
   if (!nodes.ok()) return Fail(c.err, nodes.status());
@@ -616,6 +624,8 @@ struct Verb {
 std::map<std::string, Verb> Verbs() {
   const OptionSpec coordinator{"coordinator", "", true};
   const OptionSpec output{"output", "-o", true};
+  std::vector<OptionSpec> nodes = NodeTopologyOptions();
+  nodes.insert(nodes.begin(), {coordinator, output});
   std::vector<OptionSpec> diagnose = DiagnoseOptions();
   diagnose.insert(diagnose.begin(), {coordinator, output});
   return {
@@ -627,7 +637,7 @@ std::map<std::string, Verb> Verbs() {
       {"watch", {Watch, {coordinator, output}}},
       {"metrics", {Metrics, {coordinator, output, {"name", "", true}, {"max_points", "", true}}}},
       {"logs", {Logs, {coordinator, output, {"follow", "-f", false}, {"tail", "", true}}}},
-      {"nodes", {Nodes, {coordinator, output}}},
+      {"nodes", {Nodes, nodes}},
       {"diagnose", {Diagnose, diagnose}},
       {"tokenize", {Tokenize, {{"tokenizer", "", true}, {"decode", "", false}}}},
   };

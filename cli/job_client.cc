@@ -85,6 +85,11 @@ absl::StatusOr<trainctl::v1::ListNodesResponse> JobClient::ListNodes() {
   return Unary(&trainctl::v1::JobService::Stub::ListNodes, trainctl::v1::ListNodesRequest());
 }
 
+absl::StatusOr<trainctl::v1::ListNodesResponse> JobClient::ListNodes(
+    const trainctl::v1::ListNodesRequest& request) {
+  return Unary(&trainctl::v1::JobService::Stub::ListNodes, request);
+}
+
 absl::Status JobClient::Watch(const trainctl::v1::WatchJobRequest& request,
                               const std::function<void(const trainctl::v1::JobEvent&)>& on_event) {
   if (auto s = Connect(); !s.ok()) return s;

@@ -26,6 +26,8 @@ class JobClient {
   absl::StatusOr<trainctl::v1::ListJobsResponse> List(const trainctl::v1::ListJobsRequest& request);
   absl::StatusOr<trainctl::v1::Job> Cancel(const std::string& id, const std::string& reason);
   absl::StatusOr<trainctl::v1::ListNodesResponse> ListNodes();
+  absl::StatusOr<trainctl::v1::ListNodesResponse> ListNodes(
+      const trainctl::v1::ListNodesRequest& request);
   absl::StatusOr<trainctl::v1::GetMetricsResponse> GetMetrics(
       const trainctl::v1::GetMetricsRequest& request);
   absl::StatusOr<trainctl::v1::DiagnoseJobResponse> Diagnose(const std::string& id);

@@ -142,6 +142,12 @@ class Cluster {
   // A snapshot of the nodes, sorted by name.
   std::vector<trainctl::v1::Node> ListNodes();
 
+  // Asks `node`'s worker for a fresh topology probe (ProbeTopology) and waits until a probe of that
+  // node is stored (JobStore::PutNodeTopology) or `timeout` passes. NOT_FOUND for a node never
+  // registered, FAILED_PRECONDITION when its worker is not connected, DEADLINE_EXCEEDED when no
+  // probe was stored in time. Any thread but the loop's (cluster_sessions.cc).
+  absl::Status RefreshTopology(const std::string& node, absl::Duration timeout);
+
   // Runs everything enqueued so far, and stores what was handed to the ingester (tests).
   void Flush();
 
@@ -191,6 +197,8 @@ class Cluster {
   // The ingester's report: acknowledges what is stored, leaves the rest for a resend, and applies
   // a parked message whose turn came.
   void HandleStored(const std::vector<EventIngester::Outcome>& outcomes);
+  // A topology probe of `node` was stored: wakes RefreshTopology.
+  void TopologyStored(const std::string& node);
   // Sends the Ack that the node's finished messages allow.
   void SendAcks(WorkerNode& node);
   // Returns a transient store error (IsTransientStoreError) when the status's effects could not be
@@ -255,6 +263,10 @@ class Cluster {
   std::set<std::string> told_never_fits_;  // waiting jobs whose message says why they cannot start
   bool schedule_needed_ = false;
   bool place_retry_ = false;  // a placement failed on a transient store error
+
+  // Topology probes stored, by node (RefreshTopology waits on it).
+  absl::Mutex topology_mu_;
+  std::map<std::string, int64_t> topologies_stored_ ABSL_GUARDED_BY(topology_mu_);
 
   // Last: its thread reports to the loop (Post) until it stops.
   std::unique_ptr<EventIngester> ingester_;

@@ -3,6 +3,7 @@
 // stored, rejected, or left for a resend) and what task statuses change. The rest of Cluster
 // (runs, scheduling, leases) is in cluster.cc; who may take a node's name is NodeRegistry's.
 #include <algorithm>
+#include <future>
 #include <set>
 #include <utility>
 
@@ -58,7 +59,7 @@ void Cluster::HandleMessage(int64_t session, v1::WorkerMessage message, absl::St
     done();
     return;
   }
-  if (message.has_logs() || message.has_event()) {
+  if (message.has_logs() || message.has_event() || message.has_topology()) {
     if (seq > 0) {
       node->applied_seq = seq;
       node->acks.Add(session, seq, /*done=*/false);
@@ -95,6 +96,7 @@ void Cluster::ApplyOnLoop(WorkerNode& node, int64_t session, const v1::WorkerMes
 void Cluster::HandleStored(const std::vector<EventIngester::Outcome>& outcomes) {
   std::set<std::string> touched;
   for (const EventIngester::Outcome& o : outcomes) {
+    if (o.topology && o.status.ok()) TopologyStored(o.node);
     WorkerNode* node = registry_.Find(o.node);
     if (node == nullptr || o.seq <= 0) continue;
     if (o.status.ok()) {
@@ -203,6 +205,17 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   v1::CoordinatorMessage registered;
   registered.mutable_registered();
   node.channel->Send(std::move(registered));
+  if (reg.has_topology()) {
+    // Stored off the loop like any probe; a bad one costs the probe, not the registration.
+    if (absl::Status s = CheckNodeTopology("register.topology", reg.topology()); !s.ok()) {
+      TRAINCTL_LOG(WARNING) << "worker " << node.name << ": topology probe dropped: "
+                            << s.message();
+    } else {
+      v1::WorkerMessage probe;
+      *probe.mutable_topology() = reg.topology();
+      ingester_->Submit(session, node.name, std::move(probe), [] {});
+    }
+  }
   TRAINCTL_LOG(INFO) << "worker " << node.name << " registered (" << node.address << ", "
                      << node.total_slots << (node.gpus > 0 ? " GPUs" : " CPU slots") << ", "
                      << reg.running_tasks_size() << " tasks" << (was_lost ? ", was lost" : "")
@@ -394,6 +407,45 @@ absl::Status Cluster::HandleTaskStatus(WorkerNode& node, const v1::TaskStatus& s
       break;
   }
   return FinishRun(job_id);
+}
+
+void Cluster::TopologyStored(const std::string& node) {
+  absl::MutexLock lock(&topology_mu_);
+  ++topologies_stored_[node];
+}
+
+absl::Status Cluster::RefreshTopology(const std::string& node, absl::Duration timeout) {
+  int64_t before = 0;
+  {
+    absl::MutexLock lock(&topology_mu_);
+    before = topologies_stored_[node];
+  }
+  std::promise<absl::Status> sent;
+  Post([this, &node, &sent] {
+    WorkerNode* n = registry_.Find(node);
+    if (n == nullptr) {
+      sent.set_value(absl::NotFoundError(absl::StrCat("node ", node, " is not known")));
+    } else if (n->channel == nullptr) {
+      sent.set_value(absl::FailedPreconditionError(
+          absl::StrCat("node ", node, " is not connected (", n->lost ? "lost" : "disconnected",
+                       "): it cannot probe its topology now")));
+    } else {
+      v1::CoordinatorMessage probe;
+      probe.mutable_probe_topology();
+      n->channel->Send(std::move(probe));
+      sent.set_value(absl::OkStatus());
+    }
+  });
+  if (absl::Status s = sent.get_future().get(); !s.ok()) return s;
+  absl::MutexLock lock(&topology_mu_);
+  auto stored = [this, &node, before]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(topology_mu_) {
+    return topologies_stored_[node] > before;
+  };
+  if (!topology_mu_.AwaitWithTimeout(absl::Condition(&stored), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("node ", node, " sent no topology probe within ",
+                                                    absl::FormatDuration(timeout)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace trainctl

@@ -35,6 +35,7 @@
 #include "coordinator/job_metrics.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_service.h"
+#include "coordinator/node_inventory.h"
 #include "coordinator/rpc_metrics.h"
 #include "coordinator/sqlite_job_store.h"
 #include "coordinator/worker_service.h"
@@ -52,6 +53,8 @@ ABSL_FLAG(
 ABSL_FLAG(
     absl::Duration, recovery_grace, absl::ZeroDuration(),
     "after a restart, how long placed jobs wait for their workers to report (0: lease + 10s)");
+ABSL_FLAG(absl::Duration, topology_refresh_timeout, absl::Seconds(15),
+          "how long `trainctl nodes NODE --topology --refresh` waits for the node's fresh probe");
 ABSL_FLAG(std::string, ready_file, "",
           "once serving, write the bound HOST:PORT to this file (for scripts and tests)");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -169,7 +172,14 @@ int Run() {
   };
   Cluster cluster(&jobs, &clock, cluster_options);
   jobs.SetListener([&cluster](const std::string& id) { cluster.JobChanged(id); });
-  job_service.SetNodeLister([&cluster] { return cluster.ListNodes(); });
+  NodeInventory nodes(
+      [&cluster] { return cluster.ListNodes(); },
+      [&cluster](const std::string& node, absl::Duration timeout) {
+        return cluster.RefreshTopology(node, timeout);
+      },
+      store->get(), absl::GetFlag(FLAGS_topology_refresh_timeout));
+  job_service.SetNodeLister(
+      [&nodes](const trainctl::v1::ListNodesRequest& request) { return nodes.List(request); });
   AddCoordinatorCollectors(&registry, store->get(), [&cluster] { return cluster.ListNodes(); });
   WorkerServiceImpl worker_service(&cluster);
   if (absl::Status s = cluster.Start(); !s.ok()) {

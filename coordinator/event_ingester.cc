@@ -266,6 +266,21 @@ void EventIngester::Store(std::vector<Item>& batch) {
       outcomes.push_back(std::move(out));
       continue;
     }
+    if (item.message.has_topology()) {
+      out.topology = true;
+      v1::NodeTopology topology = item.message.topology();
+      topology.set_node(item.node);  // the session's node, whatever the worker wrote there
+      const absl::Status stored = jobs_->store()->PutNodeTopology(topology);
+      if (IsTransientStoreError(stored)) {
+        out.status = stored;
+        failed_sessions_[item.session] = stored;
+      } else if (!stored.ok()) {
+        TRAINCTL_LOG(WARNING) << "topology probe from " << item.node
+                              << " dropped: " << stored.message();
+      }
+      outcomes.push_back(std::move(out));
+      continue;
+    }
     const BatchRecord* record = nullptr;
     if (where[i].second >= 0) record = &(where[i].first ? logs : events)[where[i].second];
     if (record != nullptr && IsTransientStoreError(record->status)) {

@@ -57,6 +57,7 @@ class EventIngester {
     std::string node;
     int64_t seq = 0;
     absl::Status status;
+    bool topology = false;  // the message was a topology probe (JobStore::PutNodeTopology)
   };
   using OnStored = std::function<void(std::vector<Outcome> outcomes)>;
 
@@ -69,7 +70,8 @@ class EventIngester {
   // Stores what is queued, then ends the thread. Later submits are stored on the caller's thread.
   void Stop();
 
-  // Queues `message` (logs or event) of `node`'s `session`. `release` runs once the queue has room
+  // Queues `message` (logs, event, or topology: a node's topology probe, stored under `node`) of
+  // `node`'s `session`. `release` runs once the queue has room
   // (at once, on this thread, when it has now).
   void Submit(int64_t session, const std::string& node, trainctl::v1::WorkerMessage message,
               std::function<void()> release);

@@ -168,4 +168,21 @@ absl::StatusOr<std::vector<LogLine>> InMemoryJobStore::ListLogs(absl::string_vie
   return out;
 }
 
+absl::Status InMemoryJobStore::PutNodeTopology(const trainctl::v1::NodeTopology& topology) {
+  if (topology.node().empty()) {
+    return absl::InvalidArgumentError("a node topology names no node");
+  }
+  absl::MutexLock lock(&mu_);
+  topologies_[topology.node()] = topology;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<trainctl::v1::NodeTopology>> InMemoryJobStore::GetNodeTopology(
+    absl::string_view node) {
+  absl::MutexLock lock(&mu_);
+  auto it = topologies_.find(node);
+  if (it == topologies_.end()) return std::nullopt;
+  return it->second;
+}
+
 }  // namespace trainctl

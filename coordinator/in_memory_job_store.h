@@ -37,6 +37,9 @@ class InMemoryJobStore final : public JobStore {
   absl::Status AppendLogs(std::vector<LogLine>* lines) override;
   absl::StatusOr<std::vector<LogLine>> ListLogs(absl::string_view job_id,
                                                 const LogQuery& query) override;
+  absl::Status PutNodeTopology(const trainctl::v1::NodeTopology& topology) override;
+  absl::StatusOr<std::optional<trainctl::v1::NodeTopology>> GetNodeTopology(
+      absl::string_view node) override;
 
  private:
   void AppendEventsLocked(const std::string& job_id, std::vector<JobEvent>* events)
@@ -52,6 +55,8 @@ class InMemoryJobStore final : public JobStore {
   std::map<int64_t, LogLine> logs_ ABSL_GUARDED_BY(mu_);     // by seq
   const int max_metric_events_ = kDefaultMaxMetricEventsPerJob;
   std::map<std::string, std::vector<int64_t>> metric_seqs_ ABSL_GUARDED_BY(mu_);  // by job id
+  std::map<std::string, trainctl::v1::NodeTopology, std::less<>> topologies_
+      ABSL_GUARDED_BY(mu_);  // by node
 };
 
 }  // namespace trainctl

@@ -86,11 +86,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListNodes(
-    grpc::CallbackServerContext* context, const trainctl::v1::ListNodesRequest* /*request*/,
+    grpc::CallbackServerContext* context, const trainctl::v1::ListNodesRequest* request,
     trainctl::v1::ListNodesResponse* response) {
-  return RunUnary(context, [this, response]() -> absl::Status {
+  return RunUnary(context, [this, request, response]() -> absl::Status {
     if (!node_lister_) return absl::UnimplementedError("this coordinator runs no scheduler");
-    for (trainctl::v1::Node& node : node_lister_()) *response->add_nodes() = std::move(node);
+    ASSIGN_OR_RETURN(*response, node_lister_(*request));
     return absl::OkStatus();
   });
 }

@@ -24,8 +24,10 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
   // Does not take ownership; both must outlive the server.
   JobServiceImpl(JobManager* jobs, ThreadPool* executor) : jobs_(jobs), executor_(executor) {}
 
-  // What ListNodes answers; without one it is UNIMPLEMENTED (a coordinator with no scheduler).
-  using NodeLister = std::function<std::vector<trainctl::v1::Node>()>;
+  // What ListNodes answers (NodeInventory::List); without one it is UNIMPLEMENTED (a coordinator
+  // with no scheduler).
+  using NodeLister = std::function<absl::StatusOr<trainctl::v1::ListNodesResponse>(
+      const trainctl::v1::ListNodesRequest&)>;
   void SetNodeLister(NodeLister lister) { node_lister_ = std::move(lister); }
   // What DiagnoseJob answers with (not owned; outlives the server); without one UNIMPLEMENTED.
   void SetDiagnoser(const JobDiagnoser* diagnoser) { diagnoser_ = diagnoser; }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,13 @@ class JobStore {
   // Log lines of one job, oldest first.
   virtual absl::StatusOr<std::vector<LogLine>> ListLogs(absl::string_view job_id,
                                                         const LogQuery& query) = 0;
+
+  // Keeps `topology` as its node's (topology.node, required: INVALID_ARGUMENT without) latest
+  // probe, replacing the one before. Kept across restarts (SqliteJobStore), for nodes gone too.
+  virtual absl::Status PutNodeTopology(const trainctl::v1::NodeTopology& topology) = 0;
+  // The node's latest probe; nullopt when it never sent one.
+  virtual absl::StatusOr<std::optional<trainctl::v1::NodeTopology>> GetNodeTopology(
+      absl::string_view node) = 0;
 };
 
 }  // namespace trainctl

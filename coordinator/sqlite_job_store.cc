@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
+#include "coordinator/internal/node_topology_sql.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -77,6 +78,8 @@ constexpr const char* kMigrations[] = {
       ALTER TABLE jobs ADD COLUMN kind INTEGER NOT NULL DEFAULT 0;
       CREATE INDEX jobs_by_state_kind ON jobs(state, kind);
     )sql",
+    // 5: each node's latest topology probe (sqlite_node_topology.cc).
+    internal::kNodeTopologyMigration,
 };
 constexpr int kJobKindColumnVersion = 4;
 constexpr int kLatestVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);

@@ -64,6 +64,10 @@ class SqliteJobStore final : public JobStore {
   // One transaction for the whole batch: every record is written, or none (then each record's
   // status is the store's error).
   absl::Status WriteBatch(std::vector<BatchRecord>* records) override;
+  // In sqlite_node_topology.cc (table node_topology, schema migration 5).
+  absl::Status PutNodeTopology(const trainctl::v1::NodeTopology& topology) override;
+  absl::StatusOr<std::optional<trainctl::v1::NodeTopology>> GetNodeTopology(
+      absl::string_view node) override;
 
  private:
   using Work = std::function<absl::Status(sqlite::Db& db)>;

@@ -307,6 +307,40 @@ TEST_P(JobStoreConformanceTest, ConcurrentCreatesAndUpdatesLoseNothing) {
   }
 }
 
+TEST_P(JobStoreConformanceTest, NodeTopologyKeepsTheLatestProbePerNode) {
+  auto none = store_->GetNodeTopology("gpu-1");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value());
+
+  trainctl::v1::NodeTopology first;
+  first.set_node("gpu-1");
+  first.mutable_probe_time()->set_seconds(100);
+  first.add_gpus()->set_name("NVIDIA H100 80GB HBM3");
+  first.add_probe_errors("nvidia-smi topo -m failed");
+  ASSERT_TRUE(store_->PutNodeTopology(first).ok());
+  trainctl::v1::NodeTopology other;
+  other.set_node("gpu-2");
+  other.set_gpudirect_rdma(true);
+  ASSERT_TRUE(store_->PutNodeTopology(other).ok());
+
+  auto got = store_->GetNodeTopology("gpu-1");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(**got, first));
+
+  trainctl::v1::NodeTopology second = first;
+  second.mutable_probe_time()->set_seconds(200);
+  second.clear_probe_errors();
+  (*second.mutable_nccl_env())["NCCL_IB_HCA"] = "mlx5_0";
+  ASSERT_TRUE(store_->PutNodeTopology(second).ok());
+  got = store_->GetNodeTopology("gpu-1");
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_TRUE(MessageDifferencer::Equals(**got, second));
+  EXPECT_TRUE((*store_->GetNodeTopology("gpu-2"))->gpudirect_rdma());
+
+  trainctl::v1::NodeTopology nameless;
+  EXPECT_EQ(store_->PutNodeTopology(nameless).code(), absl::StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllStores, JobStoreConformanceTest,
     ::testing::Values(StoreFactory{"InMemory",

@@ -85,6 +85,22 @@ TEST_F(SqliteJobStoreTest, ReopenKeepsJobsEventsAndLogs) {
   EXPECT_EQ(again->job.id(), created.id());
 }
 
+TEST_F(SqliteJobStoreTest, ReopenKeepsNodeTopology) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    trainctl::v1::NodeTopology topology;
+    topology.set_node("gpu-1");
+    topology.set_peer_memory_module("nvidia_peermem");
+    ASSERT_TRUE((*store)->PutNodeTopology(topology).ok());
+  }
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto got = (*store)->GetNodeTopology("gpu-1");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+  EXPECT_EQ((*got)->peer_memory_module(), "nvidia_peermem");
+}
+
 TEST_F(SqliteJobStoreTest, UsesWalMode) {
   auto store = Open();
   ASSERT_TRUE(store.ok());

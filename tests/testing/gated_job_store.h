@@ -72,6 +72,13 @@ class GatedJobStore final : public JobStore {
                                                 const LogQuery& query) override {
     return store_.ListLogs(job_id, query);
   }
+  absl::Status PutNodeTopology(const trainctl::v1::NodeTopology& topology) override {
+    return store_.PutNodeTopology(topology);
+  }
+  absl::StatusOr<std::optional<trainctl::v1::NodeTopology>> GetNodeTopology(
+      absl::string_view node) override {
+    return store_.GetNodeTopology(node);
+  }
 
  private:
   InMemoryJobStore store_;

@@ -1,0 +1,57 @@
+#include "coordinator/node_inventory.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace trainctl {
+
+namespace v1 = trainctl::v1;
+
+absl::StatusOr<v1::ListNodesResponse> NodeInventory::List(
+    const v1::ListNodesRequest& request) const {
+  const std::string& name = request.name();
+  if (request.refresh() && name.empty()) {
+    return absl::InvalidArgumentError("a topology refresh names one node (ListNodesRequest.name)");
+  }
+  const bool with_topology = request.topology() || request.refresh();
+  v1::ListNodesResponse response;
+  if (request.refresh()) {
+    if (absl::Status s = refresh_(name, refresh_timeout_); !s.ok()) {
+      response.add_warnings(absl::StrCat("no fresh topology probe from ", name, ": ", s.message(),
+                                         "; showing its last probe"));
+    }
+  }
+  for (v1::Node& node : list_()) {
+    if (!name.empty() && node.name() != name) continue;
+    *response.add_nodes() = std::move(node);
+  }
+  if (!name.empty() && response.nodes_size() == 0) {
+    std::optional<v1::NodeTopology> stored;
+    if (with_topology) {
+      ASSIGN_OR_RETURN(stored, store_->GetNodeTopology(name));
+    }
+    if (!stored.has_value())
+      return absl::NotFoundError(absl::StrCat("node ", name, " is not known"));
+    // A node this coordinator has not heard from since it started: its last probe, for the record.
+    v1::Node* node = response.add_nodes();
+    node->set_name(name);
+    node->set_state("unknown");
+    response.add_warnings(
+        absl::StrCat("node ", name,
+                     " is not connected to this coordinator; its last topology "
+                     "probe is from ",
+                     google::protobuf::util::TimeUtil::ToString(stored->probe_time())));
+    *node->mutable_topology() = std::move(*stored);
+    return response;
+  }
+  if (!with_topology) return response;
+  for (v1::Node& node : *response.mutable_nodes()) {
+    ASSIGN_OR_RETURN(std::optional<v1::NodeTopology> topology,
+                     store_->GetNodeTopology(node.name()));
+    if (topology.has_value()) *node.mutable_topology() = std::move(*topology);
+  }
+  return response;
+}
+
+}  // namespace trainctl
