@@ -84,6 +84,9 @@ Usage: trainctl [--coordinator HOST:PORT] [-o FORMAT] VERB [options]
 
 Options for every verb that talks to the coordinator, before or after the verb:
   --coordinator HOST:PORT        default $TRAINCTL_COORDINATOR, else 127.0.0.1:50051
+  --tls_ca/--tls_cert/--tls_key  PEM files for TLS (default $TRAINCTL_TLS_CA/_CERT/_KEY);
+                                 the token: $TRAINCTL_TOKEN or ~/.config/trainctl/token; both
+                                 may come from ~/.config/trainctl/config (see README, Security)
   -o, --output table|json        read verbs print JSON with -o json (metrics: also csv)
 )";
 
@@ -95,6 +98,7 @@ struct Context {
   std::ostream& err;
   std::string format;  // table | json | csv
   Terminal terminal;
+  Connection connection = {};  // resolved for the verbs that talk to the coordinator
 };
 
 int Fail(std::ostream& err, const absl::Status& status) {
@@ -205,7 +209,7 @@ int Submit(Context& c) {
   trainctl::v1::SubmitJobRequest request;
   *request.mutable_spec() = built->spec;
   request.set_request_id(NewRequestId());
-  JobClient client(c.coordinator);
+  JobClient client(c.connection);
   auto response = client.Submit(request);
   if (!response.ok()) return Fail(c.err, response.status());
   PrintWarnings(c.err, {response->warnings().begin(), response->warnings().end()});
@@ -260,7 +264,7 @@ int List(Context& c) {
   if (c.args.Has("limit") && (!absl::SimpleAtoi(c.args.Get("limit"), &limit) || limit <= 0)) {
     return Fail(c.err, absl::InvalidArgumentError("--limit: must be a positive integer"));
   }
-  JobClient client(c.coordinator);
+  JobClient client(c.connection);
   trainctl::v1::ListJobsResponse all;
   trainctl::v1::ListJobsRequest request;
   for (auto s : *states) request.add_states(s);
@@ -294,10 +298,10 @@ int List(Context& c) {
 
 int Nodes(Context& c) {
   if (!c.args.positional.empty() || c.args.Has("topology") || c.args.Has("refresh")) {
-    JobClient client(c.coordinator, c.args.Has("refresh") ? RefreshDeadline() : absl::Seconds(4));
+    JobClient client(c.connection, c.args.Has("refresh") ? RefreshDeadline() : absl::Seconds(4));
     return RunNodeTopology(c.args, client, c.json, c.out, c.err);
   }
-  JobClient client(c.coordinator);
+  JobClient client(c.connection);
   auto nodes = client.ListNodes();
   if (!nodes.ok()) return Fail(c.err, nodes.status());
   if (c.json) {
@@ -372,7 +376,7 @@ std::string ProgressTiming(const Job& job) {
 int Describe(Context& c) {
   if (c.args.positional.size() != 1)
     return Fail(c.err, absl::InvalidArgumentError("describe needs one job ID"));
-  JobClient client(c.coordinator);
+  JobClient client(c.connection);
   auto job = client.Get(c.args.positional[0]);
   if (!job.ok()) return Fail(c.err, job.status());
   std::vector<JobEvent> events;
@@ -391,6 +395,7 @@ int Describe(Context& c) {
   Table fields({"ID:", job->id()});
   fields.AddRow({"Name:", spec.name()});
   fields.AddRow({"Kind:", KindColumn(*job)});
+  fields.AddRow({"Owner:", job->owner().empty() ? "-" : job->owner()});
   fields.AddRow({"State:", StateName(job->state()) +
                                (job->message().empty() ? "" : "  (" + job->message() + ")")});
   if (job->cancel_requested() && job->state() != trainctl::v1::JOB_STATE_CANCELLED) {
@@ -463,7 +468,7 @@ int Describe(Context& c) {
 int Cancel(Context& c) {
   if (c.args.positional.size() != 1)
     return Fail(c.err, absl::InvalidArgumentError("cancel needs one job ID"));
-  JobClient client(c.coordinator);
+  JobClient client(c.connection);
   auto job = client.Cancel(c.args.positional[0], c.args.Get("reason"));
   if (!job.ok()) return Fail(c.err, job.status());
   if (c.json) {
@@ -483,7 +488,7 @@ constexpr char kRedraw[] = "\r\x1b[2K";
 int Watch(Context& c) {
   if (c.args.positional.size() != 1)
     return Fail(c.err, absl::InvalidArgumentError("watch needs one job ID"));
-  JobClient client(c.coordinator);
+  JobClient client(c.connection);
   auto job = client.Get(c.args.positional[0]);
   if (!job.ok()) return Fail(c.err, job.status());
   const bool live = c.terminal.is_tty && !c.json;
@@ -501,7 +506,7 @@ int Watch(Context& c) {
   std::thread ticker;
   if (live) {
     ticker = std::thread([&] {
-      JobClient poller(c.coordinator);
+      JobClient poller(c.connection);
       absl::Time polled = absl::InfinitePast();
       do {
         std::optional<Job> fresh;
@@ -567,7 +572,7 @@ int Metrics(Context& c) {
     }
     request.set_max_points(n);
   }
-  JobClient client(c.coordinator);
+  JobClient client(c.connection);
   auto history = client.GetMetrics(request);
   if (!history.ok()) return Fail(c.err, history.status());
   for (const std::string& name : request.names()) {
@@ -600,7 +605,7 @@ int Logs(Context& c) {
     }
     request.set_tail(tail);
   }
-  JobClient client(c.coordinator);
+  JobClient client(c.connection);
   absl::Status s = client.Logs(request, [&](const LogLine& line) {
     if (c.json) {
       c.out << MessageToJsonText(line, /*pretty=*/false) << std::endl;
@@ -647,12 +652,21 @@ std::map<std::string, Verb> Verbs() {
 
 int RunTrainctl(const std::vector<std::string>& args, const std::string& env_coordinator,
                 std::ostream& out, std::ostream& err, const Terminal& terminal) {
+  ClientEnvironment env;
+  env.coordinator = env_coordinator;
+  return RunTrainctl(args, env, out, err, terminal);
+}
+
+int RunTrainctl(const std::vector<std::string>& args, const ClientEnvironment& env,
+                std::ostream& out, std::ostream& err, const Terminal& terminal) {
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     (args.empty() ? err : out) << kUsage;
     return args.empty() ? kExitUsage : kExitOk;
   }
   // Global options may come before the verb: `trainctl --coordinator H:P ls`.
-  auto leading = ParseLeadingOptions(args, {{"coordinator", "", true}, {"output", "-o", true}});
+  std::vector<OptionSpec> globals = ConnectionOptions();
+  globals.push_back({"output", "-o", true});
+  auto leading = ParseLeadingOptions(args, globals);
   if (!leading.ok()) {
     err << "trainctl: " << leading.status().message() << "\n\n" << kUsage;
     return kExitUsage;
@@ -671,12 +685,13 @@ int RunTrainctl(const std::vector<std::string>& args, const std::string& env_coo
   }
   if (name == "prepare") return data::RunPrepareVerb(rest, out, err);
   if (name == "datagen") return data::RunDatagenVerb(rest, out, err);
-  const auto verbs = Verbs();
+  auto verbs = Verbs();
   auto verb = verbs.find(name);
   if (verb == verbs.end()) {
     err << "trainctl: unknown command '" << name << "'\n\n" << kUsage;
     return kExitUsage;
   }
+  const bool remote = AddConnectionOptions(&verb->second.options);
   auto parsed = ParseArgs(rest, verb->second.options, verb->second.passthrough);
   absl::Status merged =
       parsed.ok() ? MergeLeadingOptions(*leading, verb->second.options, &*parsed) : parsed.status();
@@ -686,7 +701,13 @@ int RunTrainctl(const std::vector<std::string>& args, const std::string& env_coo
   }
   Context c{std::move(*parsed), "", false, out, err, "", terminal};
   c.coordinator =
-      c.args.Get("coordinator", env_coordinator.empty() ? kDefaultCoordinator : env_coordinator);
+      c.args.Get("coordinator", env.coordinator.empty() ? kDefaultCoordinator : env.coordinator);
+  if (remote) {
+    auto connection = ResolveConnection(c.args.options, env);
+    if (!connection.ok()) return Fail(err, connection.status());
+    c.connection = *std::move(connection);
+    c.coordinator = c.connection.address;
+  }
   c.format = c.args.Get("output", "table");
   const bool csv_ok = name == "metrics";
   if (c.format != "table" && c.format != "json" && !(csv_ok && c.format == "csv")) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/connection.h"
+
 namespace trainctl::cli {
 
 // Exit codes: 0 success; 1 the command failed (unreachable coordinator, invalid spec, unknown job,
@@ -21,7 +23,12 @@ struct Terminal {
   std::function<int()> columns;  // its width now (it may be resized); unset: 80
 };
 
-// `args` excludes the program name. `env_coordinator` is $TRAINCTL_COORDINATOR (may be empty).
+// `args` excludes the program name; `env` is what main() read of the environment
+// (cli/connection.h says how it and the flags make the connection).
+int RunTrainctl(const std::vector<std::string>& args, const ClientEnvironment& env,
+                std::ostream& out, std::ostream& err, const Terminal& terminal = Terminal());
+// The same with only $TRAINCTL_COORDINATOR (may be empty) of the environment: no HOME, so no
+// config or token file.
 int RunTrainctl(const std::vector<std::string>& args, const std::string& env_coordinator,
                 std::ostream& out, std::ostream& err, const Terminal& terminal = Terminal());
 

@@ -8,13 +8,18 @@ namespace trainctl::cli {
 using trainctl::v1::Job;
 
 JobClient::JobClient(std::string address, absl::Duration connect_timeout)
-    : address_(std::move(address)), connect_timeout_(connect_timeout) {
+    : JobClient(PlaintextConnection(std::move(address)), connect_timeout) {}
+
+JobClient::JobClient(Connection connection, absl::Duration connect_timeout)
+    : address_(std::move(connection.address)),
+      token_(std::move(connection.token)),
+      connect_timeout_(connect_timeout) {
   grpc::ChannelArguments args;
   // Fail fast on refused connections rather than backing off for a minute.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetMaxReceiveMessageSize(64 << 20);
-  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(address_, connection.credentials, args);
   stub_ = trainctl::v1::JobService::NewStub(channel_);
 }
 
@@ -26,6 +31,10 @@ absl::Status JobClient::Convert(const grpc::Status& status) const {
         absl::StrCat("cannot reach coordinator at ", address_, ": ", status.error_message()));
   }
   return absl::Status(static_cast<absl::StatusCode>(code), status.error_message());
+}
+
+void JobClient::Authorize(grpc::ClientContext* context) const {
+  if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
 }
 
 absl::Status JobClient::Connect() {
@@ -41,6 +50,7 @@ template <typename Request, typename Response>
 absl::StatusOr<Response> JobClient::Unary(UnaryMethod<Request, Response> method,
                                           const Request& request) {
   grpc::ClientContext context;
+  Authorize(&context);
   context.set_deadline(absl::ToChronoTime(absl::Now() + connect_timeout_));
   Response response;
   if (auto s = Convert((stub_.get()->*method)(&context, request, &response)); !s.ok()) return s;
@@ -94,6 +104,7 @@ absl::Status JobClient::Watch(const trainctl::v1::WatchJobRequest& request,
                               const std::function<void(const trainctl::v1::JobEvent&)>& on_event) {
   if (auto s = Connect(); !s.ok()) return s;
   grpc::ClientContext context;
+  Authorize(&context);
   auto reader = stub_->WatchJob(&context, request);
   trainctl::v1::JobEvent event;
   while (reader->Read(&event)) on_event(event);
@@ -104,6 +115,7 @@ absl::Status JobClient::Logs(const trainctl::v1::StreamLogsRequest& request,
                              const std::function<void(const trainctl::v1::LogLine&)>& on_line) {
   if (auto s = Connect(); !s.ok()) return s;
   grpc::ClientContext context;
+  Authorize(&context);
   auto reader = stub_->StreamLogs(&context, request);
   trainctl::v1::LogLine line;
   while (reader->Read(&line)) on_line(line);

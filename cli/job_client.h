@@ -12,13 +12,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cli/connection.h"
 #include "trainctl/v1/job.grpc.pb.h"
 
 namespace trainctl::cli {
 
 class JobClient {
  public:
+  // Plaintext, no token.
   explicit JobClient(std::string address, absl::Duration connect_timeout = absl::Seconds(4));
+  // With the connection's credentials; its token (if any) goes with every call.
+  explicit JobClient(Connection connection, absl::Duration connect_timeout = absl::Seconds(4));
 
   absl::StatusOr<trainctl::v1::SubmitJobResponse> Submit(
       const trainctl::v1::SubmitJobRequest& request);
@@ -49,8 +53,11 @@ class JobClient {
   // Waits for a connection (streams have no deadline once connected).
   absl::Status Connect();
   absl::Status Convert(const grpc::Status& status) const;
+  // The token's metadata on `context`.
+  void Authorize(grpc::ClientContext* context) const;
 
   std::string address_;
+  std::string token_;
   absl::Duration connect_timeout_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<trainctl::v1::JobService::Stub> stub_;

@@ -14,7 +14,6 @@ int main(int argc, char** argv) {
     std::cout << trainctl::VersionText("trainctl");
     return 0;
   }
-  const char* env = std::getenv("TRAINCTL_COORDINATOR");
   trainctl::cli::Terminal terminal;
   terminal.is_tty = isatty(STDOUT_FILENO) == 1;
   terminal.columns = [] {
@@ -24,6 +23,8 @@ int main(int argc, char** argv) {
     const int n = columns == nullptr ? 0 : std::atoi(columns);
     return n > 0 ? n : 80;
   };
-  return trainctl::cli::RunTrainctl({argv + 1, argv + argc}, env == nullptr ? "" : env, std::cout,
+  // The one place trainctl reads its environment (cli/connection.h).
+  return trainctl::cli::RunTrainctl({argv + 1, argv + argc},
+                                    trainctl::cli::ClientEnvironment::FromProcess(), std::cout,
                                     std::cerr, terminal);
 }

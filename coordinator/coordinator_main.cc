@@ -19,7 +19,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/build_info.h"
+#include "common/access_tokens.h"
 #include "common/clock.h"
+#include "common/credentials.h"
 #include "common/daemon.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -36,6 +38,7 @@
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_service.h"
 #include "coordinator/node_inventory.h"
+#include "coordinator/rpc_authorizer.h"
 #include "coordinator/rpc_metrics.h"
 #include "coordinator/sqlite_job_store.h"
 #include "coordinator/worker_service.h"
@@ -60,6 +63,18 @@ ABSL_FLAG(std::string, ready_file, "",
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus /metrics on (the documented port is 9401, e.g. "
           "0.0.0.0:9401; port 0: any free port); empty: no metrics endpoint");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain to serve TLS with (with --tls_key); empty: plaintext");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA that signs client certificates: clients may present one and workers must (mTLS; "
+          "a worker's node name must be its certificate's CN or a DNS name of it)");
+ABSL_FLAG(bool, tls_require_client_cert, false,
+          "with --tls_ca: demand a client certificate from every client at the handshake (CLI "
+          "users and health probes too)");
+ABSL_FLAG(std::string, tokens_file, "",
+          "bearer tokens with roles, one 'SUBJECT ROLE SHA256-HEX' per line (roles: admin, user, "
+          "viewer, worker); empty: no authentication");
 ABSL_FLAG(std::string, metrics_ready_file, "",
           "once /metrics is served, write its bound HOST:PORT to this file (written before "
           "--ready_file)");
@@ -119,6 +134,33 @@ int Run() {
     return 2;
   }
 
+  // TLS and tokens first: a mistake in them stops the start before the database is touched.
+  TlsOptions tls;
+  tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  tls.key = absl::GetFlag(FLAGS_tls_key);
+  tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  tls.require_client_cert = absl::GetFlag(FLAGS_tls_require_client_cert);
+  auto credentials = MakeServerCredentials(tls);
+  if (!credentials.ok()) {
+    TRAINCTL_LOG(ERROR) << credentials.status().message();
+    return 2;
+  }
+  AuthorizerOptions auth_options;
+  auth_options.client_certificates = !tls.ca.empty();
+  if (const std::string tokens_file = absl::GetFlag(FLAGS_tokens_file); !tokens_file.empty()) {
+    auto tokens = TokenTable::Load(tokens_file);
+    if (!tokens.ok()) {
+      TRAINCTL_LOG(ERROR) << tokens.status().message();
+      return 2;
+    }
+    TRAINCTL_LOG(INFO) << tokens->size() << " bearer tokens from " << tokens_file;
+    if (!tls.enabled()) {
+      TRAINCTL_LOG(WARNING) << "--tokens_file without --tls_cert: tokens travel in clear text";
+    }
+    auth_options.tokens = *std::move(tokens);
+  }
+  const RpcAuthorizer authorizer(std::move(auth_options));
+
   const std::string db_path = absl::GetFlag(FLAGS_db);
   // One coordinator per database: a second would schedule the same jobs from its own view.
   std::unique_ptr<DbLock> db_lock;
@@ -157,6 +199,7 @@ int Run() {
   jobs.SetObserver(&job_metrics);
   ThreadPool executor(std::max(1, absl::GetFlag(FLAGS_rpc_threads)));
   JobServiceImpl job_service(&jobs, &executor);
+  job_service.SetAuthorizer(&authorizer);
   ClusterOptions cluster_options;
   cluster_options.lease_timeout = absl::GetFlag(FLAGS_lease_timeout);
   cluster_options.recovery_grace = absl::GetFlag(FLAGS_recovery_grace);
@@ -182,6 +225,7 @@ int Run() {
       [&nodes](const trainctl::v1::ListNodesRequest& request) { return nodes.List(request); });
   AddCoordinatorCollectors(&registry, store->get(), [&cluster] { return cluster.ListNodes(); });
   WorkerServiceImpl worker_service(&cluster);
+  worker_service.SetAuthorizer(&authorizer);
   if (absl::Status s = cluster.Start(); !s.ok()) {
     TRAINCTL_LOG(ERROR) << "loading jobs: " << s.message();
     return 1;
@@ -194,7 +238,7 @@ int Run() {
   int port = 0;
   // Without SO_REUSEPORT a port another process serves on is an error here, not a silent share.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *credentials, &port);
   builder.RegisterService(&job_service);
   builder.RegisterService(&worker_service);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
@@ -206,7 +250,10 @@ int Run() {
     return 1;
   }
   bound = BoundAddress(listen, port);
-  TRAINCTL_LOG(INFO) << "trainctl-coordinator serving on " << bound << ", db " << db_path;
+  TRAINCTL_LOG(INFO) << "trainctl-coordinator serving on " << bound << ", db " << db_path << ", "
+                     << (tls.enabled() ? (tls.ca.empty() ? "TLS" : "TLS, client certificates")
+                                       : "plaintext")
+                     << (authorizer.tokens_on() ? ", bearer tokens" : ", no authentication");
   if (db_lock != nullptr) {
     if (absl::Status s = db_lock->SetAddress(bound); !s.ok()) TRAINCTL_LOG(WARNING) << s.message();
   }

@@ -147,12 +147,14 @@ JobMutation TaggedWithStage(JobMutation mutate) {
 }  // namespace
 
 absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spec,
-                                                const std::string& request_id) {
+                                                const std::string& request_id,
+                                                const std::string& owner) {
   ASSIGN_OR_RETURN(ValidatedJobSpec validated, ValidateJobSpec(spec));
   const auto now = ToProto(clock_->Now());
   Job job;
   *job.mutable_spec() = std::move(validated.spec);
   job.set_state(trainctl::v1::JOB_STATE_PENDING);
+  job.set_owner(owner);
   job.set_resolved_deepspeed_config_json(std::move(validated.resolved_deepspeed_config_json));
   *job.mutable_create_time() = now;
   *job.mutable_update_time() = now;
@@ -214,12 +216,19 @@ void JobManager::TellObserver(const Job& job, const std::vector<JobEvent>& event
   }
 }
 
-absl::StatusOr<Job> JobManager::Cancel(absl::string_view id, const std::string& reason) {
+absl::StatusOr<Job> JobManager::Cancel(absl::string_view id, const std::string& reason,
+                                       const std::optional<std::string>& only_owner) {
   const auto now = ToProto(clock_->Now());
   const std::string why =
       reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
   bool accepted = false;  // not cancelled or being cancelled before this call
   auto cancelled = Update(id, [&](Job* job, std::vector<JobEvent>* events) -> absl::Status {
+    if (only_owner.has_value() && job->owner() != *only_owner) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          *only_owner, " may cancel only its own jobs; job ", job->id(), " belongs to ",
+          job->owner().empty() ? std::string("no one (submitted without authentication)")
+                               : job->owner()));
+    }
     accepted = job->state() != trainctl::v1::JOB_STATE_CANCELLED && !job->cancel_requested();
     switch (job->state()) {
       case trainctl::v1::JOB_STATE_CANCELLED:

@@ -5,6 +5,7 @@
 #define TRAINCTL_COORDINATOR_JOB_MANAGER_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,9 @@ class JobManager {
 
   // Validates the spec (INVALID_ARGUMENT listing every problem), stores the job as pending with
   // its defaults applied and its DeepSpeed config resolved, and returns it once committed.
+  // `owner` (who submitted it; "" without authentication) is kept in Job.owner.
   absl::StatusOr<SubmitResult> Submit(const trainctl::v1::JobSpec& spec,
-                                      const std::string& request_id);
+                                      const std::string& request_id, const std::string& owner = "");
 
   absl::StatusOr<Job> Get(absl::string_view id);
 
@@ -62,8 +64,10 @@ class JobManager {
 
   // Cancels a job that has not been placed at once; a placed one is marked cancel_requested and
   // stopped by its workers. Cancelling a cancelled job returns it unchanged; a succeeded or failed
-  // one is FAILED_PRECONDITION.
-  absl::StatusOr<Job> Cancel(absl::string_view id, const std::string& reason);
+  // one is FAILED_PRECONDITION. With `only_owner`, a job whose owner is another is left alone:
+  // PERMISSION_DENIED naming both.
+  absl::StatusOr<Job> Cancel(absl::string_view id, const std::string& reason,
+                             const std::optional<std::string>& only_owner = std::nullopt);
 
   // Moves the job to `to` (FAILED_PRECONDITION if the state machine forbids it), stamping start/end
   // times and the attempt counter, and records a state_change event.

@@ -1,5 +1,8 @@
 #include "coordinator/job_service.h"
 
+#include <optional>
+#include <string>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -13,6 +16,9 @@ using trainctl::v1::JobEvent;
 using trainctl::v1::LogLine;
 
 constexpr int kStreamBatch = 256;
+
+// What a service without an authorizer set uses: everything allowed.
+const RpcAuthorizer kOpen;
 
 absl::StatusOr<bool> JobOver(JobStore* store, const std::string& id) {
   ASSIGN_OR_RETURN(Job current, store->GetJob(id));
@@ -36,98 +42,129 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-grpc::ServerUnaryReactor* JobServiceImpl::RunUnary(grpc::CallbackServerContext* context,
-                                                   std::function<absl::Status()> work) {
+const RpcAuthorizer& JobServiceImpl::Auth() const {
+  return authorizer_ == nullptr ? kOpen : *authorizer_;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::RunUnary(
+    grpc::CallbackServerContext* context, absl::string_view method,
+    std::function<absl::Status(const Caller&)> work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->Schedule([reactor, work = std::move(work)] { reactor->Finish(ToGrpcStatus(work())); });
+  absl::StatusOr<Caller> caller = Auth().Authorize(*context, method);
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
+  executor_->Schedule([reactor, work = std::move(work), caller = *std::move(caller)] {
+    reactor->Finish(ToGrpcStatus(work(caller)));
+  });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                     const trainctl::v1::SubmitJobRequest* request,
                                                     trainctl::v1::SubmitJobResponse* response) {
-  return RunUnary(context, [this, request, response]() -> absl::Status {
-    ASSIGN_OR_RETURN(SubmitResult result, jobs_->Submit(request->spec(), request->request_id()));
-    *response->mutable_job() = std::move(result.job);
-    response->set_created(result.created);
-    for (std::string& w : result.warnings) response->add_warnings(std::move(w));
-    return absl::OkStatus();
-  });
+  return RunUnary(context, "JobService/SubmitJob",
+                  [this, request, response](const Caller& caller) -> absl::Status {
+                    ASSIGN_OR_RETURN(
+                        SubmitResult result,
+                        jobs_->Submit(request->spec(), request->request_id(), caller.subject));
+                    *response->mutable_job() = std::move(result.job);
+                    response->set_created(result.created);
+                    for (std::string& w : result.warnings) response->add_warnings(std::move(w));
+                    return absl::OkStatus();
+                  });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const trainctl::v1::GetJobRequest* request,
                                                  trainctl::v1::Job* response) {
-  return RunUnary(context, [this, request, response]() -> absl::Status {
-    ASSIGN_OR_RETURN(*response, jobs_->Get(request->id()));
-    return absl::OkStatus();
-  });
+  return RunUnary(context, "JobService/GetJob",
+                  [this, request, response](const Caller&) -> absl::Status {
+                    ASSIGN_OR_RETURN(*response, jobs_->Get(request->id()));
+                    return absl::OkStatus();
+                  });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
                                                    const trainctl::v1::ListJobsRequest* request,
                                                    trainctl::v1::ListJobsResponse* response) {
-  return RunUnary(context, [this, request, response]() -> absl::Status {
-    JobFilter filter;
-    for (int state : request->states()) {
-      filter.states.push_back(static_cast<trainctl::v1::JobState>(state));
-    }
-    filter.page_size = request->page_size() == 0 ? 100 : request->page_size();
-    if (!request->page_token().empty() &&
-        (!absl::SimpleAtoi(request->page_token(), &filter.before_id) || filter.before_id <= 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("invalid page_token '", request->page_token(), "'"));
-    }
-    ASSIGN_OR_RETURN(JobPage page, jobs_->List(filter));
-    for (Job& job : page.jobs) *response->add_jobs() = std::move(job);
-    if (page.next_before_id > 0) response->set_next_page_token(absl::StrCat(page.next_before_id));
-    return absl::OkStatus();
-  });
+  return RunUnary(context, "JobService/ListJobs",
+                  [this, request, response](const Caller&) -> absl::Status {
+                    JobFilter filter;
+                    for (int state : request->states()) {
+                      filter.states.push_back(static_cast<trainctl::v1::JobState>(state));
+                    }
+                    filter.page_size = request->page_size() == 0 ? 100 : request->page_size();
+                    if (!request->page_token().empty() &&
+                        (!absl::SimpleAtoi(request->page_token(), &filter.before_id) ||
+                         filter.before_id <= 0)) {
+                      return absl::InvalidArgumentError(
+                          absl::StrCat("invalid page_token '", request->page_token(), "'"));
+                    }
+                    ASSIGN_OR_RETURN(JobPage page, jobs_->List(filter));
+                    for (Job& job : page.jobs) *response->add_jobs() = std::move(job);
+                    if (page.next_before_id > 0)
+                      response->set_next_page_token(absl::StrCat(page.next_before_id));
+                    return absl::OkStatus();
+                  });
 }
 
-grpc::ServerUnaryReactor* JobServiceImpl::ListNodes(
-    grpc::CallbackServerContext* context, const trainctl::v1::ListNodesRequest* request,
-    trainctl::v1::ListNodesResponse* response) {
-  return RunUnary(context, [this, request, response]() -> absl::Status {
-    if (!node_lister_) return absl::UnimplementedError("this coordinator runs no scheduler");
-    ASSIGN_OR_RETURN(*response, node_lister_(*request));
-    return absl::OkStatus();
-  });
+grpc::ServerUnaryReactor* JobServiceImpl::ListNodes(grpc::CallbackServerContext* context,
+                                                    const trainctl::v1::ListNodesRequest* request,
+                                                    trainctl::v1::ListNodesResponse* response) {
+  return RunUnary(context, "JobService/ListNodes",
+                  [this, request, response](const Caller&) -> absl::Status {
+                    if (!node_lister_)
+                      return absl::UnimplementedError("this coordinator runs no scheduler");
+                    ASSIGN_OR_RETURN(*response, node_lister_(*request));
+                    return absl::OkStatus();
+                  });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetMetrics(grpc::CallbackServerContext* context,
                                                      const trainctl::v1::GetMetricsRequest* request,
                                                      trainctl::v1::GetMetricsResponse* response) {
-  return RunUnary(context, [this, request, response]() -> absl::Status {
-    ASSIGN_OR_RETURN(
-        *response,
-        jobs_->GetMetrics(request->id(), {request->names().begin(), request->names().end()},
-                          request->max_points()));
-    return absl::OkStatus();
-  });
+  return RunUnary(
+      context, "JobService/GetMetrics", [this, request, response](const Caller&) -> absl::Status {
+        ASSIGN_OR_RETURN(
+            *response,
+            jobs_->GetMetrics(request->id(), {request->names().begin(), request->names().end()},
+                              request->max_points()));
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::DiagnoseJob(
     grpc::CallbackServerContext* context, const trainctl::v1::DiagnoseJobRequest* request,
     trainctl::v1::DiagnoseJobResponse* response) {
-  return RunUnary(context, [this, request, response]() -> absl::Status {
-    if (diagnoser_ == nullptr) return absl::UnimplementedError("this coordinator diagnoses no jobs");
-    ASSIGN_OR_RETURN(*response, diagnoser_->Diagnose(request->id()));
-    return absl::OkStatus();
-  });
+  return RunUnary(context, "JobService/DiagnoseJob",
+                  [this, request, response](const Caller&) -> absl::Status {
+                    if (diagnoser_ == nullptr)
+                      return absl::UnimplementedError("this coordinator diagnoses no jobs");
+                    ASSIGN_OR_RETURN(*response, diagnoser_->Diagnose(request->id()));
+                    return absl::OkStatus();
+                  });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const trainctl::v1::CancelJobRequest* request,
                                                     trainctl::v1::Job* response) {
-  return RunUnary(context, [this, request, response]() -> absl::Status {
-    ASSIGN_OR_RETURN(*response, jobs_->Cancel(request->id(), request->reason()));
-    return absl::OkStatus();
-  });
+  return RunUnary(context, "JobService/CancelJob",
+                  [this, request, response](const Caller& caller) -> absl::Status {
+                    std::optional<std::string> only_owner;
+                    if (!RpcAuthorizer::MayCancelAnyJob(caller)) only_owner = caller.subject;
+                    ASSIGN_OR_RETURN(*response,
+                                     jobs_->Cancel(request->id(), request->reason(), only_owner));
+                    return absl::OkStatus();
+                  });
 }
 
 grpc::ServerWriteReactor<JobEvent>* JobServiceImpl::WatchJob(
-    grpc::CallbackServerContext* /*context*/, const trainctl::v1::WatchJobRequest* request) {
+    grpc::CallbackServerContext* context, const trainctl::v1::WatchJobRequest* request) {
+  if (auto caller = Auth().Authorize(*context, "JobService/WatchJob"); !caller.ok()) {
+    return FailedStream<JobEvent>(caller.status());
+  }
   auto job = jobs_->Get(request->id());
   if (!job.ok()) return FailedStream<JobEvent>(job.status());
   JobStore* store = jobs_->store();
@@ -141,7 +178,10 @@ grpc::ServerWriteReactor<JobEvent>* JobServiceImpl::WatchJob(
 }
 
 grpc::ServerWriteReactor<LogLine>* JobServiceImpl::StreamLogs(
-    grpc::CallbackServerContext* /*context*/, const trainctl::v1::StreamLogsRequest* request) {
+    grpc::CallbackServerContext* context, const trainctl::v1::StreamLogsRequest* request) {
+  if (auto caller = Auth().Authorize(*context, "JobService/StreamLogs"); !caller.ok()) {
+    return FailedStream<LogLine>(caller.status());
+  }
   auto job = jobs_->Get(request->id());
   if (!job.ok()) return FailedStream<LogLine>(job.status());
   JobStore* store = jobs_->store();

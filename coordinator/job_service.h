@@ -1,5 +1,8 @@
 // JobServiceImpl: the gRPC face of JobManager. Translates protos and statuses, nothing more.
 // Unary handlers run on `executor` (they block on SQLite); streams are StoreTailWriter reactors.
+// Every handler first asks the authorizer (coordinator/rpc_authorizer.h) whether its caller may
+// call it; a submitted job records the caller's subject as its owner, and a user may cancel only
+// the jobs it owns.
 #ifndef TRAINCTL_COORDINATOR_JOB_SERVICE_H_
 #define TRAINCTL_COORDINATOR_JOB_SERVICE_H_
 
@@ -12,6 +15,7 @@
 #include "common/thread_pool.h"
 #include "coordinator/job_diagnoser.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/rpc_authorizer.h"
 #include "trainctl/v1/job.grpc.pb.h"
 
 namespace trainctl {
@@ -31,6 +35,8 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
   void SetNodeLister(NodeLister lister) { node_lister_ = std::move(lister); }
   // What DiagnoseJob answers with (not owned; outlives the server); without one UNIMPLEMENTED.
   void SetDiagnoser(const JobDiagnoser* diagnoser) { diagnoser_ = diagnoser; }
+  // Who may call what; not owned, must outlive the server. Unset: everyone may call everything.
+  void SetAuthorizer(const RpcAuthorizer* authorizer) { authorizer_ = authorizer; }
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const trainctl::v1::SubmitJobRequest* request,
@@ -60,14 +66,18 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
                                         trainctl::v1::DiagnoseJobResponse* response) override;
 
  private:
-  // Runs `work` on the executor and finishes the returned reactor with its status.
-  grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context,
-                                     std::function<absl::Status()> work);
+  // Authorizes the call to `method` ("JobService/GetJob"), then runs `work` with its caller on
+  // the executor, and finishes the returned reactor with the first failure or `work`'s status.
+  grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context, absl::string_view method,
+                                     std::function<absl::Status(const Caller&)> work);
 
   JobManager* const jobs_;
   ThreadPool* const executor_;
   NodeLister node_lister_;
   const JobDiagnoser* diagnoser_ = nullptr;
+  const RpcAuthorizer& Auth() const;
+
+  const RpcAuthorizer* authorizer_ = nullptr;
 };
 
 }  // namespace trainctl

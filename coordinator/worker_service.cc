@@ -8,6 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/logging.h"
 
 namespace trainctl {
 namespace {
@@ -103,10 +104,22 @@ class SessionChannel final : public WorkerChannel {
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
+// A session refused before it began.
+class RefusedSession final : public Reactor {
+ public:
+  explicit RefusedSession(const absl::Status& why) {
+    Finish(grpc::Status(static_cast<grpc::StatusCode>(why.code()), std::string(why.message())));
+  }
+  void OnDone() override { delete this; }
+};
+
 class SessionReactor final : public Reactor {
  public:
-  explicit SessionReactor(Cluster* cluster)
-      : cluster_(cluster), channel_(std::make_shared<SessionChannel>(this)) {
+  SessionReactor(Cluster* cluster, const RpcAuthorizer* authorizer, Caller caller)
+      : cluster_(cluster),
+        authorizer_(authorizer),
+        caller_(std::move(caller)),
+        channel_(std::make_shared<SessionChannel>(this)) {
     session_ = cluster_->Connect(channel_);
     StartRead(&channel_->in);
   }
@@ -117,6 +130,16 @@ class SessionReactor final : public Reactor {
       Disconnect();
       channel_->Finish(grpc::Status::OK);
       return;
+    }
+    if (channel_->in.has_register_()) {
+      const absl::Status s =
+          authorizer_->CheckNodeName(caller_, channel_->in.register_().node_name());
+      if (!s.ok()) {
+        TRAINCTL_LOG(WARNING) << "worker session refused: " << s.message();
+        Disconnect();
+        channel_->Close(s);
+        return;
+      }
     }
     std::weak_ptr<SessionChannel> channel = channel_;
     cluster_->Receive(session_, std::move(channel_->in), [channel] {
@@ -138,6 +161,8 @@ class SessionReactor final : public Reactor {
   }
 
   Cluster* const cluster_;
+  const RpcAuthorizer* const authorizer_;
+  const Caller caller_;
   std::shared_ptr<SessionChannel> channel_;
   int64_t session_ = 0;
   std::atomic<bool> disconnected_{false};
@@ -146,8 +171,15 @@ class SessionReactor final : public Reactor {
 }  // namespace
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Session(
-    grpc::CallbackServerContext* /*context*/) {
-  return new SessionReactor(cluster_);
+    grpc::CallbackServerContext* context) {
+  static const RpcAuthorizer kOpen;
+  const RpcAuthorizer* authorizer = authorizer_ == nullptr ? &kOpen : authorizer_;
+  absl::StatusOr<Caller> caller = authorizer->Authorize(*context, "WorkerService/Session");
+  if (!caller.ok()) {
+    TRAINCTL_LOG(WARNING) << "worker session refused: " << caller.status().message();
+    return new RefusedSession(caller.status());
+  }
+  return new SessionReactor(cluster_, authorizer, *std::move(caller));
 }
 
 }  // namespace trainctl

@@ -28,9 +28,12 @@ grpc::ByteBuffer FromString(const std::string& bytes) {
 }
 
 // One request, one response over a generic stub with a completion queue.
-absl::StatusOr<std::string> Call(const std::string& address, const std::string& method,
-                                 const std::string& request, bool streaming) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+absl::StatusOr<std::string> Call(const std::string& address,
+                                 std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                 const std::string& method, const std::string& request,
+                                 bool streaming) {
+  auto channel = grpc::CreateChannel(
+      address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
@@ -67,17 +70,21 @@ absl::StatusOr<std::string> Call(const std::string& address, const std::string& 
 
 }  // namespace
 
-absl::StatusOr<bool> HealthServing(const std::string& address) {
+absl::StatusOr<bool> HealthServing(const std::string& address,
+                                   std::shared_ptr<grpc::ChannelCredentials> credentials) {
   // HealthCheckRequest{service: ""} is the empty message; HealthCheckResponse{status: SERVING=1}
   // is field 1, varint 1.
-  auto response = Call(address, "/grpc.health.v1.Health/Check", "", /*streaming=*/false);
+  auto response = Call(address, std::move(credentials), "/grpc.health.v1.Health/Check", "",
+                       /*streaming=*/false);
   if (!response.ok()) return response.status();
   return *response == std::string("\x08\x01", 2);
 }
 
-absl::StatusOr<std::string> ReflectionListServices(const std::string& address) {
+absl::StatusOr<std::string> ReflectionListServices(
+    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials) {
   // ServerReflectionRequest{list_services: "*"}: field 7, length-delimited.
-  return Call(address, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+  return Call(address, std::move(credentials),
+              "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
               std::string("\x3a\x01*", 3), /*streaming=*/true);
 }
 

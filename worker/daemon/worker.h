@@ -40,6 +40,10 @@ struct WorkerLoopSummary {
 
 struct WorkerOptions {
   std::string coordinator = "127.0.0.1:50051";
+  // How the session reaches the coordinator (common/credentials.h); null: plaintext. With
+  // client certificates, node_name must be the certificate's CN or one of its DNS names.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string token;  // sent as `authorization: Bearer <token>`; empty: none
   std::string node_name;
   std::string
       advertise_addr;    // what other nodes' ranks dial (MASTER_ADDR when this node is rank 0)

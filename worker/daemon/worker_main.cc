@@ -10,22 +10,28 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/access_tokens.h"
 #include "common/build_info.h"
 #include "common/clock.h"
+#include "common/credentials.h"
 #include "common/daemon.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -70,6 +76,14 @@ ABSL_FLAG(std::string, kernel_log, "/dev/kmsg",
           "kernel.dmesg_restrict=0; a file such as /var/log/kern.log works too); empty: none");
 ABSL_FLAG(absl::Duration, gpu_metrics_interval, absl::Seconds(5),
           "how often nvidia-smi and the kernel log are read for /metrics");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA that signs the coordinator's certificate: TLS to the coordinator");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate (mTLS); its CN or a DNS name must be --node_name");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding this worker's bearer token (role worker), when the coordinator has "
+          "--tokens_file; default: $TRAINCTL_TOKEN");
 ABSL_FLAG(std::string, sysfs_root, "/sys",
           "where the topology probe reads class/infiniband (RDMA ports) and class/net");
 ABSL_FLAG(std::string, proc_modules, "/proc/modules",
@@ -104,6 +118,42 @@ std::string HostName() {
   char buf[HOST_NAME_MAX + 1] = {};
   gethostname(buf, sizeof(buf) - 1);
   return buf;
+}
+
+// TLS to the coordinator and the bearer token, from the flags and $TRAINCTL_TOKEN (the one
+// environment variable the worker reads). A client certificate that does not hold the node's name
+// is an error here: the coordinator would refuse every session.
+absl::Status SetUpCredentials(WorkerOptions* options) {
+  TlsOptions tls;
+  tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  tls.key = absl::GetFlag(FLAGS_tls_key);
+  auto credentials = MakeChannelCredentials(tls);
+  if (!credentials.ok()) return credentials.status();
+  options->credentials = *std::move(credentials);
+  if (!tls.cert.empty()) {
+    std::ifstream in(tls.cert);
+    std::ostringstream pem;
+    pem << in.rdbuf();
+    auto names = CertificateNames(pem.str());
+    if (!names.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls_cert: ", tls.cert));
+    if (std::find(names->begin(), names->end(), options->node_name) == names->end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tls_cert: ", tls.cert, " holds ",
+                       names->empty() ? std::string("no name") : absl::StrJoin(*names, ", "),
+                       ", not the node name '", options->node_name,
+                       "': the coordinator would refuse this node (see --node_name)"));
+    }
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    auto token = ReadTokenFile(path);
+    if (!token.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--token_file: ", token.status().message()));
+    options->token = *std::move(token);
+  } else if (const char* env = std::getenv("TRAINCTL_TOKEN"); env != nullptr) {
+    options->token = std::string(absl::StripAsciiWhitespace(env));
+  }
+  return absl::OkStatus();
 }
 
 int Run() {
@@ -197,6 +247,10 @@ int Run() {
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.kill_grace = absl::GetFlag(FLAGS_kill_grace);
   options.reconnect_max = absl::GetFlag(FLAGS_reconnect_max);
+  if (absl::Status s = SetUpCredentials(&options); !s.ok()) {
+    TRAINCTL_LOG(ERROR) << s.message();
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_gpu_metrics_interval) <= absl::ZeroDuration()) {
     TRAINCTL_LOG(ERROR) << "--gpu_metrics_interval: must be positive";
     return 2;

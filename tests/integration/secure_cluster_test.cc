@@ -1,0 +1,234 @@
+// A secured cluster as deployed: the real trainctl-coordinator with TLS, client certificates and a
+// tokens file, a real trainctl-worker with its certificate and worker token, a job of fake ranks
+// (tests/integration/fake_rank.cc) submitted by the real trainctl binary, which takes its CA from
+// its config file and its token from ~/.config/trainctl/token (HOME points into the test's
+// directory). Certificates are made with the openssl command (tests/testing/test_pki.h).
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "cli/job_client.h"
+#include "common/access_tokens.h"
+#include "common/credentials.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/test_pki.h"
+
+namespace trainctl {
+namespace {
+
+namespace fs = std::filesystem;
+namespace v1 = trainctl::v1;
+using testing::RunResult;
+using testing::Subprocess;
+using testing::WaitFor;
+
+constexpr char kAdminToken[] = "admin-7c1f0e";
+constexpr char kAliceToken[] = "alice-3b9d22";
+constexpr char kWorkerToken[] = "worker-a-51e8";
+
+class SecureClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pki = testing::TestPki::Create(dir_.path());
+    ASSERT_TRUE(pki.ok()) << pki.status();
+    pki_ = std::make_unique<testing::TestPki>(*std::move(pki));
+    auto server = pki_->Server();
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *server;
+    auto worker = pki_->Client("node-a");
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    worker_cert_ = *worker;
+    tokens_ = dir_.Write("tokens", absl::StrCat("admin admin ", Sha256Hex(kAdminToken), "\n",
+                                                "alice user ", Sha256Hex(kAliceToken), "\n",
+                                                "node-a worker ", Sha256Hex(kWorkerToken), "\n"));
+    // trainctl's own files, as a user keeps them.
+    home_ = dir_.path() + "/home";
+    dir_.Write("home/.config/trainctl/config",
+               absl::StrCat("# trainctl client settings\ntls_ca = ", pki_->ca(), "\n"));
+    dir_.Write("home/.config/trainctl/token", std::string(kAliceToken) + "\n");
+  }
+  ~SecureClusterTest() override {
+    worker_.reset();
+    coordinator_.reset();
+  }
+
+  std::vector<std::string> CoordinatorArgs() {
+    return {TRAINCTL_COORDINATOR_BIN,
+            "--listen",
+            "127.0.0.1:0",
+            "--db",
+            dir_.path() + "/trainctl.db",
+            "--ready_file",
+            dir_.path() + "/ready",
+            "--lease_timeout",
+            "5s",
+            "--db_sync",
+            "normal",
+            "--tls_cert",
+            server_.cert,
+            "--tls_key",
+            server_.key,
+            "--tls_ca",
+            pki_->ca(),
+            "--tokens_file",
+            tokens_};
+  }
+  std::vector<std::string> WorkerArgs(const std::string& node) {
+    return {TRAINCTL_WORKER_BIN,
+            "--coordinator",
+            address_,
+            "--node_name",
+            node,
+            "--work_dir",
+            dir_.path() + "/work",
+            "--slots",
+            "2",
+            "--heartbeat_interval",
+            "300ms",
+            "--reconnect_max",
+            "500ms",
+            "--trainer",
+            FAKE_RANK_BIN,
+            "--nvidia_smi",
+            "/nonexistent/nvidia-smi",
+            "--output_roots",
+            dir_.path(),
+            "--tls_ca",
+            pki_->ca(),
+            "--tls_cert",
+            worker_cert_.cert,
+            "--tls_key",
+            worker_cert_.key,
+            "--token_file",
+            dir_.Write("worker-token", kWorkerToken)};
+  }
+
+  void StartDaemons() {
+    coordinator_ =
+        std::make_unique<Subprocess>(CoordinatorArgs(), dir_.path() + "/coordinator.log");
+    ASSERT_TRUE(WaitFor([&] { return fs::exists(dir_.path() + "/ready"); }, absl::Seconds(30)))
+        << Logs();
+    address_ =
+        std::string(absl::StripAsciiWhitespace(testing::ReadFileOrEmpty(dir_.path() + "/ready")));
+    TlsOptions tls;
+    tls.ca = pki_->ca();
+    cli::Connection admin;
+    admin.address = address_;
+    admin.credentials = *MakeChannelCredentials(tls);
+    admin.token = kAdminToken;
+    admin_ = std::make_unique<cli::JobClient>(admin);
+    worker_ = std::make_unique<Subprocess>(WorkerArgs("node-a"), dir_.path() + "/worker.log");
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          auto nodes = admin_->ListNodes();
+          return nodes.ok() && nodes->nodes_size() == 1 && nodes->nodes(0).state() == "ready";
+        },
+        absl::Seconds(20)))
+        << Logs();
+  }
+
+  // The real trainctl as the user runs it: HOME holds its config and token.
+  RunResult Trainctl(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+    args.insert(args.begin(), TRAINCTL_CLI_BIN);
+    env.emplace("HOME", home_);
+    env.emplace("TRAINCTL_COORDINATOR", address_);
+    return testing::Run(args, env, absl::Seconds(30));
+  }
+
+  std::string Logs() {
+    return "--- coordinator\n" + testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log") +
+           "--- worker\n" + testing::ReadFileOrEmpty(dir_.path() + "/worker.log");
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<testing::TestPki> pki_;
+  testing::CertFiles server_;
+  testing::CertFiles worker_cert_;
+  std::string tokens_;
+  std::string home_;
+  std::string address_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::unique_ptr<Subprocess> worker_;
+  std::unique_ptr<cli::JobClient> admin_;
+};
+
+TEST_F(SecureClusterTest, AJobRunsOverMutualTlsWithTokensAndRecordsItsOwner) {
+  StartDaemons();
+  const nlohmann::json spec = {{"kind", "sft"},
+                               {"name", "secure"},
+                               {"model_name_or_path", "tiny"},
+                               {"data_path", dir_.path() + "/data"},
+                               {"output_dir", dir_.path() + "/out"},
+                               {"resources", {{"nodes", 1}, {"slots_per_node", 2}}},
+                               {"env", {{"FAKE_LINES", "3"}, {"FAKE_PERIOD_MS", "5"}}}};
+  RunResult submitted = Trainctl({"submit", dir_.Write("job.json", spec.dump()), "-o", "json"});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err << Logs();
+  auto reply = nlohmann::json::parse(submitted.out, nullptr, false);
+  ASSERT_TRUE(reply.is_object() && reply.contains("id")) << submitted.out;
+  const std::string id = reply["id"].get<std::string>();
+
+  v1::Job job;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto got = admin_->Get(id);
+        if (got.ok()) job = *got;
+        return got.ok() && job.state() == v1::JOB_STATE_SUCCEEDED;
+      },
+      absl::Seconds(30)))
+      << v1::JobState_Name(job.state()) << " " << job.message() << "\n"
+      << Logs();
+  EXPECT_EQ(job.owner(), "alice");
+  RunResult described = Trainctl({"describe", id});
+  ASSERT_EQ(described.exit_code, 0) << described.err;
+  EXPECT_TRUE(absl::StrContains(described.out, "Owner:")) << described.out;
+  EXPECT_TRUE(absl::StrContains(described.out, "alice")) << described.out;
+
+  // The environment overrides the token file; an unknown token is refused, saying so.
+  RunResult wrong = Trainctl({"ls"}, {{"TRAINCTL_TOKEN", "not-a-token"}});
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(wrong.err, "not one the coordinator's tokens file lists"))
+      << wrong.err;
+  // A home without a token file: the call carries none.
+  fs::remove(home_ + "/.config/trainctl/token");
+  RunResult none = Trainctl({"ls"});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(none.err, "needs a bearer token")) << none.err;
+  // Without the CA (no config file), trainctl talks plaintext to a TLS port: it fails, fast.
+  RunResult plaintext = Trainctl({"ls"}, {{"HOME", dir_.path()}, {"TRAINCTL_TOKEN", kAliceToken}});
+  EXPECT_EQ(plaintext.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(plaintext.err, "cannot reach coordinator")) << plaintext.err;
+  EXPECT_LT(plaintext.elapsed, absl::Seconds(10));
+}
+
+TEST_F(SecureClusterTest, DaemonsRefuseCredentialMistakesAtStartUp) {
+  // A worker whose certificate is another node's would be refused by the coordinator: it does
+  // not start.
+  address_ = "127.0.0.1:1";
+  RunResult worker = testing::Run(WorkerArgs("node-b"), {}, absl::Seconds(20));
+  EXPECT_EQ(worker.exit_code, 2) << worker.out << worker.err;
+  EXPECT_TRUE(
+      absl::StrContains(worker.out + worker.err, "holds node-a, not the node name 'node-b'"))
+      << worker.out << worker.err;
+  // A coordinator whose key file is missing names it.
+  std::vector<std::string> args = CoordinatorArgs();
+  const std::string missing = dir_.path() + "/no-such.key";
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--tls_key") args[i + 1] = missing;
+  }
+  RunResult coordinator = testing::Run(args, {}, absl::Seconds(20));
+  EXPECT_EQ(coordinator.exit_code, 2);
+  EXPECT_TRUE(
+      absl::StrContains(coordinator.out + coordinator.err, "--tls_key: cannot read " + missing))
+      << coordinator.out << coordinator.err;
+}
+
+}  // namespace
+}  // namespace trainctl
