@@ -16,10 +16,11 @@ fail() {
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-start=$(date +%s.%N)
+start=$(date +%s%N)
+elapsed() { awk -v ns=$(($(date +%s%N) - start)) 'BEGIN { printf "%.1f", ns / 1e9 }'; }
 (cd "$build" && cpack -G DEB -B "$work/out") >"$work/cpack.log" 2>&1 ||
   fail "cpack failed: $(tail -n 30 "$work/cpack.log")"
-echo "cpack: $(echo "$(date +%s.%N) - $start" | bc) s"
+echo "cpack: $(elapsed) s"
 arch=$(dpkg --print-architecture)
 deb=$work/out/trainctl_${version}_${arch}.deb
 [[ -f $deb ]] || fail "no $deb; cpack wrote: $(ls "$work/out")"
@@ -85,4 +86,4 @@ for unit in trainctl-coordinator.service trainctl-worker.service; do
   verify_unit "$root" "$unit" || fail "packaged $unit does not verify"
 done
 apply_snippets "$root" || fail "packaged sysusers/tmpfiles snippets"
-echo "deb_package_test: ok ($(echo "$(date +%s.%N) - $start" | bc) s)"
+echo "deb_package_test: ok ($(elapsed) s)"
