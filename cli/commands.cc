@@ -618,7 +618,7 @@ int Logs(Context& c) {
 
 int Tokenize(Context& c) { return RunTokenize(c.args, c.out, c.err); }
 
-int Diagnose(Context& c) { return RunDiagnose(c.args, c.coordinator, c.format, c.out, c.err); }
+int Diagnose(Context& c) { return RunDiagnose(c.args, c.connection, c.format, c.out, c.err); }
 
 struct Verb {
   std::function<int(Context&)> run;

@@ -103,7 +103,7 @@ std::vector<OptionSpec> DiagnoseOptions() {
           {"node_selector", "", true}, {"sizes", "", true}, {"timeout", "", true}};
 }
 
-int RunDiagnose(const ParsedArgs& args, const std::string& coordinator, const std::string& format,
+int RunDiagnose(const ParsedArgs& args, const Connection& connection, const std::string& format,
                 std::ostream& out, std::ostream& err) {
   const bool probe = args.Has("probe");
   if (probe != args.positional.empty()) {
@@ -119,7 +119,7 @@ int RunDiagnose(const ParsedArgs& args, const std::string& coordinator, const st
       return Fail(err, absl::InvalidArgumentError(absl::StrCat("--", name, " needs --probe")));
     }
   }
-  JobClient client(coordinator);
+  JobClient client(connection);
   std::string id = probe ? "" : args.positional[0];
   if (probe) {
     auto ran = RunProbe(client, args, err);

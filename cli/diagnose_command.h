@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/cli_args.h"
+#include "cli/connection.h"
 
 namespace trainctl::cli {
 
@@ -18,7 +19,7 @@ namespace trainctl::cli {
 std::vector<OptionSpec> DiagnoseOptions();
 
 // Exit codes as RunTrainctl's (cli/commands.h); `format` is "table" or "json".
-int RunDiagnose(const ParsedArgs& args, const std::string& coordinator, const std::string& format,
+int RunDiagnose(const ParsedArgs& args, const Connection& connection, const std::string& format,
                 std::ostream& out, std::ostream& err);
 
 }  // namespace trainctl::cli
