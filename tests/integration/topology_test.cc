@@ -191,7 +191,7 @@ TEST_F(TopologyTest, ProbedAtRegisterRefreshedOnDemandAndKeptAcrossRestart) {
   EXPECT_EQ(stale->nodes(0).topology().rdma_ports(0).state(), "DOWN");
 
   // A restarted coordinator has it from SQLite, before the node is back.
-  coordinator_->Kill(SIGTERM);
+  coordinator_->Kill(SIGKILL);
   ASSERT_TRUE(coordinator_->Wait(absl::Seconds(20)).ok());
   StartCoordinator();
   auto after = Topology(false);

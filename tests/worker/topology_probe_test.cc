@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "common/worker_limits.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_node.h"
@@ -135,6 +136,42 @@ TEST_F(ProbeTest, ProbesTheWholeNode) {
   EXPECT_EQ(t.interfaces().at("lo"), "unknown loopback");
   EXPECT_EQ(t.interfaces().at("eth0"), "up ether");
   EXPECT_EQ(t.interfaces().at("docker0"), "down bridge");
+}
+
+// What the worker sends passes the coordinator's checks; what a broken or hostile peer could send
+// does not, with the field named.
+TEST_F(ProbeTest, TheProbePassesTheCoordinatorsChecksAndBadOnesAreNamed) {
+  v1::NodeTopology t = ProbeTopology(options_, absl::Now());
+  v1::WorkerMessage message;
+  message.set_seq(7);
+  *message.mutable_topology() = t;
+  EXPECT_TRUE(CheckWorkerMessage(message).ok()) << CheckWorkerMessage(message);
+
+  auto expect_bad = [&](v1::NodeTopology bad, const std::string& field) {
+    absl::Status s = CheckNodeTopology("topology", bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_TRUE(absl::StartsWith(s.message(), field)) << s << " want " << field;
+  };
+  v1::NodeTopology bad = t;
+  bad.mutable_links(3)->set_b(99);
+  expect_bad(bad, "topology.links[3].b");
+  bad = t;
+  bad.mutable_links(0)->set_type(static_cast<v1::LinkType>(42));
+  expect_bad(bad, "topology.links[0].type");
+  bad = t;
+  bad.mutable_devices(2)->set_name("");
+  expect_bad(bad, "topology.devices[2].name");
+  bad = t;
+  bad.mutable_rdma_ports(0)->set_rate_gbps(-1);
+  expect_bad(bad, "topology.rdma_ports[0].rate_gbps");
+  bad = t;
+  for (int i = 0; i <= kMaxTopologyEnv; ++i) {
+    (*bad.mutable_nccl_env())["NCCL_X" + std::to_string(i)] = "1";
+  }
+  expect_bad(bad, "topology.nccl_env");
+  bad = t;
+  bad.set_topo_matrix(std::string(kMaxTopoMatrixBytes + 1, 'x'));
+  expect_bad(bad, "topology.topo_matrix");
 }
 
 TEST_F(ProbeTest, NoPeerMemoryModuleNoGpuDirect) {
