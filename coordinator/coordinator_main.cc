@@ -18,8 +18,8 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/build_info.h"
 #include "common/access_tokens.h"
+#include "common/build_info.h"
 #include "common/clock.h"
 #include "common/credentials.h"
 #include "common/daemon.h"
@@ -209,9 +209,10 @@ int Run() {
       service.Tick(false, "starting: jobs recovered, not serving yet");
       return;
     }
-    service.Tick(true,
-                 absl::StrCat("serving on ", bound, ", ", summary.placed_jobs, " jobs running, ",
-                              summary.waiting_jobs, " waiting, ", summary.nodes, " nodes"));
+    service.Tick(true, absl::StrCat("serving on ", bound, ", ", summary.placed_jobs,
+                                    summary.placed_jobs == 1 ? " job" : " jobs", " running, ",
+                                    summary.waiting_jobs, " waiting, ", summary.nodes,
+                                    summary.nodes == 1 ? " node" : " nodes"));
   };
   Cluster cluster(&jobs, &clock, cluster_options);
   jobs.SetListener([&cluster](const std::string& id) { cluster.JobChanged(id); });

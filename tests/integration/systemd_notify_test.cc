@@ -190,7 +190,7 @@ TEST_F(SystemdNotifyTest, WorkerReadyOnlyOnceRegisteredStatusWatchdogStallStoppi
   // The coordinator's status counts the node.
   EXPECT_GE(
       coordinator_socket->WaitFor(
-          [](const std::string& s) { return absl::EndsWith(s, ", 1 nodes"); }, absl::Seconds(10)),
+          [](const std::string& s) { return absl::EndsWith(s, ", 1 node"); }, absl::Seconds(10)),
       0)
       << coordinator_socket->Dump();
 
