@@ -133,8 +133,9 @@ TEST(ParseJobSpecTest, EnumTakesShortAndFullNamesInAnyCase) {
 
 TEST(ParseJobSpecTest, UnknownEnumValueListsTheChoices) {
   absl::StatusOr<JobSpec> spec = ParseYaml("kind: dpo\n");
-  EXPECT_THAT(ErrorLines(spec.status()),
-              ElementsAre("spec.kind: must be one of distill|sft|grpo|eval|pipeline, got \"dpo\""));
+  EXPECT_THAT(
+      ErrorLines(spec.status()),
+      ElementsAre("spec.kind: must be one of distill|sft|grpo|eval|pipeline|probe, got \"dpo\""));
 }
 
 TEST(ParseJobSpecTest, KubernetesStyleSpecWrapperIsAccepted) {
@@ -524,7 +525,7 @@ TEST(ValidateJobSpecTest, WorldSizeThatOverflowsIsAnError) {
 TEST(ValidateJobSpecTest, RequiredFields) {
   absl::StatusOr<ValidatedJobSpec> v = ValidateJobSpec(JobSpec());
   EXPECT_THAT(ErrorLines(v.status()),
-              ElementsAre("spec.kind: required, one of distill|sft|grpo|eval|pipeline",
+              ElementsAre("spec.kind: required, one of distill|sft|grpo|eval|pipeline|probe",
                           "spec.model_name_or_path: required", "spec.data_path: required",
                           "spec.output_dir: required"));
 }
@@ -656,7 +657,7 @@ TEST(ValidateJobSpecTest, EnumValuesAndFieldNumbersThisBuildDoesNotKnowAreErrors
   spec->GetReflection()->MutableUnknownFields(&*spec)->AddVarint(99, 1);
   EXPECT_THAT(
       ErrorLines(ValidateJobSpec(*spec).status()),
-      IsSupersetOf({"spec.kind: must be one of distill|sft|grpo|eval|pipeline, got 42",
+      IsSupersetOf({"spec.kind: must be one of distill|sft|grpo|eval|pipeline|probe, got 42",
                     "spec: unknown field number 99 (trainctl.v1.JobSpec has no such field)"}));
   EXPECT_EQ(JobKindName(static_cast<JobKind>(42)), "unknown(42)");
 }
