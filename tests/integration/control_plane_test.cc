@@ -387,7 +387,7 @@ TEST_F(ControlPlaneTest, RawSubmitOfWhatNoSpecFileCanSayIsRefusedAndNothingIsSto
   auto r = client.Submit(unknown_kind);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
   EXPECT_EQ(r.status().message(),
-            "spec.kind: must be one of distill|sft|grpo|eval|pipeline, got 99");
+            "spec.kind: must be one of distill|sft|grpo|eval|pipeline|probe, got 99");
 
   trainctl::v1::SubmitJobRequest stage_kind = ValidRequest("s");
   stage_kind.mutable_spec()->set_kind(trainctl::v1::JOB_KIND_PIPELINE);
@@ -396,7 +396,7 @@ TEST_F(ControlPlaneTest, RawSubmitOfWhatNoSpecFileCanSayIsRefusedAndNothingIsSto
   r = client.Submit(stage_kind);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
   EXPECT_NE(r.status().message().find(
-                "spec.stages[1].kind: must be one of distill|sft|grpo|eval|pipeline, got 7"),
+                "spec.stages[1].kind: must be one of distill|sft|grpo|eval|pipeline|probe, got 7"),
             absl::string_view::npos)
       << r.status();
 
