@@ -347,6 +347,30 @@ TEST_F(AuthTest, AWorkerRegistersOnlyUnderItsCertificatesName) {
   EXPECT_TRUE(absl::StrContains(anonymous.message(), "client certificate")) << anonymous;
 }
 
+// --tls_require_client_cert: the handshake itself refuses a client without a certificate (health
+// probes included); one signed by the CA passes.
+TEST_F(AuthTest, RequiredClientCertificatesAreDemandedAtTheHandshake) {
+  auto server = pki_->Server();
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto credentials = MakeServerCredentials({server->cert, server->key, pki_->ca(), true});
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  JobServiceImpl service(&jobs_, &executor_);
+  service.SetAuthorizer(authorizer_.get());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", *credentials, &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> strict = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  auto without = testing::HealthServing(address, Tls());
+  EXPECT_EQ(without.status().code(), absl::StatusCode::kUnavailable) << without.status();
+  auto with = testing::HealthServing(address, Tls("node-a"));
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_TRUE(*with);
+  strict->Shutdown();
+}
+
 // Without a tokens file nor client certificates, everything is allowed as before issue 15.
 TEST(AuthOffTest, EverythingIsAllowedAndJobsHaveNoOwner) {
   InMemoryJobStore store;
