@@ -215,6 +215,16 @@ TEST_F(RankLauncherTest, EnvironmentAndEventsReachTheRank) {
   EXPECT_TRUE(recorder_.result().succeeded);
 }
 
+// systemd's notify socket is the worker daemon's (Type=notify), not its ranks'.
+TEST_F(RankLauncherTest, RanksDoNotInheritTheNotifySocket) {
+  ASSERT_EQ(setenv("NOTIFY_SOCKET", "/run/systemd/notify", 1), 0);
+  auto gang = StartGang({Sh(0, "echo \"socket=${NOTIFY_SOCKET-unset}\"")});
+  ASSERT_NE(gang, nullptr);
+  ASSERT_TRUE(gang->Wait(kDeadline));
+  unsetenv("NOTIFY_SOCKET");
+  EXPECT_THAT(recorder_.Lines(0, "stdout"), ElementsAre("socket=unset"));
+}
+
 TEST_F(RankLauncherTest, OutputGoesToTheLogFileAndOnLogWithItsStream) {
   RankSpec fresh = Sh(0, "echo out1; echo err1 >&2; echo out2; printf no-newline");
   fresh.log_path = tmp_.path() + "/logs/nested/rank0.log";  // directories created
