@@ -32,7 +32,9 @@
 #include "coordinator/cluster.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/db_lock.h"
+#include "coordinator/diagnosis_metrics.h"
 #include "coordinator/in_memory_job_store.h"
+#include "coordinator/job_diagnoser.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_metrics.h"
 #include "coordinator/job_notifier.h"
@@ -225,6 +227,14 @@ int Run() {
   job_service.SetNodeLister(
       [&nodes](const trainctl::v1::ListNodesRequest& request) { return nodes.List(request); });
   AddCoordinatorCollectors(&registry, store->get(), [&cluster] { return cluster.ListNodes(); });
+  // `trainctl diagnose` and trainctl_job_findings: the rules over the nodes' stored topology
+  // and the jobs' NCCL and bandwidth events.
+  JobStore* job_store = store->get();
+  JobDiagnoser diagnoser(job_store, [job_store](const std::string& node) {
+    return job_store->GetNodeTopology(node);
+  });
+  job_service.SetDiagnoser(&diagnoser);
+  DiagnosisMetrics diagnosis_metrics(&registry, job_store, &diagnoser);
   WorkerServiceImpl worker_service(&cluster);
   worker_service.SetAuthorizer(&authorizer);
   if (absl::Status s = cluster.Start(); !s.ok()) {

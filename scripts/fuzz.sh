@@ -10,6 +10,7 @@
 #   cp build/fuzz/crashes/<target>/crash-* tests/fuzz/regressions/<target>/
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$(pwd)
 seconds=${1:-60}
 shift || true
 targets=("$@")
@@ -23,17 +24,18 @@ cmake --build --preset fuzz -j "$(nproc)" >/dev/null
 failed=()
 printf '%-24s %8s %12s %8s %8s  %s\n' TARGET SECONDS EXECS COV CORPUS RESULT
 for target in "${targets[@]}"; do
-  bin=build/fuzz/tests/fuzz/$target
+  bin=$root/build/fuzz/tests/fuzz/$target
   [[ -x $bin ]] || { echo "fuzz: no target $target (tests/fuzz/CMakeLists.txt)" >&2; exit 2; }
-  grown=build/fuzz/corpus/$target crashes=build/fuzz/crashes/$target
+  grown=$root/build/fuzz/corpus/$target crashes=$root/build/fuzz/crashes/$target
   mkdir -p "$grown" "$crashes" "tests/fuzz/regressions/$target"
-  log=build/fuzz/$target.log
+  log=$root/build/fuzz/$target.log
   start=$(date +%s)
   result=ok
-  if ! "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
-    -jobs="${FUZZ_JOBS:-1}" -workers="${FUZZ_JOBS:-1}" -print_final_stats=1 \
-    -artifact_prefix="$crashes/" "$grown" "tests/fuzz/corpus/$target" \
-    "tests/fuzz/regressions/$target" >"$log" 2>&1; then
+  parallel=()  # libFuzzer's -jobs write fuzz-N.log into the working directory: build/fuzz
+  if ((${FUZZ_JOBS:-1} > 1)); then parallel=(-jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS"); fi
+  if ! (cd build/fuzz && "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
+    -max_len=65536 "${parallel[@]}" -print_final_stats=1 -artifact_prefix="$crashes/" "$grown" \
+    "$root/tests/fuzz/corpus/$target" "$root/tests/fuzz/regressions/$target" >"$log" 2>&1); then
     result="CRASH (see $log, input in $crashes/)"
     failed+=("$target")
   fi
