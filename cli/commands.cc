@@ -53,6 +53,7 @@ constexpr char kDefaultCoordinator[] = "127.0.0.1:50051";
 constexpr char kUsage[] = R"(trainctl — train Qwen2-VL models with distill / SFT / GRPO / eval jobs
 
 Usage: trainctl [--coordinator HOST:PORT] [-o FORMAT] VERB [options]
+       trainctl --version             the version and the git revision it was built from
 
   submit FILE [seed flags]       submit a job spec (YAML or JSON); flags override the file
   submit --kind sft <seed flags> submit from the seed's launch flags (--model_name_or_path ...
