@@ -127,7 +127,12 @@ absl::StatusOr<v1::BandwidthReport> RunBandwidthProbe(zero::Comm& comm, const to
     std::set<std::string> nodes;
     for (int r = 0; r < world; ++r) {
       const char* start = reinterpret_cast<const char*>(h + r * kHostBytes);
-      report.add_rank_hosts(std::string(start, strnlen(start, kHostBytes)));
+      std::string peer(start, strnlen(start, kHostBytes));
+      for (char& ch : peer) {  // bytes from a peer: printable ASCII only
+        if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) > 0x7e)
+          ch = '?';
+      }
+      report.add_rank_hosts(std::move(peer));
       nodes.insert(report.rank_hosts(r));
     }
     report.set_nodes(static_cast<int>(nodes.size()));
