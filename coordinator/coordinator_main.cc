@@ -135,6 +135,8 @@ int Run() {
     TRAINCTL_LOG(ERROR) << s.message();
     return 2;
   }
+  // Before any thread starts: it also removes the variables from the environment.
+  const absl::Duration watchdog_interval = TakeSystemdWatchdogInterval();
 
   // TLS and tokens first: a mistake in them stops the start before the database is touched.
   TlsOptions tls;
@@ -188,7 +190,7 @@ int Run() {
   // from the cluster loop, STOPPING=1 on a stop signal. Nothing without $NOTIFY_SOCKET.
   SystemdNotifier service_notifier;
   ServiceLoopOptions service_options;
-  service_options.watchdog_interval = TakeSystemdWatchdogInterval();
+  service_options.watchdog_interval = watchdog_interval;
   service_options.testonly_stall_file = absl::GetFlag(FLAGS_testonly_stall_file);
   ServiceLoopReporter service(&service_notifier, &clock, service_options);
   std::string bound;  // written once, before `serving` is set

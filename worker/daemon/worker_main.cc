@@ -164,6 +164,8 @@ int Run() {
     TRAINCTL_LOG(ERROR) << s.message();
     return 2;
   }
+  // Before any thread starts: it also removes the variables from the environment.
+  const absl::Duration watchdog_interval = TakeSystemdWatchdogInterval();
 
   WorkerOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -272,7 +274,7 @@ int Run() {
   RealClock clock;
   SystemdNotifier service_notifier;
   ServiceLoopOptions service_options;
-  service_options.watchdog_interval = TakeSystemdWatchdogInterval();
+  service_options.watchdog_interval = watchdog_interval;
   service_options.testonly_stall_file = absl::GetFlag(FLAGS_testonly_stall_file);
   ServiceLoopReporter service(&service_notifier, &clock, service_options);
   options.on_loop = [&service, node = options.node_name,
