@@ -25,9 +25,10 @@
 #include "cli/chart.h"
 #include "cli/cli_args.h"
 #include "cli/diagnose_command.h"
-#include "cli/node_topology_command.h"
+#include "cli/event_line.h"
 #include "cli/job_client.h"
 #include "cli/metrics_view.h"
+#include "cli/node_topology_command.h"
 #include "cli/pipeline_view.h"
 #include "cli/progress_line.h"
 #include "cli/table.h"
@@ -124,11 +125,6 @@ std::string Age(const google::protobuf::Timestamp& t) {
   if (s < 7200) return absl::StrCat(s / 60, "m");
   if (s < 172800) return absl::StrCat(s / 3600, "h");
   return absl::StrCat(s / 86400, "d");
-}
-
-// A newer coordinator may send states this binary does not know: shown as "unknown(N)".
-std::string StateName(trainctl::v1::JobState state) {
-  return EnumNumberName(trainctl::v1::JobState_descriptor(), state);
 }
 
 std::string NewRequestId() {
@@ -327,36 +323,6 @@ int Nodes(Context& c) {
   return kExitOk;
 }
 
-std::string DescribeEvent(const JobEvent& e) {
-  switch (e.payload_case()) {
-    case JobEvent::kStateChange: {
-      const auto& s = e.state_change();
-      const std::string from =
-          s.from() == trainctl::v1::JOB_STATE_UNSPECIFIED ? "" : StateName(s.from()) + " ";
-      return absl::StrCat("state      ", from, "-> ", StateName(s.to()),
-                          s.reason().empty() ? "" : absl::StrCat("  (", s.reason(), ")"));
-    }
-    case JobEvent::kMetric: {
-      std::map<std::string, double> sorted(e.metric().values().begin(), e.metric().values().end());
-      std::vector<std::string> parts;
-      for (const auto& [k, v] : sorted) parts.push_back(absl::StrCat(k, "=", v));
-      // A pipeline's metrics name their stage.
-      return absl::StrCat("metric     ", e.stage().empty() ? "" : e.stage() + " ", "step ",
-                          e.metric().step(), "  ", absl::StrJoin(parts, " "));
-    }
-    case JobEvent::kCheckpoint:
-      return absl::StrCat("checkpoint step ", e.checkpoint().step(), "  ", e.checkpoint().path());
-    case JobEvent::kWarning:
-      return absl::StrCat("warning    ", e.warning().source(), ": ", e.warning().message());
-    case JobEvent::kStageChange:
-      return DescribeStageChange(e.stage_change());
-    case JobEvent::kRemedy:
-      return absl::StrCat("remedy     ", RemedyLine(e.remedy()));
-    default:
-      return "event";
-  }
-}
-
 std::string TrainingSummary(const trainctl::v1::TrainingArguments& t) {
   return absl::StrCat("micro batch ", t.per_device_train_batch_size(), " x accum ",
                       t.gradient_accumulation_steps(), ", lr ", t.learning_rate(), ", epochs ",
@@ -460,7 +426,7 @@ int Describe(Context& c) {
   c.out << "\nEvents:\n";
   Table table({"  SEQ", "TIME", "EVENT"});
   for (const JobEvent& e : events) {
-    table.AddRow({absl::StrCat("  ", e.seq()), FormatTime(e.time()), DescribeEvent(e)});
+    table.AddRow({absl::StrCat("  ", e.seq()), FormatTime(e.time()), EventLine(e)});
   }
   table.Print(c.out);
   return kExitOk;
@@ -529,11 +495,11 @@ int Watch(Context& c) {
     if (c.json) {
       c.out << MessageToJsonText(e, /*pretty=*/false) << std::endl;
     } else if (!live) {
-      c.out << FormatTime(e.time()) << "  " << DescribeEvent(e) << std::endl;
+      c.out << FormatTime(e.time()) << "  " << EventLine(e) << std::endl;
     } else {
       // Events print above the live line; metric samples only move it (at most 10 times a
       // second, so a long replay does not flood the terminal).
-      if (own_line) c.out << kRedraw << FormatTime(e.time()) << "  " << DescribeEvent(e) << "\n";
+      if (own_line) c.out << kRedraw << FormatTime(e.time()) << "  " << EventLine(e) << "\n";
       const absl::Time now = absl::Now();
       if (own_line || now - drawn >= absl::Milliseconds(100)) draw(now);
     }

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/event_line.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 
@@ -107,6 +108,43 @@ TEST(DiagnoseViewTest, VerbChecksItsArguments) {
             kExitUsage);
   EXPECT_NE(err.str().find("--sizes: 'x' is not a positive byte count"), std::string::npos)
       << err.str();
+}
+
+TEST(DiagnoseViewTest, NcclAndBandwidthEventsHaveTheirOwnLines) {
+  trainctl::v1::JobEvent nccl;
+  ASSERT_TRUE(
+      google::protobuf::TextFormat::ParseFromString(R"pb(
+                                                      nccl {
+                                                        rank: 1
+                                                        host: "node-a"
+                                                        nccl_version: "2.18.3"
+                                                        nranks: 16
+                                                        nnodes: 2
+                                                        nchannels: 8
+                                                        connections { via: "P2P/CUMEM/read" }
+                                                        connections { via: "P2P/CUMEM/read" }
+                                                        connections { via: "NET/IB/0/GDRDMA" }
+                                                        gdr_state: "enabled"
+                                                      }
+                                                    )pb",
+                                                    &nccl));
+  EXPECT_EQ(EventLine(nccl),
+            "nccl       rank 1 on node-a: NCCL 2.18.3, 16 ranks on 2 node(s), 8 channels, "
+            "1x NET/IB, 2x P2P/CUMEM, GDR enabled");
+  trainctl::v1::JobEvent bandwidth;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(
+        bandwidth {
+          backend: "gloo"
+          world_size: 2
+          rows { collective: "all_reduce" bytes: 1024 busbw_gbps: 0.1 }
+          rows { collective: "all_reduce" bytes: 4096 busbw_gbps: 0.5 }
+        }
+      )pb",
+      &bandwidth));
+  EXPECT_EQ(EventLine(bandwidth),
+            "bandwidth  gloo, 2 ranks: busbw at the largest size all_reduce 0.5 GB/s "
+            "(trainctl diagnose)");
 }
 
 }  // namespace
