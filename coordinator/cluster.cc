@@ -76,7 +76,8 @@ std::string StagePrefix(const Job& job) {
   return label.empty() ? "" : absl::StrCat("stage ", label, ": ");
 }
 
-// The remedy for the run's failure (coordinator/remedy_ladder.h), if its spec asks for one.
+// The remedy for the run's failure (coordinator/remedy_ladder.h), if its spec asks for one. `job`
+// as stored now: its last checkpoint is the one the next attempt resumes from.
 std::optional<v1::Remedy> NextRemedyFor(const Job& job, int rank, int exit_code,
                                         const std::string& detail) {
   if (job.spec().kind() == v1::JOB_KIND_PIPELINE) return std::nullopt;
@@ -606,6 +607,11 @@ void Cluster::StopTasks(Run& run, const std::string& reason) {
   }
 }
 
+Job Cluster::Stored(const Job& placed) {
+  absl::StatusOr<Job> job = jobs_->Get(placed.id());
+  return job.ok() ? *std::move(job) : placed;
+}
+
 void Cluster::MaybeFinish(std::string job_id) {
   auto run_it = runs_.find(job_id);
   if (run_it == runs_.end()) return;
@@ -623,8 +629,8 @@ void Cluster::MaybeFinish(std::string job_id) {
     job = jobs_->Transition(job_id, v1::JOB_STATE_CANCELLED,
                             run.job.message().empty() ? "cancelled" : run.job.message());
   } else if (run.failing && run.job.attempt() < max_restarts &&
-             (remedy =
-                  NextRemedyFor(run.job, run.failed_rank, run.failed_exit_code, run.failed_detail))
+             (remedy = NextRemedyFor(Stored(run.job), run.failed_rank, run.failed_exit_code,
+                                     run.failed_detail))
                  .has_value()) {
     job = jobs_->RestartWithRemedy(
         job_id, *remedy,

@@ -235,6 +235,8 @@ class Cluster {
   // A recovering run stops waiting for its workers: node ranks nobody reported count as failed
   // (with `reason`, or a default naming them), then the run ends as its tasks allow.
   void EndRecovery(const std::string& job_id, const std::string& reason);
+  // The job as stored now (checkpoints recorded since its placement), else `placed`.
+  Job Stored(const Job& placed);
   Task* FindTask(const std::string& id);
   // Slots of the node taken by its tasks and by tasks still stopping there.
   int UsedSlots(const WorkerNode& node) const;
