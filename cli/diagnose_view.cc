@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/table.h"
+#include "common/diagnostics_reports.h"
 
 namespace trainctl::cli {
 namespace {
@@ -48,23 +49,8 @@ std::string GpuLinks(const v1::NodeTopology& t) {
     if (is_gpu(l.a()) && is_gpu(l.b())) kinds.insert({l.type(), l.nvlinks()});
   }
   if (kinds.empty()) return "-";
-  auto name = [](const std::pair<int, int>& k) -> std::string {
-    switch (k.first) {
-      case v1::LINK_TYPE_NVLINK:
-        return absl::StrCat("NV", k.second);
-      case v1::LINK_TYPE_PIX:
-        return "PIX";
-      case v1::LINK_TYPE_PXB:
-        return "PXB";
-      case v1::LINK_TYPE_PHB:
-        return "PHB";
-      case v1::LINK_TYPE_NODE:
-        return "NODE";
-      case v1::LINK_TYPE_SYS:
-        return "SYS";
-      default:
-        return "?";
-    }
+  auto name = [](const std::pair<int, int>& k) {
+    return LinkTypeName(static_cast<v1::LinkType>(k.first), k.second);
   };
   const std::string best = name(*kinds.begin());
   const std::string worst = name(*kinds.rbegin());

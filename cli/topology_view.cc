@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/table.h"
+#include "common/diagnostics_reports.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace trainctl::cli {
@@ -70,7 +71,7 @@ void PrintMatrix(const v1::NodeTopology& t, std::ostream& out) {
   for (int i = 0; i < n; ++i) cells[i][i] = "X";
   for (const v1::TopologyLink& l : t.links()) {
     if (l.a() < 0 || l.b() < 0 || l.a() >= n || l.b() >= n) continue;
-    cells[l.a()][l.b()] = cells[l.b()][l.a()] = LinkCell(l.type(), l.nvlinks());
+    cells[l.a()][l.b()] = cells[l.b()][l.a()] = LinkTypeName(l.type(), l.nvlinks());
   }
   std::vector<std::string> header = {" "};
   for (const v1::TopologyDevice& d : t.devices()) header.push_back(d.name());
@@ -143,27 +144,6 @@ void PrintEnvironment(const v1::NodeTopology& t, std::ostream& out) {
 }
 
 }  // namespace
-
-std::string LinkCell(v1::LinkType type, int nvlinks) {
-  switch (type) {
-    case v1::LINK_TYPE_SELF:
-      return "X";
-    case v1::LINK_TYPE_NVLINK:
-      return absl::StrCat("NV", nvlinks);
-    case v1::LINK_TYPE_PIX:
-      return "PIX";
-    case v1::LINK_TYPE_PXB:
-      return "PXB";
-    case v1::LINK_TYPE_PHB:
-      return "PHB";
-    case v1::LINK_TYPE_NODE:
-      return "NODE";
-    case v1::LINK_TYPE_SYS:
-      return "SYS";
-    default:
-      return "?";
-  }
-}
 
 std::string RenderNodeTopology(const v1::Node& node, absl::Time now) {
   std::ostringstream out;

@@ -12,9 +12,6 @@
 
 namespace trainctl::cli {
 
-// The cell `nvidia-smi topo -m` prints for a link: "X", "NV18", "PIX", ..., "?" when unknown.
-std::string LinkCell(trainctl::v1::LinkType type, int nvlinks);
-
 // The node's topology (node.topology) as sections of aligned text; a node without one says so.
 // `now` dates the probe ("3m ago").
 std::string RenderNodeTopology(const trainctl::v1::Node& node, absl::Time now);

@@ -210,4 +210,25 @@ absl::StatusOr<v1::BandwidthReport> BandwidthReportFromEvent(const nlohmann::jso
   return report;
 }
 
+std::string LinkTypeName(v1::LinkType type, int nvlinks) {
+  switch (type) {
+    case v1::LINK_TYPE_SELF:
+      return "X";
+    case v1::LINK_TYPE_NVLINK:
+      return absl::StrCat("NV", nvlinks);
+    case v1::LINK_TYPE_PIX:
+      return "PIX";
+    case v1::LINK_TYPE_PXB:
+      return "PXB";
+    case v1::LINK_TYPE_PHB:
+      return "PHB";
+    case v1::LINK_TYPE_NODE:
+      return "NODE";
+    case v1::LINK_TYPE_SYS:
+      return "SYS";
+    default:
+      return "?";
+  }
+}
+
 }  // namespace trainctl

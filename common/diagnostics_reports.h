@@ -39,6 +39,10 @@ absl::Status CheckNcclReport(const trainctl::v1::NcclReport& report);
 // rank_time_us has world_size entries (or none).
 absl::Status CheckBandwidthReport(const trainctl::v1::BandwidthReport& report);
 
+// The cell `nvidia-smi topo -m` prints for a link type: "X", "NV18" (with `nvlinks`), "PIX", "PXB",
+// "PHB", "NODE", "SYS"; "?" when unknown. The CLI's tables and the diagnosis's evidence use it.
+std::string LinkTypeName(trainctl::v1::LinkType type, int nvlinks);
+
 // The message as proto JSON with the proto's field names.
 nlohmann::json ReportJson(const google::protobuf::Message& report);
 

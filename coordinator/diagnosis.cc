@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/diagnostics_reports.h"
 
 namespace trainctl {
 namespace {
@@ -156,22 +157,7 @@ class Diagnosis {
   }
 
   static std::string LinkName(const v1::TopologyLink& link) {
-    switch (link.type()) {
-      case v1::LINK_TYPE_NVLINK:
-        return absl::StrCat("NV", link.nvlinks());
-      case v1::LINK_TYPE_PIX:
-        return "PIX";
-      case v1::LINK_TYPE_PXB:
-        return "PXB";
-      case v1::LINK_TYPE_PHB:
-        return "PHB";
-      case v1::LINK_TYPE_NODE:
-        return "NODE";
-      case v1::LINK_TYPE_SYS:
-        return "SYS";
-      default:
-        return "?";
-    }
+    return LinkTypeName(link.type(), link.nvlinks());
   }
 
   static bool IsGpu(const v1::NodeTopology& t, int index) {

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/diagnostics_reports.h"
 #include "gtest/gtest.h"
 
 namespace trainctl::cli {
@@ -94,8 +95,8 @@ TEST(TopologyViewTest, MatrixRowsShowEachCellAndUnknownOnes) {
     }
   }
   EXPECT_TRUE(found) << text;
-  EXPECT_EQ(LinkCell(v1::LINK_TYPE_SYS, 0), "SYS");
-  EXPECT_EQ(LinkCell(v1::LINK_TYPE_NVLINK, 12), "NV12");
+  EXPECT_EQ(LinkTypeName(v1::LINK_TYPE_SYS, 0), "SYS");
+  EXPECT_EQ(LinkTypeName(v1::LINK_TYPE_NVLINK, 12), "NV12");
 }
 
 TEST(TopologyViewTest, ANodeWithoutProbeAndACpuNode) {

@@ -29,15 +29,7 @@ class DiagnoseTest : public ::testing::Test, protected testing::Daemons {
   ~DiagnoseTest() override { StopDaemons(); }
 
   void SetUp() override {
-    const std::string ready = dir_.path() + "/ready";
-    coordinator_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{TRAINCTL_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db",
-                                 dir_.path() + "/trainctl.db", "--ready_file", ready,
-                                 "--lease_timeout", "5s", "--db_sync", "normal"},
-        dir_.path() + "/coordinator.log");
-    ASSERT_TRUE(WaitFor([&] { return fs::exists(ready); }, absl::Seconds(30))) << Logs();
-    address_ = std::string(absl::StripAsciiWhitespace(testing::ReadFileOrEmpty(ready)));
-    client_ = std::make_unique<cli::JobClient>(address_);
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator());
     workers_["node-a"] = std::make_unique<Subprocess>(
         std::vector<std::string>{TRAINCTL_WORKER_BIN, "--coordinator", address_, "--node_name",
                                  "node-a", "--work_dir", dir_.path() + "/work", "--slots", "2",

@@ -49,16 +49,7 @@ class RemediesTest : public testing::ShapesTrainingTest, protected testing::Daem
 
   void SetUp() override {
     testing::ShapesTrainingTest::SetUp();
-    const std::string ready = dir_.path() + "/ready";
-    coordinator_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{TRAINCTL_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db",
-                                 dir_.path() + "/var/trainctl.db", "--ready_file", ready,
-                                 "--lease_timeout", "3s", "--db_sync", "normal"},
-        dir_.path() + "/coordinator.log");
-    ASSERT_TRUE(WaitFor([&] { return fs::exists(ready); }, absl::Seconds(30)))
-        << testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log");
-    address_ = std::string(absl::StripAsciiWhitespace(testing::ReadFileOrEmpty(ready)));
-    client_ = std::make_unique<cli::JobClient>(address_);
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator());
     workers_["node-a"] =
         std::make_unique<Subprocess>(std::vector<std::string>{TRAINCTL_WORKER_BIN,
                                                               "--coordinator",

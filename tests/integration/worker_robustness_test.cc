@@ -43,28 +43,6 @@ class RobustnessTest : public ::testing::Test, protected testing::Daemons {
 
   ~RobustnessTest() override { StopDaemons(); }
 
-  void StartCoordinator(const std::vector<std::string>& extra = {}) {
-    const std::string ready = dir_.path() + "/ready";
-    fs::remove(ready);
-    std::vector<std::string> argv = {TRAINCTL_COORDINATOR_BIN,
-                                     "--listen",
-                                     address_.empty() ? "127.0.0.1:0" : address_,
-                                     "--db",
-                                     dir_.path() + "/var/trainctl.db",
-                                     "--ready_file",
-                                     ready,
-                                     "--lease_timeout",
-                                     "3s",
-                                     "--db_sync",
-                                     "normal"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    coordinator_ = std::make_unique<Subprocess>(argv, dir_.path() + "/coordinator.log");
-    ASSERT_TRUE(WaitFor([&] { return fs::exists(ready); }, absl::Seconds(30)))
-        << testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log");
-    address_ = std::string(absl::StripAsciiWhitespace(testing::ReadFileOrEmpty(ready)));
-    client_ = std::make_unique<cli::JobClient>(address_);
-  }
-
   // A worker daemon whose ranks run `trainer`.
   void StartWorker(const std::string& name, int slots, const std::string& trainer,
                    const std::vector<std::string>& extra = {}) {

@@ -83,22 +83,6 @@ class WorkerTest : public testing::ShapesTrainingTest, protected testing::Daemon
 
   ~WorkerTest() override { StopDaemons(); }
 
-  // Starts (or restarts, on the same address) the coordinator over the test's database.
-  void StartCoordinator(const std::string& listen = "127.0.0.1:0") {
-    const std::string ready = dir_.path() + "/ready";
-    fs::remove(ready);
-    coordinator_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{TRAINCTL_COORDINATOR_BIN, "--listen",
-                                 address_.empty() ? listen : address_, "--db",
-                                 dir_.path() + "/var/trainctl.db", "--ready_file", ready,
-                                 "--lease_timeout", "3s", "--db_sync", "normal"},
-        dir_.path() + "/coordinator.log");
-    ASSERT_TRUE(WaitFor([&] { return fs::exists(ready); }, absl::Seconds(30)))
-        << testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log");
-    address_ = std::string(absl::StripAsciiWhitespace(testing::ReadFileOrEmpty(ready)));
-    client_ = std::make_unique<cli::JobClient>(address_);
-  }
-
   // A worker daemon; `netns` runs it in that network namespace; `trainer` "" = the real trainer.
   Subprocess* StartWorker(const std::string& name, int slots, const std::string& trainer = "",
                           const std::string& netns = "", const std::string& advertise = "",
@@ -480,7 +464,8 @@ class NetnsTest : public WorkerTest {
 };
 
 TEST_F(NetnsTest, TwoNodeJobRendezvousesAcrossHostsAndSurvivesAWorkerKill) {
-  StartCoordinator(subnet_ + "1:0");
+  address_ = subnet_ + "1:0";  // the coordinator listens on the bridge
+  StartCoordinator();
   StartHosts("");
   ASSERT_TRUE(HostsReady()) << Logs();
   // The real trainer, one rank on each host: Gloo across the bridge.
@@ -520,7 +505,8 @@ TEST_F(NetnsTest, TwoNodeJobRendezvousesAcrossHostsAndSurvivesAWorkerKill) {
 }
 
 TEST_F(NetnsTest, RealTrainerRestartsFromItsCheckpointAfterAWorkerKill) {
-  StartCoordinator(subnet_ + "1:0");
+  address_ = subnet_ + "1:0";  // the coordinator listens on the bridge
+  StartCoordinator();
   StartHosts("");
   ASSERT_TRUE(HostsReady()) << Logs();
   const std::string id = Submit(
