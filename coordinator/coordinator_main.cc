@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <pthread.h>
 #include <signal.h>
 
 #include <atomic>
@@ -76,7 +77,8 @@ ABSL_FLAG(bool, tls_require_client_cert, false,
           "users and health probes too)");
 ABSL_FLAG(std::string, tokens_file, "",
           "bearer tokens with roles, one 'SUBJECT ROLE SHA256-HEX' per line (roles: admin, user, "
-          "viewer, worker); empty: no authentication");
+          "viewer, worker); empty: no authentication. Read again on SIGHUP (systemctl reload): "
+          "a file that does not parse leaves the tokens in force");
 ABSL_FLAG(std::string, metrics_ready_file, "",
           "once /metrics is served, write its bound HOST:PORT to this file (written before "
           "--ready_file)");
@@ -127,6 +129,55 @@ std::string BoundAddress(const std::string& listen, int port) {
   return absl::StrCat(listen.substr(0, colon), ":", port);
 }
 
+// The tokens file read again (SIGHUP): the new tokens take effect for the calls that follow. A file
+// that cannot be read or parsed changes nothing: the tokens in force stay, and the error is logged
+// and counted (trainctl_tokens_reloads_total{result="error"}), never a locked-out cluster.
+class TokenReloader {
+ public:
+  TokenReloader(std::string path, RpcAuthorizer* authorizer, metrics::Registry* registry,
+                size_t loaded)
+      : path_(std::move(path)),
+        authorizer_(authorizer),
+        reloads_(registry->AddCounter("trainctl_tokens_reloads_total",
+                                      "Reloads of the tokens file on SIGHUP, by result (ok, error).",
+                                      {"result"})),
+        tokens_(registry->AddGauge("trainctl_bearer_tokens",
+                                   "Bearer tokens in force from --tokens_file.")
+                    .Get()) {
+    tokens_.Set(static_cast<double>(loaded));
+    // Both series from the start, at 0: the first failure is then an increase for the alert.
+    reloads_.WithLabels({"ok"});
+    reloads_.WithLabels({"error"});
+  }
+
+  void Reload() {
+    if (path_.empty()) {
+      TRAINCTL_LOG(WARNING) << "SIGHUP: no --tokens_file to read again; nothing changes";
+      return;
+    }
+    auto tokens = TokenTable::Load(path_);
+    absl::Status replaced = tokens.ok() ? absl::OkStatus() : tokens.status();
+    const size_t count = tokens.ok() ? tokens->size() : 0;
+    if (replaced.ok()) replaced = authorizer_->ReplaceTokens(*std::move(tokens));
+    if (!replaced.ok()) {
+      reloads_.WithLabels({"error"}).Inc();
+      TRAINCTL_LOG(ERROR) << "SIGHUP: tokens file not reloaded, the " << tokens_.Value()
+                          << " tokens in force stay: " << replaced.message();
+      return;
+    }
+    reloads_.WithLabels({"ok"}).Inc();
+    TRAINCTL_LOG(INFO) << "SIGHUP: " << count << " bearer tokens from " << path_ << " (were "
+                       << tokens_.Value() << ")";
+    tokens_.Set(static_cast<double>(count));
+  }
+
+ private:
+  const std::string path_;
+  RpcAuthorizer* const authorizer_;
+  metrics::Family<metrics::Counter>& reloads_;
+  metrics::Gauge& tokens_;
+};
+
 int Run() {
   // Signals are taken by one thread with sigwait, so they are blocked before any other thread
   // starts.
@@ -135,6 +186,9 @@ int Run() {
     TRAINCTL_LOG(ERROR) << s.message();
     return 2;
   }
+  // SIGHUP reads the tokens file again; taken by the same thread as the stop signals.
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   // Before any thread starts: it also removes the variables from the environment.
   const absl::Duration watchdog_interval = TakeSystemdWatchdogInterval();
 
@@ -151,7 +205,9 @@ int Run() {
   }
   AuthorizerOptions auth_options;
   auth_options.client_certificates = !tls.ca.empty();
-  if (const std::string tokens_file = absl::GetFlag(FLAGS_tokens_file); !tokens_file.empty()) {
+  const std::string tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  size_t tokens_loaded = 0;
+  if (!tokens_file.empty()) {
     auto tokens = TokenTable::Load(tokens_file);
     if (!tokens.ok()) {
       TRAINCTL_LOG(ERROR) << tokens.status().message();
@@ -161,9 +217,10 @@ int Run() {
     if (!tls.enabled()) {
       TRAINCTL_LOG(WARNING) << "--tokens_file without --tls_cert: tokens travel in clear text";
     }
+    tokens_loaded = tokens->size();
     auth_options.tokens = *std::move(tokens);
   }
-  const RpcAuthorizer authorizer(std::move(auth_options));
+  RpcAuthorizer authorizer(std::move(auth_options));
 
   const std::string db_path = absl::GetFlag(FLAGS_db);
   // One coordinator per database: a second would schedule the same jobs from its own view.
@@ -199,6 +256,7 @@ int Run() {
   // Kept whether or not it is served: updating it costs little, and the code has one path.
   metrics::Registry registry;
   JobMetrics job_metrics(&registry);
+  TokenReloader token_reloader(tokens_file, &authorizer, &registry, tokens_loaded);
   JobManager jobs(store->get(), &clock, &notifier);
   jobs.SetObserver(&job_metrics);
   ThreadPool executor(std::max(1, absl::GetFlag(FLAGS_rpc_threads)));
@@ -287,9 +345,9 @@ int Run() {
   WriteReadyFile(absl::GetFlag(FLAGS_ready_file), bound);
   serving.store(true, std::memory_order_release);
 
-  std::thread stopper([&server, &signals, &service] {
+  std::thread stopper([&server, &signals, &service, &token_reloader] {
     int sig = 0;
-    sigwait(&signals, &sig);
+    while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) token_reloader.Reload();
     TRAINCTL_LOG(INFO) << "signal " << sig << ": shutting down";
     service.Stopping("stopping: draining RPCs");
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -59,6 +59,24 @@ absl::StatusOr<std::string> BearerToken(const grpc::ServerContextBase& context,
 
 }  // namespace
 
+RpcAuthorizer::RpcAuthorizer(AuthorizerOptions options)
+    : tokens_on_(options.tokens.has_value()), client_certificates_(options.client_certificates) {
+  if (tokens_on_) tokens_ = std::make_shared<const TokenTable>(*std::move(options.tokens));
+}
+
+absl::Status RpcAuthorizer::ReplaceTokens(TokenTable tokens) {
+  if (!tokens_on_) {
+    return absl::FailedPreconditionError(
+        "the coordinator started without --tokens_file: authentication is off until a restart "
+        "with one");
+  }
+  // Declared before the lock, so the old table it holds after the swap is freed after the unlock.
+  auto table = std::make_shared<const TokenTable>(std::move(tokens));
+  absl::MutexLock lock(&mu_);
+  tokens_.swap(table);
+  return absl::OkStatus();
+}
+
 const std::vector<Role>* RpcAuthorizer::AllowedRoles(absl::string_view method) {
   auto it = Rules().find(method);
   return it == Rules().end() ? nullptr : &it->second;
@@ -90,15 +108,20 @@ absl::StatusOr<Caller> RpcAuthorizer::Authorize(const grpc::ServerContextBase& c
   caller.certificate_names = PeerCertificateNames(context);
   if (!caller.certificate_names.empty()) caller.subject = caller.certificate_names.front();
   const bool worker_session = absl::StartsWith(method, "WorkerService/");
-  if (worker_session && options_.client_certificates && caller.certificate_names.empty()) {
+  if (worker_session && client_certificates_ && caller.certificate_names.empty()) {
     return absl::UnauthenticatedError(
         "a worker session needs a client certificate signed by the coordinator's --tls_ca "
         "(the worker's --tls_cert and --tls_key)");
   }
-  if (!options_.tokens.has_value()) return caller;
+  if (!tokens_on_) return caller;
   auto token = BearerToken(context, method);
   if (!token.ok()) return token.status();
-  auto holder = options_.tokens->Authenticate(*token);
+  std::shared_ptr<const TokenTable> tokens;
+  {
+    absl::MutexLock lock(&mu_);
+    tokens = tokens_;
+  }
+  auto holder = tokens->Authenticate(*token);
   if (!holder.ok()) return holder.status();
   caller.subject = holder->subject;
   caller.role = holder->role;
@@ -112,7 +135,7 @@ absl::StatusOr<Caller> RpcAuthorizer::Authorize(const grpc::ServerContextBase& c
 }
 
 absl::Status RpcAuthorizer::CheckNodeName(const Caller& caller, absl::string_view node) const {
-  if (!options_.client_certificates) return absl::OkStatus();
+  if (!client_certificates_) return absl::OkStatus();
   for (const std::string& name : caller.certificate_names) {
     if (name == node) return absl::OkStatus();
   }

@@ -16,18 +16,21 @@
 // gRPC's health service and reflection are not trainctl's and are served without either check, so
 // load balancers and probes reach them with no token.
 //
-// Immutable once built: thread-safe.
+// The tokens can be replaced while serving (ReplaceTokens: the coordinator reads its tokens file
+// again on SIGHUP); everything else is fixed when built. Thread-safe.
 #ifndef TRAINCTL_COORDINATOR_RPC_AUTHORIZER_H_
 #define TRAINCTL_COORDINATOR_RPC_AUTHORIZER_H_
 
 #include <grpcpp/grpcpp.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "common/access_tokens.h"
 
 namespace trainctl {
@@ -54,7 +57,7 @@ class RpcAuthorizer {
  public:
   // Allows everything (no tokens, no client certificates).
   RpcAuthorizer() = default;
-  explicit RpcAuthorizer(AuthorizerOptions options) : options_(std::move(options)) {}
+  explicit RpcAuthorizer(AuthorizerOptions options);
 
   // The caller of `method` ("JobService/SubmitJob") on `context`, or why it may not call it
   // (UNAUTHENTICATED, PERMISSION_DENIED; see above).
@@ -72,13 +75,22 @@ class RpcAuthorizer {
     return !caller.authenticated || caller.role == Role::kAdmin;
   }
 
-  bool tokens_on() const { return options_.tokens.has_value(); }
+  bool tokens_on() const { return tokens_on_; }
+
+  // Puts `tokens` in place of the current table, for the calls authorized from now on; calls and
+  // streams already authorized (a worker's session, a watch) keep going under the old one.
+  // FAILED_PRECONDITION when tokens are off: turning authentication on takes a restart, so a
+  // reload can never be what opens or closes the coordinator.
+  absl::Status ReplaceTokens(TokenTable tokens);
 
   // The roles that may call `method`, or nullptr when the table has no rule for it.
   static const std::vector<Role>* AllowedRoles(absl::string_view method);
 
  private:
-  AuthorizerOptions options_;
+  bool tokens_on_ = false;
+  bool client_certificates_ = false;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const TokenTable> tokens_ ABSL_GUARDED_BY(mu_);
 };
 
 // A verified client certificate's common name then subject alternative names, from the call's

@@ -313,6 +313,26 @@ TEST_F(AuthTest, MissingOrWrongTokenIsUnauthenticatedSayingWhatIsMissing) {
   EXPECT_EQ(session.code(), absl::StatusCode::kUnauthenticated) << session;
 }
 
+// What SIGHUP does in the coordinator (coordinator_main.cc): the next call sees the new table.
+TEST_F(AuthTest, ReplacedTokensDecideTheCallsThatFollow) {
+  ASSERT_TRUE(Client("bob")->List(v1::ListJobsRequest()).ok());
+  ASSERT_TRUE(Client("alice")->Submit(TinyJob("before")).ok());
+  // bob revoked, alice now a viewer, the rest unchanged.
+  auto tokens = TokenTable::Parse(
+      absl::StrCat("admin admin ", Sha256Hex(Tokens().at("admin")), "\n",  //
+                   "alice viewer ", Sha256Hex(Tokens().at("alice")), "\n"),
+      "tokens");
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  ASSERT_TRUE(authorizer_->ReplaceTokens(*std::move(tokens)).ok());
+  auto bob = Client("bob")->List(v1::ListJobsRequest()).status();
+  EXPECT_EQ(bob.code(), absl::StatusCode::kUnauthenticated) << bob;
+  auto alice = Client("alice")->Submit(TinyJob("after")).status();
+  EXPECT_EQ(alice.code(), absl::StatusCode::kPermissionDenied) << alice;
+  EXPECT_TRUE(absl::StrContains(alice.message(), "role viewer (alice)")) << alice;
+  EXPECT_TRUE(Client("alice")->List(v1::ListJobsRequest()).ok());
+  EXPECT_TRUE(Client("admin")->Submit(TinyJob("admin")).ok());
+}
+
 TEST_F(AuthTest, HealthNeedsNoTokenNorClientCertificate) {
   auto serving = testing::HealthServing(address_, Tls());
   ASSERT_TRUE(serving.ok()) << serving.status();
@@ -393,6 +413,11 @@ TEST(AuthOffTest, EverythingIsAllowedAndJobsHaveNoOwner) {
   EXPECT_EQ(submitted->job().owner(), "");
   EXPECT_TRUE(client.Cancel(submitted->job().id(), "").ok());
   server->Shutdown();
+  // A reload cannot turn authentication on: that takes a restart with --tokens_file.
+  auto tokens = TokenTable::Parse(absl::StrCat("admin admin ", Sha256Hex("t"), "\n"), "tokens");
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_EQ(open.ReplaceTokens(*std::move(tokens)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(open.tokens_on());
 }
 
 }  // namespace

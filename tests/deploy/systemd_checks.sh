@@ -3,9 +3,12 @@
 # outside the directory is touched.
 
 # systemd_root ROOT: the host's units (sysinit.target and the rest that ours pull in) under ROOT,
-# so `systemd-analyze verify --root=ROOT` can load them.
+# so `systemd-analyze verify --root=ROOT` can load them; /bin is /usr/bin as on Debian 12, and
+# holds kill (procps, on every node) for the coordinator's ExecReload.
 systemd_root() {
   mkdir -p "$1/lib/systemd" "$1/usr/bin" "$1/etc"
+  ln -s usr/bin "$1/bin"
+  cp /usr/bin/kill "$1/usr/bin/"
   cp -a /lib/systemd/system "$1/lib/systemd/"
 }
 

@@ -3,6 +3,8 @@
 // (tests/integration/fake_rank.cc) submitted by the real trainctl binary, which takes its CA from
 // its config file and its token from ~/.config/trainctl/token (HOME points into the test's
 // directory). Certificates are made with the openssl command (tests/testing/test_pki.h).
+#include <signal.h>
+
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -111,7 +113,7 @@ class SecureClusterTest : public ::testing::Test {
             dir_.Write("worker-token", kWorkerToken)};
   }
 
-  void StartDaemons() {
+  void StartCoordinator() {
     coordinator_ =
         std::make_unique<Subprocess>(CoordinatorArgs(), dir_.path() + "/coordinator.log");
     ASSERT_TRUE(WaitFor([&] { return fs::exists(dir_.path() + "/ready"); }, absl::Seconds(30)))
@@ -125,6 +127,11 @@ class SecureClusterTest : public ::testing::Test {
     admin.credentials = *MakeChannelCredentials(tls);
     admin.token = kAdminToken;
     admin_ = std::make_unique<cli::JobClient>(admin);
+  }
+
+  void StartDaemons() {
+    StartCoordinator();
+    if (HasFatalFailure()) return;
     worker_ = std::make_unique<Subprocess>(WorkerArgs("node-a"), dir_.path() + "/worker.log");
     ASSERT_TRUE(WaitFor(
         [&] {
@@ -206,6 +213,66 @@ TEST_F(SecureClusterTest, AJobRunsOverMutualTlsWithTokensAndRecordsItsOwner) {
   EXPECT_EQ(plaintext.exit_code, 1);
   EXPECT_TRUE(absl::StrContains(plaintext.err, "cannot reach coordinator")) << plaintext.err;
   EXPECT_LT(plaintext.elapsed, absl::Seconds(10));
+}
+
+// `systemctl reload`: SIGHUP reads the tokens file again. A token added works, one revoked is
+// refused, and a file that does not parse changes nothing.
+TEST_F(SecureClusterTest, SighupReloadsTheTokensFileAndABrokenFileChangesNothing) {
+  StartCoordinator();
+  constexpr char kBobToken[] = "bob-90ac4d";
+  const std::map<std::string, std::string> bob = {{"TRAINCTL_TOKEN", kBobToken}};
+  const std::string original = testing::ReadFileOrEmpty(tokens_);
+  const std::string log = dir_.path() + "/coordinator.log";
+  // Rewrites the tokens file, sends SIGHUP and waits for the coordinator's `reloads`-th line
+  // about it.
+  int reloads = 0;
+  auto reload = [&](const std::string& text) {
+    dir_.Write("tokens", text);
+    coordinator_->Kill(SIGHUP);
+    ++reloads;
+    return WaitFor(
+        [&] {
+          const std::string logged = testing::ReadFileOrEmpty(log);
+          int seen = 0;
+          for (size_t at = logged.find("SIGHUP: "); at != std::string::npos;
+               at = logged.find("SIGHUP: ", at + 1)) {
+            ++seen;
+          }
+          return seen == reloads;
+        },
+        absl::Seconds(10));
+  };
+
+  RunResult refused = Trainctl({"ls"}, bob);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(refused.err, "not one the coordinator's tokens file lists"))
+      << refused.err;
+
+  ASSERT_TRUE(reload(absl::StrCat(original, "bob viewer ", Sha256Hex(kBobToken), "\n"))) << Logs();
+  RunResult listed = Trainctl({"ls"}, bob);
+  EXPECT_EQ(listed.exit_code, 0) << listed.err << Logs();
+  EXPECT_TRUE(absl::StrContains(testing::ReadFileOrEmpty(log), "4 bearer tokens from " + tokens_))
+      << Logs();
+
+  // A typo on line 2: the four tokens stay in force, and the log names the file and line.
+  ASSERT_TRUE(reload(absl::StrCat("admin admin ", Sha256Hex(kAdminToken), "\n",
+                                  "bob viewer not-a-hash\n")))
+      << Logs();
+  EXPECT_TRUE(absl::StrContains(testing::ReadFileOrEmpty(log), "tokens file not reloaded"))
+      << Logs();
+  EXPECT_TRUE(absl::StrContains(testing::ReadFileOrEmpty(log), tokens_ + ":2: ")) << Logs();
+  RunResult kept = Trainctl({"ls"}, bob);
+  EXPECT_EQ(kept.exit_code, 0) << kept.err;
+  RunResult alice = Trainctl({"ls"});
+  EXPECT_EQ(alice.exit_code, 0) << alice.err;
+
+  // bob revoked.
+  ASSERT_TRUE(reload(original)) << Logs();
+  RunResult revoked = Trainctl({"ls"}, bob);
+  EXPECT_EQ(revoked.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(revoked.err, "not one the coordinator's tokens file lists"))
+      << revoked.err;
+  EXPECT_TRUE(admin_->List(v1::ListJobsRequest()).ok());
 }
 
 TEST_F(SecureClusterTest, DaemonsRefuseCredentialMistakesAtStartUp) {
