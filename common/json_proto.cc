@@ -511,6 +511,13 @@ absl::StatusOr<json> ParseJsonText(absl::string_view text, absl::string_view sou
     if (auto pos = what.find("syntax error"); pos != std::string::npos) what = what.substr(pos);
     return absl::InvalidArgumentError(
         absl::StrCat(source, ":", line, ":", column, ": invalid JSON: ", what));
+  } catch (const json::exception& e) {
+    // Not a syntax error but a value the parser cannot hold: out_of_range 406, a number that
+    // overflows a double ("number overflow parsing '1e999'"); the message quotes it.
+    const std::string what = e.what();
+    const size_t tag_end = what.find("] ");  // "[json.exception.out_of_range.406] "
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": invalid JSON: ", tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
   }
 }
 

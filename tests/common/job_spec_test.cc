@@ -237,6 +237,17 @@ TEST(ParseJobSpecTest, JsonSyntaxErrorNamesFileAndLine) {
   EXPECT_THAT(std::string(truncated.status().message()), StartsWith("t.json:"));
 }
 
+// A number no double holds is not a syntax error to the JSON parser (it throws out_of_range):
+// found by job_spec_fuzz (tests/fuzz/regressions/job_spec_fuzz), once an uncaught exception.
+TEST(ParseJobSpecTest, JsonNumberOverflowIsAnErrorQuotingTheNumber) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(
+      "{\"kind\": \"sft\", \"training\": {\"learning_rate\": -2e999}}", SpecFormat::kJson,
+      "big.json");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
+  EXPECT_THAT(std::string(spec.status().message()), StartsWith("big.json: invalid JSON: "));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("number overflow parsing '-2e999'"));
+}
+
 // Stray bytes are reported where they are, never thrown out of the parser.
 TEST(ParseJobSpecTest, InvalidUtf8IsAnErrorNamingFileAndLine) {
   absl::StatusOr<JobSpec> value =
