@@ -525,6 +525,11 @@ std::string Describe(const json& value) {
   if (value.is_object()) return "a mapping";
   if (value.is_array()) return "a list";
   if (value.is_null()) return "null";
+  // dump() writes a non-finite double as null; a YAML 1e999 or .inf reaches here as one.
+  if (value.is_number_float() && !std::isfinite(value.get<double>())) {
+    const double d = value.get<double>();
+    return std::isnan(d) ? "NaN" : (d > 0 ? "infinity" : "-infinity");
+  }
   // Never throws: invalid UTF-8 (which has no place in a message anyway) is shown as U+FFFD.
   std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.size() > 60) text = text.substr(0, 57) + "...";

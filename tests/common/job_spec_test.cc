@@ -246,6 +246,12 @@ TEST(ParseJobSpecTest, JsonNumberOverflowIsAnErrorQuotingTheNumber) {
   ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
   EXPECT_THAT(std::string(spec.status().message()), StartsWith("big.json: invalid JSON: "));
   EXPECT_THAT(std::string(spec.status().message()), HasSubstr("number overflow parsing '-2e999'"));
+  // YAML reads it as infinity, which the message names as such (JSON would write null).
+  absl::StatusOr<JobSpec> yaml = ParseJobSpec("kind: sft\ntraining:\n  learning_rate: -1e999\n",
+                                              SpecFormat::kYaml, "big.yaml");
+  ASSERT_FALSE(yaml.ok());
+  EXPECT_THAT(std::string(yaml.status().message()),
+              HasSubstr("learning_rate: must be finite, got -infinity"));
 }
 
 // Stray bytes are reported where they are, never thrown out of the parser.
