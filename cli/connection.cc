@@ -4,62 +4,34 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "common/access_tokens.h"
+#include "common/client_config.h"
 #include "common/status_macros.h"
 
 namespace trainctl::cli {
 namespace {
-
-constexpr const char* kConfigKeys[] = {"coordinator", "tls_ca", "tls_cert", "tls_key",
-                                       "token_file"};
 
 std::string Getenv(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr ? "" : value;
 }
 
-std::string ExpandHome(const std::string& path, const std::string& home) {
-  if (!home.empty() && absl::StartsWith(path, "~/")) return home + path.substr(1);
-  return path;
-}
-
 // The config file's settings by key; none when the file does not exist.
 absl::StatusOr<std::map<std::string, std::string>> ReadConfig(const std::string& home) {
-  std::map<std::string, std::string> config;
-  if (home.empty()) return config;
+  if (home.empty()) return std::map<std::string, std::string>();
   const std::string path = home + "/.config/trainctl/config";
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return config;
-  std::ifstream in(path);
+  if (!std::filesystem::exists(path, ec)) return std::map<std::string, std::string>();
+  std::ifstream in(path, std::ios::binary);
   if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    absl::string_view text = line;
-    if (const auto hash = text.find('#'); hash != absl::string_view::npos) {
-      text = text.substr(0, hash);
-    }
-    text = absl::StripAsciiWhitespace(text);
-    if (text.empty()) continue;
-    const auto eq = text.find('=');
-    const std::string key(absl::StripAsciiWhitespace(text.substr(0, std::min(eq, text.size()))));
-    const bool known =
-        std::find(std::begin(kConfigKeys), std::end(kConfigKeys), key) != std::end(kConfigKeys);
-    if (eq == absl::string_view::npos || !known) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", n,
-                       ": want 'key = value' with key coordinator, tls_ca, tls_cert, tls_key or "
-                       "token_file, got '",
-                       text, "'"));
-    }
-    config[key] = ExpandHome(std::string(absl::StripAsciiWhitespace(text.substr(eq + 1))), home);
-  }
-  return config;
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
+  return ParseClientConfig(text, path, home);
 }
 
 }  // namespace

@@ -302,6 +302,31 @@ def images():
     put("image_decode_fuzz", "gray.png", png(64, 64, 0, b"\x7f"))
 
 
+def tokens_file():
+    h = "2bd806c97f0e00af1a1fc3328fa763a9269723c8db8fac4f93af71db186d6e90"
+    put("tokens_file_fuzz", "tokens",
+        "# subject  role    sha256 of the token, hex\n"
+        "alice      user    " + h + "\n"
+        "node-1\tworker\t" + h.upper()[::-1] + "  # a comment\r\n"
+        "\n"
+        "root admin " + "0" * 64 + "\n")
+    put("tokens_file_fuzz", "bad_role", "bob superuser " + h + "\n")
+    put("tokens_file_fuzz", "twice", "a viewer " + h + "\nb viewer " + h + "\n")
+    put("tokens_file_fuzz", "token_not_hash", "carol user s3cr3t\n")
+
+
+def client_config():
+    put("client_config_fuzz", "config",
+        "# trainctl client settings\n"
+        "coordinator = coordinator.example:50051\n"
+        "tls_ca = ~/.config/trainctl/ca.pem   # the cluster's CA\n"
+        "tls_cert=/etc/trainctl/me.pem\r\n"
+        "tls_key =\t/etc/trainctl/me.key\n"
+        "token_file = ~/.config/trainctl/token\n")
+    put("client_config_fuzz", "unknown_key", "coordinater = x:1\n")
+    put("client_config_fuzz", "no_equals", "\n\ncoordinator x:1\n")
+
+
 def main():
     job_spec()
     deepspeed()
@@ -313,6 +338,8 @@ def main():
     shards()
     records()
     images()
+    tokens_file()
+    client_config()
     return 0
 
 
