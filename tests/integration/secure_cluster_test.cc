@@ -62,10 +62,10 @@ class SecureClusterTest : public ::testing::Test {
     coordinator_.reset();
   }
 
-  std::vector<std::string> CoordinatorArgs() {
+  std::vector<std::string> CoordinatorArgs(const std::string& listen = "127.0.0.1:0") {
     return {TRAINCTL_COORDINATOR_BIN,
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--db",
             dir_.path() + "/trainctl.db",
             "--ready_file",
@@ -113,9 +113,11 @@ class SecureClusterTest : public ::testing::Test {
             dir_.Write("worker-token", kWorkerToken)};
   }
 
-  void StartCoordinator() {
+  // On `listen`; a restart passes address_ to come back where the worker dials.
+  void StartCoordinator(const std::string& listen = "127.0.0.1:0") {
+    fs::remove(dir_.path() + "/ready");
     coordinator_ =
-        std::make_unique<Subprocess>(CoordinatorArgs(), dir_.path() + "/coordinator.log");
+        std::make_unique<Subprocess>(CoordinatorArgs(listen), dir_.path() + "/coordinator.log");
     ASSERT_TRUE(WaitFor([&] { return fs::exists(dir_.path() + "/ready"); }, absl::Seconds(30)))
         << Logs();
     address_ =
@@ -148,6 +150,25 @@ class SecureClusterTest : public ::testing::Test {
     env.emplace("HOME", home_);
     env.emplace("TRAINCTL_COORDINATOR", address_);
     return testing::Run(args, env, absl::Seconds(30));
+  }
+
+  // Rewrites the tokens file, sends the coordinator SIGHUP (systemctl reload) and waits for its log
+  // line about it; false when none comes within 10 s.
+  bool ReloadTokens(const std::string& text) {
+    dir_.Write("tokens", text);
+    const std::string log = dir_.path() + "/coordinator.log";
+    auto count = [&log] {
+      const std::string logged = testing::ReadFileOrEmpty(log);
+      int seen = 0;
+      for (size_t at = logged.find("SIGHUP: "); at != std::string::npos;
+           at = logged.find("SIGHUP: ", at + 1)) {
+        ++seen;
+      }
+      return seen;
+    };
+    const int before = count();
+    coordinator_->Kill(SIGHUP);
+    return WaitFor([&] { return count() > before; }, absl::Seconds(10));
   }
 
   std::string Logs() {
@@ -223,39 +244,20 @@ TEST_F(SecureClusterTest, SighupReloadsTheTokensFileAndABrokenFileChangesNothing
   const std::map<std::string, std::string> bob = {{"TRAINCTL_TOKEN", kBobToken}};
   const std::string original = testing::ReadFileOrEmpty(tokens_);
   const std::string log = dir_.path() + "/coordinator.log";
-  // Rewrites the tokens file, sends SIGHUP and waits for the coordinator's `reloads`-th line
-  // about it.
-  int reloads = 0;
-  auto reload = [&](const std::string& text) {
-    dir_.Write("tokens", text);
-    coordinator_->Kill(SIGHUP);
-    ++reloads;
-    return WaitFor(
-        [&] {
-          const std::string logged = testing::ReadFileOrEmpty(log);
-          int seen = 0;
-          for (size_t at = logged.find("SIGHUP: "); at != std::string::npos;
-               at = logged.find("SIGHUP: ", at + 1)) {
-            ++seen;
-          }
-          return seen == reloads;
-        },
-        absl::Seconds(10));
-  };
 
   RunResult refused = Trainctl({"ls"}, bob);
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_TRUE(absl::StrContains(refused.err, "not one the coordinator's tokens file lists"))
       << refused.err;
 
-  ASSERT_TRUE(reload(absl::StrCat(original, "bob viewer ", Sha256Hex(kBobToken), "\n"))) << Logs();
+  ASSERT_TRUE(ReloadTokens(absl::StrCat(original, "bob viewer ", Sha256Hex(kBobToken), "\n"))) << Logs();
   RunResult listed = Trainctl({"ls"}, bob);
   EXPECT_EQ(listed.exit_code, 0) << listed.err << Logs();
   EXPECT_TRUE(absl::StrContains(testing::ReadFileOrEmpty(log), "4 bearer tokens from " + tokens_))
       << Logs();
 
   // A typo on line 2: the four tokens stay in force, and the log names the file and line.
-  ASSERT_TRUE(reload(absl::StrCat("admin admin ", Sha256Hex(kAdminToken), "\n",
+  ASSERT_TRUE(ReloadTokens(absl::StrCat("admin admin ", Sha256Hex(kAdminToken), "\n",
                                   "bob viewer not-a-hash\n")))
       << Logs();
   EXPECT_TRUE(absl::StrContains(testing::ReadFileOrEmpty(log), "tokens file not reloaded"))
@@ -267,12 +269,48 @@ TEST_F(SecureClusterTest, SighupReloadsTheTokensFileAndABrokenFileChangesNothing
   EXPECT_EQ(alice.exit_code, 0) << alice.err;
 
   // bob revoked.
-  ASSERT_TRUE(reload(original)) << Logs();
+  ASSERT_TRUE(ReloadTokens(original)) << Logs();
   RunResult revoked = Trainctl({"ls"}, bob);
   EXPECT_EQ(revoked.exit_code, 1);
   EXPECT_TRUE(absl::StrContains(revoked.err, "not one the coordinator's tokens file lists"))
       << revoked.err;
   EXPECT_TRUE(admin_->List(v1::ListJobsRequest()).ok());
+}
+
+// Rotating a worker's token with neither daemon restarted for it: the coordinator takes the new
+// token on SIGHUP and then drops the old one; the worker reads its --token_file before each
+// session. A coordinator restart (every session reconnects) shows the node back on the new token.
+TEST_F(SecureClusterTest, AWorkerTokenRotatesWithoutRestartingTheWorker) {
+  StartDaemons();
+  constexpr char kRotated[] = "worker-a-rotated-77f0";
+  const std::string admin_and_alice =
+      absl::StrCat("admin admin ", Sha256Hex(kAdminToken), "\n", "alice user ",
+                   Sha256Hex(kAliceToken), "\n");
+  ASSERT_TRUE(ReloadTokens(absl::StrCat(admin_and_alice, "node-a worker ", Sha256Hex(kWorkerToken),
+                                        "\nnode-a worker ", Sha256Hex(kRotated), "\n")))
+      << Logs();
+  dir_.Write("worker-token", std::string(kRotated) + "\n");
+  ASSERT_TRUE(
+      ReloadTokens(absl::StrCat(admin_and_alice, "node-a worker ", Sha256Hex(kRotated), "\n")))
+      << Logs();
+  // The live session was authorized before: it runs on.
+  auto nodes = admin_->ListNodes();
+  ASSERT_TRUE(nodes.ok() && nodes->nodes_size() == 1) << Logs();
+  EXPECT_EQ(nodes->nodes(0).state(), "ready");
+
+  coordinator_.reset();
+  StartCoordinator(address_);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto listed = admin_->ListNodes();
+        return listed.ok() && listed->nodes_size() == 1 && listed->nodes(0).state() == "ready";
+      },
+      absl::Seconds(20)))
+      << Logs();
+  EXPECT_TRUE(absl::StrContains(testing::ReadFileOrEmpty(dir_.path() + "/worker.log"),
+                                "holds a new token: this session uses it"))
+      << Logs();
 }
 
 TEST_F(SecureClusterTest, DaemonsRefuseCredentialMistakesAtStartUp) {

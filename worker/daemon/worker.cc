@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/access_tokens.h"
 #include "common/json_proto.h"
 #include "common/logging.h"
 #include "common/utf8.h"
@@ -99,6 +100,7 @@ Worker::Worker(WorkerOptions options)
               options_.outbox_memory_bytes) {
   for (const v1::GpuInfo& gpu : options_.gpus) free_gpus_.insert(gpu.index());
   free_cpu_slots_ = options_.cpu_slots;
+  token_ = options_.token;
 }
 
 Worker::~Worker() {
@@ -270,6 +272,28 @@ v1::WorkerMessage Worker::MakeRegister() {
   return message;
 }
 
+const std::string& Worker::SessionToken() {
+  if (options_.token_file.empty()) return token_;
+  absl::StatusOr<std::string> token = ReadTokenFile(options_.token_file);
+  if (!token.ok()) {
+    if (token.status().message() != token_file_error_) {
+      token_file_error_ = std::string(token.status().message());
+      TRAINCTL_LOG(WARNING) << "--token_file: " << token_file_error_
+                            << "; the sessions keep the token read before";
+    }
+    return token_;
+  }
+  token_file_error_.clear();
+  if (*token != token_) {
+    if (!token_.empty()) {
+      TRAINCTL_LOG(INFO) << "--token_file " << options_.token_file
+                         << " holds a new token: this session uses it";
+    }
+    token_ = *std::move(token);
+  }
+  return token_;
+}
+
 void Worker::Session() {
   // A fresh channel per attempt: a channel that failed to connect waits out its own back-off before
   // trying again, which would stretch ours (and a coordinator's recovery grace) for nothing.
@@ -284,7 +308,9 @@ void Worker::Session() {
       args);
   auto stub = v1::WorkerService::NewStub(channel);
   grpc::ClientContext context;
-  if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
+  if (const std::string& token = SessionToken(); !token.empty()) {
+    context.AddMetadata("authorization", "Bearer " + token);
+  }
   {
     absl::MutexLock lock(&mu_);
     if (closing_) return;

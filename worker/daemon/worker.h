@@ -44,6 +44,10 @@ struct WorkerOptions {
   // client certificates, node_name must be the certificate's CN or one of its DNS names.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::string token;  // sent as `authorization: Bearer <token>`; empty: none
+  // When set, read again before every session (common/access_tokens.h ReadTokenFile), so a
+  // rotated token is used from the next reconnect without a restart; a read that fails keeps the
+  // token last read (or `token`), and says so in the log.
+  std::string token_file;
   std::string node_name;
   std::string
       advertise_addr;    // what other nodes' ranks dial (MASTER_ADDR when this node is rank 0)
@@ -102,6 +106,8 @@ class Worker {
   };
 
   void Session();  // one connection, until it breaks or Stop
+  // The token for the next session: options_.token_file read again when set. Session thread only.
+  const std::string& SessionToken();
   trainctl::v1::WorkerMessage MakeRegister();
   void Handle(const trainctl::v1::CoordinatorMessage& message);
   void HandleLaunch(const trainctl::v1::LaunchTask& launch);
@@ -131,6 +137,8 @@ class Worker {
   const std::vector<std::filesystem::path> output_roots_;  // canonical
   const std::string boot_id_;
   Outbox outbox_;
+  std::string token_;             // SessionToken(): the token last read; session thread only
+  std::string token_file_error_;  // SessionToken(): the last read's error, logged once
 
   absl::Mutex mu_;
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);

@@ -83,7 +83,8 @@ ABSL_FLAG(std::string, tls_cert, "",
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, token_file, "",
           "file holding this worker's bearer token (role worker), when the coordinator has "
-          "--tokens_file; default: $TRAINCTL_TOKEN");
+          "--tokens_file; read again before every session, so a rotated token is used from the "
+          "next reconnect; default: $TRAINCTL_TOKEN");
 ABSL_FLAG(std::string, sysfs_root, "/sys",
           "where the topology probe reads class/infiniband (RDMA ports) and class/net");
 ABSL_FLAG(std::string, proc_modules, "/proc/modules",
@@ -150,6 +151,7 @@ absl::Status SetUpCredentials(WorkerOptions* options) {
     if (!token.ok())
       return absl::InvalidArgumentError(absl::StrCat("--token_file: ", token.status().message()));
     options->token = *std::move(token);
+    options->token_file = path;  // read again before each session: a rotated token needs no restart
   } else if (const char* env = std::getenv("TRAINCTL_TOKEN"); env != nullptr) {
     options->token = std::string(absl::StripAsciiWhitespace(env));
   }
