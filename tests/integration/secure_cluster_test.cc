@@ -135,13 +135,17 @@ class SecureClusterTest : public ::testing::Test {
     StartCoordinator();
     if (HasFatalFailure()) return;
     worker_ = std::make_unique<Subprocess>(WorkerArgs("node-a"), dir_.path() + "/worker.log");
-    ASSERT_TRUE(WaitFor(
+    ASSERT_TRUE(NodeReady()) << Logs();
+  }
+
+  // Whether node-a, the one worker, is registered and ready within 20 s.
+  bool NodeReady() {
+    return WaitFor(
         [&] {
           auto nodes = admin_->ListNodes();
           return nodes.ok() && nodes->nodes_size() == 1 && nodes->nodes(0).state() == "ready";
         },
-        absl::Seconds(20)))
-        << Logs();
+        absl::Seconds(20));
   }
 
   // The real trainctl as the user runs it: HOME holds its config and token.
@@ -301,13 +305,7 @@ TEST_F(SecureClusterTest, AWorkerTokenRotatesWithoutRestartingTheWorker) {
   coordinator_.reset();
   StartCoordinator(address_);
   ASSERT_FALSE(HasFatalFailure());
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto listed = admin_->ListNodes();
-        return listed.ok() && listed->nodes_size() == 1 && listed->nodes(0).state() == "ready";
-      },
-      absl::Seconds(20)))
-      << Logs();
+  ASSERT_TRUE(NodeReady()) << Logs();
   EXPECT_TRUE(absl::StrContains(testing::ReadFileOrEmpty(dir_.path() + "/worker.log"),
                                 "holds a new token: this session uses it"))
       << Logs();
