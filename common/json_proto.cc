@@ -517,7 +517,8 @@ absl::StatusOr<json> ParseJsonText(absl::string_view text, absl::string_view sou
     const std::string what = e.what();
     const size_t tag_end = what.find("] ");  // "[json.exception.out_of_range.406] "
     return absl::InvalidArgumentError(absl::StrCat(
-        source, ": invalid JSON: ", tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
+        source,
+        ": invalid JSON: ", tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
   }
 }
 

@@ -138,12 +138,13 @@ class TokenReloader {
                 size_t loaded)
       : path_(std::move(path)),
         authorizer_(authorizer),
-        reloads_(registry->AddCounter("trainctl_tokens_reloads_total",
-                                      "Reloads of the tokens file on SIGHUP, by result (ok, error).",
-                                      {"result"})),
-        tokens_(registry->AddGauge("trainctl_bearer_tokens",
-                                   "Bearer tokens in force from --tokens_file.")
-                    .Get()) {
+        reloads_(registry->AddCounter(
+            "trainctl_tokens_reloads_total",
+            "Reloads of the tokens file on SIGHUP, by result (ok, error).", {"result"})),
+        tokens_(
+            registry
+                ->AddGauge("trainctl_bearer_tokens", "Bearer tokens in force from --tokens_file.")
+                .Get()) {
     tokens_.Set(static_cast<double>(loaded));
     // Both series from the start, at 0: the first failure is then an increase for the alert.
     reloads_.WithLabels({"ok"});
@@ -278,21 +279,19 @@ int Run() {
   };
   Cluster cluster(&jobs, &clock, cluster_options);
   jobs.SetListener([&cluster](const std::string& id) { cluster.JobChanged(id); });
-  NodeInventory nodes(
-      [&cluster] { return cluster.ListNodes(); },
-      [&cluster](const std::string& node, absl::Duration timeout) {
-        return cluster.RefreshTopology(node, timeout);
-      },
-      store->get(), absl::GetFlag(FLAGS_topology_refresh_timeout));
+  NodeInventory nodes([&cluster] { return cluster.ListNodes(); },
+                      [&cluster](const std::string& node, absl::Duration timeout) {
+                        return cluster.RefreshTopology(node, timeout);
+                      },
+                      store->get(), absl::GetFlag(FLAGS_topology_refresh_timeout));
   job_service.SetNodeLister(
       [&nodes](const trainctl::v1::ListNodesRequest& request) { return nodes.List(request); });
   AddCoordinatorCollectors(&registry, store->get(), [&cluster] { return cluster.ListNodes(); });
   // `trainctl diagnose` and trainctl_job_findings: the rules over the nodes' stored topology
   // and the jobs' NCCL and bandwidth events.
   JobStore* job_store = store->get();
-  JobDiagnoser diagnoser(job_store, [job_store](const std::string& node) {
-    return job_store->GetNodeTopology(node);
-  });
+  JobDiagnoser diagnoser(
+      job_store, [job_store](const std::string& node) { return job_store->GetNodeTopology(node); });
   job_service.SetDiagnoser(&diagnoser);
   DiagnosisMetrics diagnosis_metrics(&registry, job_store, &diagnoser);
   WorkerServiceImpl worker_service(&cluster);

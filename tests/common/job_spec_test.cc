@@ -240,9 +240,9 @@ TEST(ParseJobSpecTest, JsonSyntaxErrorNamesFileAndLine) {
 // A number no double holds is not a syntax error to the JSON parser (it throws out_of_range):
 // found by job_spec_fuzz (tests/fuzz/regressions/job_spec_fuzz), once an uncaught exception.
 TEST(ParseJobSpecTest, JsonNumberOverflowIsAnErrorQuotingTheNumber) {
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(
-      "{\"kind\": \"sft\", \"training\": {\"learning_rate\": -2e999}}", SpecFormat::kJson,
-      "big.json");
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec("{\"kind\": \"sft\", \"training\": {\"learning_rate\": -2e999}}",
+                   SpecFormat::kJson, "big.json");
   ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
   EXPECT_THAT(std::string(spec.status().message()), StartsWith("big.json: invalid JSON: "));
   EXPECT_THAT(std::string(spec.status().message()), HasSubstr("number overflow parsing '-2e999'"));

@@ -318,10 +318,10 @@ TEST_F(AuthTest, ReplacedTokensDecideTheCallsThatFollow) {
   ASSERT_TRUE(Client("bob")->List(v1::ListJobsRequest()).ok());
   ASSERT_TRUE(Client("alice")->Submit(TinyJob("before")).ok());
   // bob revoked, alice now a viewer, the rest unchanged.
-  auto tokens = TokenTable::Parse(
-      absl::StrCat("admin admin ", Sha256Hex(Tokens().at("admin")), "\n",  //
-                   "alice viewer ", Sha256Hex(Tokens().at("alice")), "\n"),
-      "tokens");
+  auto tokens =
+      TokenTable::Parse(absl::StrCat("admin admin ", Sha256Hex(Tokens().at("admin")), "\n",  //
+                                     "alice viewer ", Sha256Hex(Tokens().at("alice")), "\n"),
+                        "tokens");
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   ASSERT_TRUE(authorizer_->ReplaceTokens(*std::move(tokens)).ok());
   auto bob = Client("bob")->List(v1::ListJobsRequest()).status();

@@ -254,15 +254,16 @@ TEST_F(SecureClusterTest, SighupReloadsTheTokensFileAndABrokenFileChangesNothing
   EXPECT_TRUE(absl::StrContains(refused.err, "not one the coordinator's tokens file lists"))
       << refused.err;
 
-  ASSERT_TRUE(ReloadTokens(absl::StrCat(original, "bob viewer ", Sha256Hex(kBobToken), "\n"))) << Logs();
+  ASSERT_TRUE(ReloadTokens(absl::StrCat(original, "bob viewer ", Sha256Hex(kBobToken), "\n")))
+      << Logs();
   RunResult listed = Trainctl({"ls"}, bob);
   EXPECT_EQ(listed.exit_code, 0) << listed.err << Logs();
   EXPECT_TRUE(absl::StrContains(testing::ReadFileOrEmpty(log), "4 bearer tokens from " + tokens_))
       << Logs();
 
   // A typo on line 2: the four tokens stay in force, and the log names the file and line.
-  ASSERT_TRUE(ReloadTokens(absl::StrCat("admin admin ", Sha256Hex(kAdminToken), "\n",
-                                  "bob viewer not-a-hash\n")))
+  ASSERT_TRUE(ReloadTokens(
+      absl::StrCat("admin admin ", Sha256Hex(kAdminToken), "\n", "bob viewer not-a-hash\n")))
       << Logs();
   EXPECT_TRUE(absl::StrContains(testing::ReadFileOrEmpty(log), "tokens file not reloaded"))
       << Logs();
@@ -287,9 +288,8 @@ TEST_F(SecureClusterTest, SighupReloadsTheTokensFileAndABrokenFileChangesNothing
 TEST_F(SecureClusterTest, AWorkerTokenRotatesWithoutRestartingTheWorker) {
   StartDaemons();
   constexpr char kRotated[] = "worker-a-rotated-77f0";
-  const std::string admin_and_alice =
-      absl::StrCat("admin admin ", Sha256Hex(kAdminToken), "\n", "alice user ",
-                   Sha256Hex(kAliceToken), "\n");
+  const std::string admin_and_alice = absl::StrCat("admin admin ", Sha256Hex(kAdminToken), "\n",
+                                                   "alice user ", Sha256Hex(kAliceToken), "\n");
   ASSERT_TRUE(ReloadTokens(absl::StrCat(admin_and_alice, "node-a worker ", Sha256Hex(kWorkerToken),
                                         "\nnode-a worker ", Sha256Hex(kRotated), "\n")))
       << Logs();
