@@ -206,6 +206,16 @@ TEST_F(TokenizerLoadTest, NotJson) {
   EXPECT_THAT(t.status().message(), HasSubstr("bad/tokenizer.json: not valid JSON"));
 }
 
+// A number that overflows a double throws out_of_range from the JSON parser, not parse_error:
+// once uncaught (found by tokenizer_fuzz).
+TEST_F(TokenizerLoadTest, NumberOverflowIsNotValidJson) {
+  auto t =
+      BpeTokenizer::Load(dir_.Write("big/tokenizer.json", "{\"added_tokens\": [{\"id\": 1e400}]}"));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(t.status().message(), HasSubstr("big/tokenizer.json: not valid JSON"));
+  EXPECT_THAT(t.status().message(), HasSubstr("number overflow parsing '1e400'"));
+}
+
 TEST_F(TokenizerLoadTest, EachBrokenFieldIsNamed) {
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
       {[](auto& j) {
