@@ -157,13 +157,13 @@ class TokenReloader {
       return;
     }
     auto tokens = TokenTable::Load(path_);
-    absl::Status replaced = tokens.ok() ? absl::OkStatus() : tokens.status();
     const size_t count = tokens.ok() ? tokens->size() : 0;
-    if (replaced.ok()) replaced = authorizer_->ReplaceTokens(*std::move(tokens));
-    if (!replaced.ok()) {
+    const absl::Status status =
+        tokens.ok() ? authorizer_->ReplaceTokens(*std::move(tokens)) : tokens.status();
+    if (!status.ok()) {
       reloads_.WithLabels({"error"}).Inc();
       TRAINCTL_LOG(ERROR) << "SIGHUP: tokens file not reloaded, the " << tokens_.Value()
-                          << " tokens in force stay: " << replaced.message();
+                          << " tokens in force stay: " << status.message();
       return;
     }
     reloads_.WithLabels({"ok"}).Inc();

@@ -59,31 +59,6 @@ absl::StatusOr<int> PickPort(const std::string& addr) {
   return static_cast<int>(ntohs(sa.sin_port));
 }
 
-// `path` made absolute (against this process's working directory, the ranks' too), its symlinks
-// and ".." resolved as far as it exists.
-fs::path Resolve(const std::string& path) {
-  std::error_code ec;
-  fs::path resolved = fs::weakly_canonical(fs::absolute(path), ec);
-  return ec ? fs::absolute(path).lexically_normal() : resolved;
-}
-
-std::vector<fs::path> CanonicalRoots(const WorkerOptions& options) {
-  std::vector<fs::path> roots;
-  for (const std::string& root : options.output_roots) roots.push_back(Resolve(root));
-  if (roots.empty()) roots.push_back(Resolve(options.work_dir));
-  return roots;
-}
-
-// `path` is `root` or lies below it (both canonical).
-bool IsUnder(const fs::path& path, const fs::path& root) {
-  auto p = path.begin();
-  for (auto r = root.begin(); r != root.end(); ++r, ++p) {
-    if (r->empty()) continue;  // a trailing separator
-    if (p == path.end() || *p != *r) return false;
-  }
-  return true;
-}
-
 v1::TaskState StateOf(const GangResult& result) {
   if (result.succeeded) return v1::TASK_STATE_SUCCEEDED;
   if (result.cancelled) return v1::TASK_STATE_CANCELLED;
@@ -94,7 +69,7 @@ v1::TaskState StateOf(const GangResult& result) {
 
 Worker::Worker(WorkerOptions options)
     : options_(std::move(options)),
-      output_roots_(CanonicalRoots(options_)),
+      output_roots_(options_.output_roots, options_.work_dir),
       boot_id_(NewBootId()),
       outbox_((fs::path(options_.work_dir) / "outbox.spill").string(),
               options_.outbox_memory_bytes) {
@@ -472,7 +447,7 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
   if (tasks_.count(id) || stopping()) return;  // a duplicate
   Task& task = tasks_[id];
   task.launch = launch;
-  if (absl::Status s = CheckOutputPaths(launch.spec()); !s.ok()) {
+  if (absl::Status s = output_roots_.Check(launch.spec()); !s.ok()) {
     return fail(task, std::string(s.message()));
   }
   const int slots = std::max(1, launch.slots());
@@ -578,34 +553,6 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
   status.set_state(v1::TASK_STATE_RUNNING);
   status.set_master_port(started.master_port);
   PushStatus(started, std::move(status));
-}
-
-absl::Status Worker::CheckOutputPaths(const v1::JobSpec& spec) const {
-  auto check = [&](const std::string& field, const std::string& path) -> absl::Status {
-    if (path.empty()) return absl::OkStatus();
-    const fs::path resolved = Resolve(path);
-    for (const fs::path& root : output_roots_) {
-      if (IsUnder(resolved, root)) return absl::OkStatus();
-    }
-    std::vector<std::string> roots;
-    for (const fs::path& root : output_roots_) roots.push_back(root.string());
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": ", path, " is outside this worker's output roots (", absl::StrJoin(roots, ", "),
-        ")", resolved.string() == path ? "" : absl::StrCat(" once resolved to ", resolved.string()),
-        "; see its --output_roots"));
-  };
-  if (absl::Status s = check("spec.output_dir", spec.output_dir()); !s.ok()) return s;
-  for (int i = 0; i < spec.stages_size(); ++i) {
-    const v1::PipelineStage& stage = spec.stages(i);
-    // A stage without its own output_dir writes to <output_dir>/<stage name>.
-    const std::string path = !stage.output_dir().empty()
-                                 ? stage.output_dir()
-                                 : (fs::path(spec.output_dir()) / stage.name()).string();
-    if (absl::Status s = check(absl::StrCat("spec.stages[", i, "].output_dir"), path); !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
 }
 
 void Worker::PushStatus(const Task& task, v1::TaskStatus status) {

@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "trainctl/v1/worker.grpc.pb.h"
 #include "worker/daemon/outbox.h"
+#include "worker/daemon/output_roots.h"
 #include "worker/daemon/rank_launcher.h"
 #include "worker/daemon/worker_stats.h"
 
@@ -111,8 +112,6 @@ class Worker {
   trainctl::v1::WorkerMessage MakeRegister();
   void Handle(const trainctl::v1::CoordinatorMessage& message);
   void HandleLaunch(const trainctl::v1::LaunchTask& launch);
-  // INVALID_ARGUMENT naming the field when a path the job writes lies outside output_roots.
-  absl::Status CheckOutputPaths(const trainctl::v1::JobSpec& spec) const;
   void HandleCancel(const trainctl::v1::CancelTask& cancel);
   void HandleAck(int64_t through_seq);
   // Takes message `seq` out of the outbox for good (the coordinator cannot take it), keeps its
@@ -134,7 +133,7 @@ class Worker {
   void ReportLoopPass();  // options_.on_loop
 
   const WorkerOptions options_;
-  const std::vector<std::filesystem::path> output_roots_;  // canonical
+  const OutputRoots output_roots_;
   const std::string boot_id_;
   Outbox outbox_;
   std::string token_;             // SessionToken(): the token last read; session thread only
