@@ -8,9 +8,15 @@
 //   recompute: seconds for the same tokens, tokens/s
 //   ratio: recompute seconds / KV-cache seconds for the whole generation (prefill included)
 // and checks that both produce the same tokens.
+//
+// With --model_dir (an HF checkpoint directory) it measures that model alone, as the GPU check's
+// peer comparison does (scripts/gpu/hf_peers.py decode): greedy decoding of --new_tokens tokens
+// (no eos) for each batch size in --batches, the prompts read from --prompts (a JSON list of id
+// lists, the same ones the peer decodes) or random; figures and tokens to --json.
 #include <torch/torch.h>
 
 #include <chrono>
+#include <fstream>
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -19,16 +25,25 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
 #include "worker/trainer/model/generation.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/qwen2vl_config.h"
+#include "worker/trainer/model/state_dict_adapter.h"
 
 ABSL_FLAG(int, batch, 4, "prompts per generation");
 ABSL_FLAG(int, prompt, 64, "tokens per prompt");
 ABSL_FLAG(int, new_tokens, 32, "tokens generated per prompt");
 ABSL_FLAG(int, threads, 0, "LibTorch intra-op threads (0: LibTorch's default)");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+ABSL_FLAG(std::string, model_dir, "", "an HF checkpoint directory to measure alone");
+ABSL_FLAG(std::string, dtype, "float32", "with --model_dir: float32 or bfloat16");
+ABSL_FLAG(std::string, batches, "1,16,64", "with --model_dir: batch sizes to measure");
+ABSL_FLAG(std::string, prompts, "", "with --model_dir: JSON file of prompts (lists of ids)");
+ABSL_FLAG(std::string, json, "", "with --model_dir: write the figures and tokens here");
 
 namespace {
 
@@ -118,12 +133,85 @@ void Bench(const std::string& name, const Qwen2VLConfig& config, const torch::De
                                full_seconds / cached_seconds, same ? "yes" : "NO");
 }
 
+// --model_dir: one checkpoint, several batch sizes, greedy with no eos. Returns the exit code.
+int BenchCheckpoint(const torch::Device& device) {
+  const std::string dtype_name = absl::GetFlag(FLAGS_dtype);
+  const torch::ScalarType dtype =
+      dtype_name == "bfloat16" || dtype_name == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  auto loaded = trainctl::model::LoadHfModel(absl::GetFlag(FLAGS_model_dir), dtype);
+  if (!loaded.ok()) {
+    std::cerr << "decode_bench: " << loaded.status() << "\n";
+    return 1;
+  }
+  Qwen2VLForConditionalGeneration& model = **loaded;
+  model.to(device);
+  model.eval();
+  const int64_t steps = absl::GetFlag(FLAGS_new_tokens);
+  std::vector<std::vector<int64_t>> prompts;
+  if (const std::string path = absl::GetFlag(FLAGS_prompts); !path.empty()) {
+    std::ifstream in(path);
+    prompts = nlohmann::json::parse(in).get<std::vector<std::vector<int64_t>>>();
+  } else {
+    torch::manual_seed(0);
+    for (int i = 0; i < 64; ++i) {
+      const torch::Tensor row = torch::randint(0, 1000, {absl::GetFlag(FLAGS_prompt)}, torch::kInt64);
+      prompts.emplace_back(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
+    }
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (const absl::string_view b : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
+    int64_t batch = 0;
+    if (!absl::SimpleAtoi(b, &batch) || batch <= 0) {
+      std::cerr << "decode_bench: --batches: not a batch size: " << b << "\n";
+      return 1;
+    }
+    std::vector<std::vector<int64_t>> rows_in;
+    for (int64_t r = 0; r < batch; ++r) rows_in.push_back(prompts[r % prompts.size()]);
+    auto padded = trainctl::model::LeftPadPrompts(rows_in);
+    if (!padded.ok()) {
+      std::cerr << "decode_bench: " << padded.status() << "\n";
+      return 1;
+    }
+    padded->input_ids = padded->input_ids.to(device);
+    padded->attention_mask = padded->attention_mask.to(device);
+    trainctl::model::GenerationOptions options;
+    options.temperature = 0;
+    options.max_new_tokens = 4;
+    (void)trainctl::model::Generate(model, *padded, options);  // warm-up
+    options.max_new_tokens = steps;
+    Sync(device);
+    const auto start = Clock::now();
+    auto out = trainctl::model::Generate(model, *padded, options);
+    Sync(device);
+    const double seconds = Seconds(start);
+    if (!out.ok()) {
+      std::cerr << "decode_bench: " << out.status() << "\n";
+      return 1;
+    }
+    const double tokens_per_s = static_cast<double>(out->new_tokens) / seconds;
+    std::cout << absl::StrFormat(
+        "batch %3d: %d new tokens per row in %.3f s (prefill %.3f s) -> %.0f tokens/s\n", batch,
+        steps, seconds, out->prefill_seconds, tokens_per_s);
+    rows.push_back({{"batch", batch},
+                    {"new_tokens", steps},
+                    {"seconds", seconds},
+                    {"prefill_seconds", out->prefill_seconds},
+                    {"tokens_per_s", tokens_per_s},
+                    {"tokens", out->tokens}});
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream(path) << nlohmann::json{{"dtype", dtype_name}, {"rows", rows}}.dump() << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_threads) > 0) torch::set_num_threads(absl::GetFlag(FLAGS_threads));
   const torch::Device device(absl::GetFlag(FLAGS_device));
+  if (!absl::GetFlag(FLAGS_model_dir).empty()) return BenchCheckpoint(device);
   std::cout << absl::StrFormat("threads: %d, dtype float32\n\n", torch::get_num_threads());
 
   auto tiny_path = trainctl::model::FindModelConfig("tiny");

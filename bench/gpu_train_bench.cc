@@ -3,10 +3,11 @@
 //
 // Two ways to train the same model on the same batches, measured in the same run:
 //   engine: what trainctl-trainer runs: the ZeRO engine at --stage (3 by default) with bf16
-//           working weights gathered per unit, fp32 master weights, gradients and AdamW state;
+//           working weights gathered per unit, fp32 master weights, gradients and AdamW state,
+//           and the head fused with the loss (--fused_loss);
 //   plain:  the peer, what a LibTorch user writes: fp32 parameters, bf16 autocast, torch AdamW;
 //   plain_recompute: the same with each decoder layer recomputed in backward (activation
-//           checkpointing), the like-for-like peer of the engine, which recomputes every unit.
+//           checkpointing): the peer of the engine run with --checkpointing.
 // and two ceilings: a bf16 GEMM measured in the same run (8192^3 and the model's own shapes) and
 // the H100/H200 datasheet's dense bf16 peak (--peak_tflops, 989.4).
 //
@@ -58,6 +59,8 @@ ABSL_FLAG(std::string, modes, "engine,plain,plain_recompute",
           "which of engine, plain and plain_recompute to run");
 ABSL_FLAG(std::string, attention, "auto", "auto, eager or sdpa");
 ABSL_FLAG(bool, checkpointing, false, "recompute decoder layers in backward");
+ABSL_FLAG(bool, fused_loss, true,
+          "engine mode: the head fused with the loss in chunks, as the SFT stage runs it");
 ABSL_FLAG(double, peak_tflops, 989.4, "datasheet dense bf16 TFLOP/s of the GPU (H100/H200 SXM)");
 ABSL_FLAG(std::string, json, "", "also write the figures to this JSON file");
 
@@ -67,18 +70,9 @@ using Clock = std::chrono::steady_clock;
 namespace model = trainctl::model;
 namespace zero = trainctl::zero;
 
-// ~1.1B: hidden 2048, 18 layers, 16 heads of 128 (4 kv heads), MLP 5504, Qwen's vocabulary 151936,
-// tied embeddings. The vision tower is required by the class and kept minimal (text batches).
-constexpr char k1B[] = R"({
-  "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
-  "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5504, "num_hidden_layers": 18,
-  "num_attention_heads": 16, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
-  "rope_theta": 1000000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
-  "vision_config": {"depth": 1, "embed_dim": 32, "mlp_ratio": 2, "num_heads": 2, "in_chans": 3,
-    "hidden_size": 2048, "hidden_act": "quick_gelu", "patch_size": 14, "spatial_merge_size": 2,
-    "temporal_patch_size": 2},
-  "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "vocab_size": 151936
-})";
+// --preset 1b is configs/models/bench-1b (~1.1B: hidden 2048, 18 layers, 16 heads of 128 with 4 kv
+// heads, MLP 5504, Qwen's vocabulary 151936, tied embeddings; a minimal vision tower, as the batches
+// are text), the model scripts/gpu/hf_peers.py builds in transformers for the peers.
 constexpr char kSmall[] = R"({
   "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
   "hidden_act": "silu", "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 6,
@@ -160,23 +154,20 @@ struct ModeResult {
   bool has_memory = false;
 };
 
+// The mean next-token cross-entropy. `fused`: the head fused with the loss, a chunk of rows at a
+// time (HeadCrossEntropy, what the SFT stage runs); otherwise the [tokens, vocab] logits in full,
+// upcast to fp32, as a LibTorch user writes it.
 torch::Tensor LossOf(model::Qwen2VLForConditionalGeneration& net, const torch::Tensor& ids,
-                     const torch::Device& device) {
+                     const torch::Device& device, bool fused) {
   model::ModelInputs in;
   in.input_ids = ids;
-  torch::Tensor hidden;
   const int64_t t = ids.size(1);
-  {
-    trainctl::trainer::internal::AutocastGuard autocast(true, device.type(), torch::kBFloat16);
-    hidden = net.ForwardHidden(in);
-  }
-  torch::Tensor logits;
-  {
-    trainctl::trainer::internal::AutocastGuard autocast(true, device.type(), torch::kBFloat16);
-    logits = net.Head(hidden.slice(1, 0, t - 1).reshape({-1, hidden.size(-1)}));
-  }
-  return torch::nn::functional::cross_entropy(logits.to(torch::kFloat32),
-                                              ids.slice(1, 1, t).reshape({-1}));
+  trainctl::trainer::internal::AutocastGuard autocast(true, device.type(), torch::kBFloat16);
+  const torch::Tensor hidden = net.ForwardHidden(in);
+  const torch::Tensor rows = hidden.slice(1, 0, t - 1).reshape({-1, hidden.size(-1)});
+  const torch::Tensor labels = ids.slice(1, 1, t).reshape({-1});
+  if (fused) return net.HeadCrossEntropy(rows, labels) / labels.size(0);
+  return torch::nn::functional::cross_entropy(net.Head(rows).to(torch::kFloat32), labels);
 }
 
 }  // namespace
@@ -195,8 +186,13 @@ int main(int argc, char** argv) {
   const int64_t B = absl::GetFlag(FLAGS_batch), T = absl::GetFlag(FLAGS_seq);
   const int warmup = absl::GetFlag(FLAGS_warmup), steps = std::max(1, absl::GetFlag(FLAGS_steps));
   auto attention = model::ParseAttentionImpl(absl::GetFlag(FLAGS_attention));
-  auto config = model::ParseQwen2VLConfig(absl::GetFlag(FLAGS_preset) == "1b" ? k1B : kSmall,
-                                          "gpu_train_bench");
+  absl::StatusOr<model::Qwen2VLConfig> config =
+      model::ParseQwen2VLConfig(kSmall, "gpu_train_bench");
+  if (absl::GetFlag(FLAGS_preset) == "1b") {
+    auto path = model::FindModelConfig("bench-1b");
+    config = path.ok() ? model::LoadQwen2VLConfig(*path)
+                       : absl::StatusOr<model::Qwen2VLConfig>(path.status());
+  }
   if (!config.ok() || !attention.ok()) {
     std::cerr << "gpu_train_bench: " << (config.ok() ? attention.status() : config.status())
               << "\n";
@@ -211,6 +207,7 @@ int main(int argc, char** argv) {
   const int64_t kv = config->num_key_value_heads * config->head_dim();
   const int64_t tokens = B * T;
 
+  const bool fused_loss = absl::GetFlag(FLAGS_fused_loss);
   std::vector<ModeResult> results;
   int64_t total_params = 0;
   const std::vector<std::string> modes = absl::StrSplit(absl::GetFlag(FLAGS_modes), ',');
@@ -262,7 +259,7 @@ int main(int argc, char** argv) {
       }
     }
     auto step = [&](const torch::Tensor& ids) {
-      torch::Tensor loss = LossOf(*net, ids, device);
+      torch::Tensor loss = LossOf(*net, ids, device, engine != nullptr && fused_loss);
       if (engine) {
         if (!engine->Backward(loss).ok() || !engine->Step(1e-4).ok()) std::abort();
       } else {
@@ -378,8 +375,8 @@ int main(int argc, char** argv) {
     }
     out[r.mode] = m;
   }
-  // The engine recomputes each unit in backward at stage 3, so plain_recompute (decoder layers
-  // recomputed too) is its like-for-like peer.
+  // plain keeps every activation, as the engine does without --checkpointing; plain_recompute is
+  // the peer of a run with it.
   for (const auto& peer : results) {
     if (results[0].mode != "engine" || peer.mode == "engine") continue;
     const double ratio = results[0].median_s / peer.median_s;

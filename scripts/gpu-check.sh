@@ -17,7 +17,10 @@
 #             losses against the same binary's CPU run, within bf16 tolerance
 #   train_bench (c, d) bench gpu_train_bench: ~1.1B config, tokens/s, TFLOP/s, MFU against the
 #             datasheet and against a same-run bf16 GEMM; peak memory against the ZeRO model
-#   decode    (e) not run: the generator does not exist yet (the GRPO issue builds it)
+#   hf_train_peer (e) transformers' Qwen2VLForConditionalGeneration trained on the same config and
+#             batch shape (scripts/gpu/hf_peers.py train); peers.json: engine / HF tokens/s
+#   decode    (f) greedy decode tokens/s of the same bf16 weights at batch 1, 16, 64 x 128 new
+#             tokens: our decode_bench --model_dir against HF generate() (hf_peers.py decode)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -153,6 +156,26 @@ step sft sft
 step train_bench "$B/bench/gpu_train_bench" --json "$OUT/train_bench.json" \
   ${TRAIN_BENCH_FLAGS:-}
 
-record decode not-run 0 "not run: the KV-cached generator is built by the GRPO issue"
+# --- (e) the transformers peers: training tokens/s, decode tokens/s against generate() --------------
+step hf_train_peer python3 scripts/gpu/hf_peers.py train --out "$OUT/hf_train_peer.json"
+step decode python3 scripts/gpu/hf_peers.py decode --out "$OUT/decode.json" \
+  --decode-bench "$B/bench/decode_bench"
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    p = os.path.join(out, name)
+    return json.load(open(p)) if os.path.exists(p) else None
+bench, peer = load("train_bench.json"), load("hf_train_peer.json")
+if bench and peer and "engine" in bench:
+    r = {"engine_tokens_per_s": bench["engine"]["tokens_per_s"],
+         "hf_tokens_per_s": peer["tokens_per_s"],
+         "engine_over_hf_tokens_per_s": bench["engine"]["tokens_per_s"] / peer["tokens_per_s"],
+         "engine_mfu_datasheet": bench["engine"]["mfu_datasheet"]}
+    if "plain" in bench:
+        r["engine_over_plain_step_time"] = bench["engine"]["s_per_step"] / bench["plain"]["s_per_step"]
+    json.dump(r, open(os.path.join(out, "peers.json"), "w"), indent=2)
+    print("=== peers", json.dumps(r))
+PY
 echo "=== summary"
 cat "$SUMMARY"

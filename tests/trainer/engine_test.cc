@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "tests/model/model_test_util.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/trainer/model/state_dict_adapter.h"
@@ -16,7 +17,11 @@
 namespace trainctl::zero {
 namespace {
 
+using model::testing::Concat;
+using model::testing::Grid;
 using model::testing::Ids;
+using model::testing::ImageTokens;
+using model::testing::RandomPixels;
 using model::testing::TinyConfig;
 
 std::unique_ptr<Comm> Local() {
@@ -31,12 +36,31 @@ std::unique_ptr<Engine> Make(Comm* comm, EngineOptions options, const std::strin
   return engine.ok() ? std::move(*engine) : nullptr;
 }
 
+torch::Tensor Loss(Engine& e, const model::ModelInputs& in) {
+  const torch::Tensor logits = e.model().forward(in);
+  const int64_t t = in.input_ids.size(1);
+  return torch::nn::functional::cross_entropy(
+      logits.slice(1, 0, t - 1).reshape({-1, logits.size(-1)}),
+      in.input_ids.slice(1, 1).reshape({-1}));
+}
+
 torch::Tensor Loss(Engine& e) {
   model::ModelInputs in;
   in.input_ids = Ids({{1, 2, 3, 4, 5, 6, 7, 8}, {9, 10, 11, 12, 13, 14, 15, 16}});
-  const torch::Tensor logits = e.model().forward(in);
-  return torch::nn::functional::cross_entropy(logits.slice(1, 0, 7).reshape({-1, logits.size(-1)}),
-                                              in.input_ids.slice(1, 1).reshape({-1}));
+  return Loss(e, in);
+}
+
+// A text micro-batch and one with two images of different sizes (1 and 4 merged tokens).
+std::vector<model::ModelInputs> TextAndImageBatches() {
+  torch::manual_seed(3);
+  model::ModelInputs text;
+  text.input_ids = Ids({{1, 2, 3, 4, 5, 6, 7, 8}, {9, 10, 11, 12, 13, 14, 15, 16}});
+  model::ModelInputs image;
+  image.input_ids = Ids({Concat({{10, 11}, ImageTokens(1), {12, 13, 14}}),
+                         Concat({{20}, ImageTokens(4), {21}})});
+  image.pixel_values = RandomPixels({{1, 2, 2}, {1, 4, 4}});
+  image.image_grid_thw = Grid({{1, 2, 2}, {1, 4, 4}});
+  return {text, image};
 }
 
 // A frozen engine (GRPO's reference, a reward model) forwards like the trainable one built from
@@ -117,6 +141,77 @@ TEST(EngineTest, StageThreeStepsExactlyLikeStageZero) {
   }
   // Stage 3 holds no working weights between steps beyond its persistent units.
   EXPECT_LT(b->Memory().working_bytes, 4 * 1000 * 20);
+}
+
+// Stage 3 keeps each unit's activations and re-gathers only its weights for backward: it trains
+// as stage 0 does (losses, gradient norms, weights) on text and image micro-batches, with and
+// without gradient checkpointing, and runs each unit's forward once per micro-batch, twice for a
+// checkpointed unit, so a second forward cannot come back unnoticed.
+TEST(EngineTest, StageThreeRunsEachUnitOnceAndTrainsLikeStageZero) {
+  for (bool checkpointing : {false, true}) {
+    SCOPED_TRACE(checkpointing ? "gradient checkpointing" : "no checkpointing");
+    auto comm = Local();
+    EngineOptions s0;
+    s0.lr = 1e-2;
+    s0.weight_decay = 0.1;
+    s0.gradient_clipping = 0.5;
+    EngineOptions s3 = s0;
+    s3.stage = 3;
+    s3.overlap_comm = true;
+    s3.param_persistence_threshold = 1000;
+    auto a = Make(comm.get(), s0);
+    auto b = Make(comm.get(), s3);
+    model::GradientCheckpointing ckpt;
+    ckpt.decoder_layers = ckpt.vision_blocks = checkpointing;
+    a->model().SetGradientCheckpointing(ckpt);
+    b->model().SetGradientCheckpointing(ckpt);
+    int64_t runs_per_micro_batch = 0;
+    for (const model::ModelUnit& u : b->model().Units()) {
+      const bool checkpointed = u.kind == model::ModelUnit::Kind::kDecoderLayer ||
+                                u.kind == model::ModelUnit::Kind::kVisionBlock;
+      runs_per_micro_batch += checkpointing && checkpointed ? 2 : 1;
+    }
+    const auto batches = TextAndImageBatches();
+    for (int step = 0; step < 3; ++step) {
+      for (size_t m = 0; m < batches.size(); ++m) {  // two micro-batches per step
+        const int64_t before = b->unit_forward_runs();
+        const torch::Tensor la = Loss(*a, batches[m]), lb = Loss(*b, batches[m]);
+        EXPECT_NEAR(la.item<double>(), lb.item<double>(), 1e-5 * std::abs(la.item<double>()))
+            << "step " << step << " micro-batch " << m;
+        ASSERT_TRUE(a->Backward(la).ok());
+        ASSERT_TRUE(b->Backward(lb).ok());
+        EXPECT_EQ(b->unit_forward_runs() - before, runs_per_micro_batch)
+            << "step " << step << " micro-batch " << m;
+      }
+      const StepResult ra = *a->Step(1e-2), rb = *b->Step(1e-2);
+      EXPECT_NEAR(ra.grad_norm, rb.grad_norm, 1e-5 * ra.grad_norm) << "step " << step;
+    }
+    const auto wa = a->GatherFullWeights(), wb = b->GatherFullWeights();
+    ASSERT_EQ(wa.size(), wb.size());
+    for (size_t i = 0; i < wa.size(); ++i) {
+      // A key bias shifts all of a query's scores equally, which softmax ignores: its gradient is
+      // zero up to rounding, and AdamW turns rounding noise into full steps of either sign.
+      if (absl::EndsWith(wa[i].first, "k_proj.bias")) continue;
+      EXPECT_TRUE(torch::allclose(wa[i].second, wb[i].second, 1e-5, 1e-6)) << wa[i].first;
+    }
+    EXPECT_EQ(a->unit_forward_runs(), 0);  // counted at stage 3 only
+  }
+}
+
+// Between steps stage 3 holds only its persistent units' bytes; the forward frees each unit's
+// weights as soon as it has run, though its graph keeps references to them until backward.
+TEST(EngineTest, StageThreeFreesWeightsWhileActivationsWaitForBackward) {
+  auto comm = Local();
+  EngineOptions options;
+  options.stage = 3;
+  options.param_persistence_threshold = 0;
+  auto e = Make(comm.get(), options);
+  const torch::Tensor loss = Loss(*e);
+  EXPECT_EQ(e->Memory().working_bytes, 0);
+  ASSERT_TRUE(e->Backward(loss).ok());
+  EXPECT_EQ(e->Memory().working_bytes, 0);
+  ASSERT_TRUE(e->Step(1e-2).ok());
+  EXPECT_EQ(e->Memory().working_bytes, 0);
 }
 
 TEST(EngineTest, LoadsHfWeightsSliceBySlice) {

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "worker/trainer/model/internal/activation_checkpoint.h"
+#include "worker/trainer/model/internal/linear_cross_entropy.h"
 
 namespace trainctl::model {
 namespace {
@@ -479,6 +480,22 @@ torch::Tensor Qwen2VLForConditionalGeneration::Head(const torch::Tensor& hidden)
       [norm, head, embed](const torch::Tensor& x) {
         const torch::Tensor normed = norm->forward(x);
         return head ? head->forward(normed) : torch::linear(normed, embed->weight);
+      },
+      hidden, /*checkpoint=*/false);
+}
+
+torch::Tensor Qwen2VLForConditionalGeneration::HeadCrossEntropy(const torch::Tensor& hidden,
+                                                                const torch::Tensor& labels,
+                                                                int64_t chunk_rows) {
+  TORCH_CHECK(!score, "HeadCrossEntropy: this model has a score head, not a language-model head");
+  auto norm = language_model->norm;
+  std::shared_ptr<torch::nn::LinearImpl> head = lm_head ? lm_head.ptr() : nullptr;
+  auto embed = language_model->embed_tokens.ptr();
+  return RunUnit(
+      head_unit_,
+      [norm, head, embed, labels, chunk_rows](const torch::Tensor& x) {
+        return internal::LinearCrossEntropySum(norm->forward(x), head ? head->weight : embed->weight,
+                                               labels, /*ignore_index=*/-100, chunk_rows);
       },
       hidden, /*checkpoint=*/false);
 }

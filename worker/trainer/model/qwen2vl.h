@@ -141,6 +141,14 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   // [.., vocab]; with a score head (config.num_labels > 0), `score`: [.., num_labels].
   torch::Tensor Head(const torch::Tensor& hidden);
 
+  // The head unit fused with the cross-entropy of its logits: the summed loss of `hidden`
+  // [N, hidden] against `labels` [N] (rows labelled -100 ignored), a float32 scalar, equal in
+  // value and gradients to cross_entropy(Head(hidden).to(float32), labels, sum) but computed a
+  // chunk of rows at a time (internal/linear_cross_entropy.h), so the [N, vocab] logits never
+  // exist whole. `chunk_rows` 0: ~2^27 logits per chunk. Not with a score head.
+  torch::Tensor HeadCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& labels,
+                                 int64_t chunk_rows = 0);
+
   // Image features [N / merge^2, hidden] for pixel_values [N, patch_dim].
   torch::Tensor EncodeImages(const torch::Tensor& pixel_values, const torch::Tensor& grid_thw);
 

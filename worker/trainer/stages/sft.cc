@@ -32,10 +32,8 @@ class SftStage final : public Stage {
       torch::Tensor loss;
       try {
         const internal::TrainedPositions trained = internal::Trained(ctx, batch);
-        loss = torch::nn::functional::cross_entropy(
-                   internal::LogitsAt(ctx, ctx.engine->model(), batch, trained.positions),
-                   trained.labels.index_select(0, trained.positions),
-                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
+        loss = internal::CrossEntropySumAt(ctx, ctx.engine->model(), batch, trained.positions,
+                                           trained.labels.index_select(0, trained.positions)) /
                micro.label_tokens;
       } catch (const c10::Error& e) {
         return absl::InternalError(e.what_without_backtrace());

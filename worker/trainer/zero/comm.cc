@@ -259,6 +259,7 @@ Handle& Handle::operator=(Handle&& other) noexcept {
     finish_ = std::move(other.finish_);
     what_ = std::move(other.what_);
     started_ = other.started_;
+    stream_ordered_ = other.stream_ordered_;
   }
   return *this;
 }
@@ -296,7 +297,10 @@ void Handle::Wait() {
     bool ok = false;
     std::string cause;
     try {
-      ok = work_->wait(comm->options_.timeout);
+      // With a timeout, ProcessGroupNCCL's wait blocks the host until the collective is done
+      // (polling every millisecond): every gather and reduce-scatter of a step would then drain
+      // the GPU's queue. Without one it only orders the current stream after the collective.
+      ok = stream_ordered_ ? work_->wait() : work_->wait(comm->options_.timeout);
       if (!ok) cause = "timed out";
     } catch (const std::exception& e) {
       cause = e.what();
@@ -360,8 +364,10 @@ Handle Comm::AllGather(const torch::Tensor& shard, const torch::Tensor& out,
   }
   if (impl_->native_reduce_scatter) {
     at::Tensor flat = out.view({-1});
-    return Start(impl_->group->_allgather_base(flat, inputs[0]), nullptr, label,
-                 RingBytes(out, world_size()));
+    Handle h = Start(impl_->group->_allgather_base(flat, inputs[0]), nullptr, label,
+                     RingBytes(out, world_size()));
+    h.stream_ordered_ = out.is_cuda();
+    return h;
   }
   std::vector<std::vector<at::Tensor>> outputs(1);
   const at::Tensor rows = target.view({world_size(), -1});
@@ -388,8 +394,10 @@ Handle Comm::ReduceScatter(const torch::Tensor& in, const torch::Tensor& out,
   if (impl_->native_reduce_scatter) {
     at::Tensor o = out.view({-1});
     at::Tensor i = in.view({-1});
-    return Start(impl_->group->_reduce_scatter_base(o, i), nullptr, label,
-                 RingBytes(in, world_size()));
+    Handle h = Start(impl_->group->_reduce_scatter_base(o, i), nullptr, label,
+                     RingBytes(in, world_size()));
+    h.stream_ordered_ = in.is_cuda();
+    return h;
   }
 #endif
   // Gloo: all-reduce the whole buffer (in fp32 for the 16-bit floats it cannot add), keep this
@@ -424,7 +432,10 @@ Handle Comm::AllReduce(const torch::Tensor& t, const std::string& what) {
         2 * RingBytes(staged, world_size()));
   }
   std::vector<at::Tensor> tensors = {t};
-  return Start(impl_->group->allreduce(tensors), nullptr, label, 2 * RingBytes(t, world_size()));
+  Handle h =
+      Start(impl_->group->allreduce(tensors), nullptr, label, 2 * RingBytes(t, world_size()));
+  h.stream_ordered_ = impl_->native_reduce_scatter && t.is_cuda();
+  return h;
 }
 
 Handle Comm::Broadcast(const torch::Tensor& t, int root, const std::string& what) {

@@ -68,6 +68,9 @@ class Handle {
   ~Handle();
 
   // Blocks until the collective is done and its result is in place. Throws CollectiveError.
+  // An NCCL collective on device tensors is stream-ordered instead: Wait() makes the current
+  // CUDA stream wait for it and returns at once (no host synchronisation); a hung collective is
+  // then ended by the NCCL watchdog after the group's timeout, which tears the process down.
   void Wait();
   // Wait() with a failure as UNAVAILABLE carrying CollectiveError's message: how collectives'
   // errors leave the zero/ layer.
@@ -81,6 +84,7 @@ class Handle {
   std::function<void()> finish_;  // copies a fallback's result into place
   std::string what_;
   std::chrono::steady_clock::time_point started_;
+  bool stream_ordered_ = false;  // NCCL on device tensors: the wait does not block the host
 };
 
 class Comm {

@@ -35,137 +35,6 @@ bool DecayExempt(const std::string& name) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Stage 3: one unit as an autograd node. Forward gathers the weights, runs the unit without
-// recording and frees them; backward gathers again, recomputes with recording, backpropagates and
-// reduce-scatters the weight gradients into the owners' fp32 slices, returned as the gradients of
-// the slices (the leaves `anchors`) so autograd accumulates them across micro-batches.
-
-struct UnitCall : torch::CustomClassHolder {
-  Engine* engine = nullptr;
-  model::UnitRunner::UnitFn fn;
-  model::AutocastState autocast;
-  bool input_requires_grad = false;
-  size_t trace_position = 0;
-};
-
-class Engine::Runner : public model::UnitRunner {
- public:
-  explicit Runner(Engine* engine) : engine_(engine) {}
-
-  torch::Tensor RunUnit(const model::ModelUnit& unit, const UnitFn& fn, const torch::Tensor& input,
-                        bool /*checkpoint: stage 3 always recomputes*/) override {
-    Unit& u = *engine_->by_name_.at(unit.name);
-    if (!torch::GradMode::is_enabled() || engine_->frozen_) {
-      torch::NoGradGuard no_grad;
-      engine_->Acquire(u);
-      torch::Tensor out = fn(input);
-      engine_->Release(u);
-      return out;
-    }
-    auto call = c10::make_intrusive<UnitCall>();
-    call->engine = engine_;
-    call->fn = fn;
-    call->autocast = model::AutocastState::Current();
-    call->input_requires_grad = input.requires_grad();
-    call->trace_position = engine_->trace_.size();
-    engine_->trace_.push_back(&u);
-    std::vector<torch::Tensor> anchors = {u.master};
-    for (Unit* b : u.borrowed) anchors.push_back(b->master);
-    return Function::apply(std::move(call), input, at::TensorList(anchors))[0];
-  }
-
- private:
-  class Function : public torch::autograd::Function<Function> {
-   public:
-    static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                  c10::intrusive_ptr<UnitCall> call,
-                                                  const torch::Tensor& input,
-                                                  at::TensorList anchors) {
-      Engine& e = *call->engine;
-      Unit& u = *e.trace_[call->trace_position];
-      (void)anchors;
-      e.Acquire(u);
-      if (e.options_.overlap_comm) e.Prefetch(e.last_trace_, call->trace_position + 1);
-      torch::Tensor output;
-      {
-        torch::NoGradGuard no_grad;
-        output = call->fn(input);
-      }
-      e.Release(u);
-      ctx->save_for_backward({input});
-      ctx->saved_data["call"] = c10::IValue::make_capsule(std::move(call));
-      return {output};
-    }
-
-    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                   torch::autograd::variable_list grad_outputs) {
-      const auto* call = static_cast<const UnitCall*>(ctx->saved_data["call"].toCapsule().get());
-      Engine& e = *call->engine;
-      Unit& u = *e.trace_[call->trace_position];
-      e.Acquire(u);
-      if (e.options_.overlap_comm && call->trace_position > 0) {
-        // Backward runs the trace in reverse: the unit before this one is next.
-        std::vector<Unit*> reverse(
-            e.trace_.rbegin() + static_cast<std::ptrdiff_t>(e.trace_.size() - call->trace_position),
-            e.trace_.rend());
-        e.Prefetch(reverse, 0);
-      }
-
-      torch::Tensor input = ctx->get_saved_variables()[0].detach();
-      input.set_requires_grad(call->input_requires_grad);
-      std::vector<torch::Tensor> wrt;
-      if (call->input_requires_grad) wrt.push_back(input);
-      for (const Unit::Slot& slot : u.slots) wrt.push_back(slot.param);
-      std::vector<const Unit::Slot*> borrowed_slots;
-      for (size_t i = 0; i < u.borrowed.size(); ++i) {
-        for (const Unit::Slot& slot : u.borrowed[i]->slots) {
-          if (slot.name == u.borrowed_params[i]) {
-            borrowed_slots.push_back(&slot);
-            wrt.push_back(slot.param);
-          }
-        }
-      }
-      torch::autograd::variable_list grads;
-      {
-        torch::AutoGradMode grad_on(true);
-        model::AutocastScope autocast(call->autocast);
-        const torch::Tensor output = call->fn(input);
-        grads = torch::autograd::grad({output}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
-                                      /*create_graph=*/false, /*allow_unused=*/true);
-      }
-      size_t next = 0;
-      torch::autograd::variable_list result;
-      result.emplace_back();  // the call capsule
-      result.push_back(call->input_requires_grad ? grads[next++] : torch::Tensor());
-
-      // This unit's gradients, flattened in its layout and reduce-scattered into the slices.
-      auto reduce = [&](Unit& owner,
-                        const std::vector<std::pair<const Unit::Slot*, torch::Tensor>>& parts) {
-        torch::Tensor flat = torch::zeros(
-            {owner.padded},
-            torch::TensorOptions().dtype(e.options_.compute_dtype).device(e.options_.device));
-        for (const auto& [slot, g] : parts) {
-          if (g.defined()) flat.narrow(0, slot->offset, slot->numel).copy_(g.reshape({-1}));
-        }
-        torch::Tensor mine = torch::empty({owner.shard}, flat.options());
-        e.comm_->ReduceScatter(flat, mine, "gradients of " + owner.name).Wait();
-        return mine.to(owner.master.options().dtype(torch::kFloat32));
-      };
-      std::vector<std::pair<const Unit::Slot*, torch::Tensor>> own;
-      for (const Unit::Slot& slot : u.slots) own.emplace_back(&slot, grads[next++]);
-      result.push_back(reduce(u, own));
-      for (size_t i = 0; i < u.borrowed.size(); ++i) {
-        result.push_back(reduce(*u.borrowed[i], {{borrowed_slots[i], grads[next++]}}));
-      }
-      e.Release(u);
-      return result;
-    }
-  };
-
-  Engine* engine_;
-};
-
-// ---------------------------------------------------------------------------------------------
 // Construction
 
 Engine::Engine(const EngineOptions& options, Comm* comm, bool frozen)
@@ -295,7 +164,12 @@ void Engine::AdoptUnit(const std::string& name,
       SetFull(u, flat.to(options_.device, options_.compute_dtype));
       live_numel_ += u.padded;
     } else {
-      Unbind(u);
+      // The working buffer and the parameters' views of it live as long as the engine; only
+      // its bytes come and go (engine_stage3.cc).
+      SetFull(u, torch::empty({u.padded}, torch::TensorOptions()
+                                               .dtype(options_.compute_dtype)
+                                               .device(options_.device)));
+      FreeWorking(u);
     }
   } else {
     const bool alias = options_.stage == 0 && u.master.scalar_type() == options_.compute_dtype &&
@@ -395,97 +269,7 @@ absl::Status Engine::Build(const model::Qwen2VLConfig& config, int64_t seed,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Working weights
-
-void Engine::SetFull(Unit& u, const torch::Tensor& full) {
-  u.full = full;
-  Bind(u);
-}
-
-void Engine::Bind(Unit& u) {
-  for (Unit::Slot& slot : u.slots) {
-    slot.param.set_data(u.full.narrow(0, slot.offset, slot.numel).view(slot.shape));
-  }
-}
-
-void Engine::Unbind(Unit& u) {
-  const torch::Tensor empty = torch::empty(
-      {0}, torch::TensorOptions().dtype(options_.compute_dtype).device(options_.device));
-  for (Unit::Slot& slot : u.slots) slot.param.set_data(empty);
-  u.full = torch::Tensor();
-}
-
-void Engine::StartGather(Unit& u) {
-  if (u.full.defined()) return;
-  torch::Tensor source = u.master.detach();
-  if (source.scalar_type() != options_.compute_dtype || source.device() != options_.device) {
-    source = source.to(options_.device, options_.compute_dtype);
-  }
-  u.full = torch::empty({u.padded}, source.options());
-  u.gather = comm_->AllGather(source, u.full, "weights of " + u.name);
-  u.gathering = true;
-  live_numel_ += u.padded;
-  peak_live_numel_ = std::max(peak_live_numel_, live_numel_);
-}
-
-void Engine::Acquire(Unit& u) {
-  AcquireOne(u);
-  for (Unit* b : u.borrowed) AcquireOne(*b);
-}
-
-void Engine::Release(Unit& u) {
-  ReleaseOne(u);
-  for (Unit* b : u.borrowed) ReleaseOne(*b);
-}
-
-void Engine::AcquireOne(Unit& u) {
-  ++u.refs;
-  if (u.persistent) return;
-  if (u.gathering || !u.full.defined()) {
-    StartGather(u);
-    u.gather.Wait();
-    u.gathering = false;
-    Bind(u);
-  }
-}
-
-void Engine::ReleaseOne(Unit& u) {
-  if (--u.refs > 0 || u.persistent) return;
-  Unbind(u);
-  live_numel_ -= u.padded;
-}
-
-void Engine::Prefetch(const std::vector<Unit*>& order, size_t next) {
-  // Gathers ahead along `order` from `next`: at least the next unit, more while they fit in the
-  // prefetch bucket, never beyond the live-parameter budget.
-  int64_t budget = options_.prefetch_bucket_size;
-  for (size_t i = next; i < order.size(); ++i) {
-    Unit& u = *order[i];
-    if (u.persistent || u.full.defined()) continue;
-    if (i > next && u.padded > budget) break;
-    if (live_numel_ + u.padded > options_.max_live_parameters && i > next) break;
-    StartGather(u);
-    budget -= u.padded;
-    if (budget <= 0) break;
-  }
-}
-
-void Engine::EndMicroStep() {
-  // Gathers prefetched for a unit that did not run again are dropped.
-  for (auto& u : units_) {
-    if (u->persistent) continue;
-    if (u->gathering) {
-      u->gather.Wait();
-      u->gathering = false;
-    }
-    if (u->full.defined() && u->refs == 0) {
-      Unbind(*u);
-      live_numel_ -= u->padded;
-    }
-  }
-  last_trace_ = std::move(trace_);
-  trace_.clear();
-}
+// Working weights (stage 3's gather and free: engine_stage3.cc)
 
 void Engine::RefreshWorkingWeights() {
   torch::NoGradGuard no_grad;
@@ -537,7 +321,9 @@ void Engine::BackwardOrThrow(const torch::Tensor& loss) {
   }
   try {
     (options_.fp16 ? loss * loss_scale_ : loss).backward();
+    FinishReduces(0);
   } catch (...) {
+    AbandonReduces();
     EndMicroStep();
     throw;
   }
@@ -597,13 +383,25 @@ StepResult Engine::StepOrThrow(double lr) {
   }
 
   // 2. The global norm: every rank's slices (stage 0: the whole, the same on every rank).
-  double sum_squares = 0;
+  // Each slice's norm on its device, squared and summed in fp64 there: one host
+  // synchronisation for the whole model (the clip coefficient needs the value), not one per unit.
+  std::vector<torch::Tensor> norms;
   for (auto& u : units_) {
     torch::Tensor& g = ShardGrad(*u);
-    if (g.defined()) sum_squares += g.to(torch::kFloat64).pow(2).sum().item<double>();
+    if (g.defined()) {
+      norms.push_back(g.detach().norm(2, torch::kFloat32).to(torch::kFloat64).reshape({1}));
+    }
   }
-  if (options_.stage >= 1) {
-    torch::Tensor total = torch::tensor({sum_squares}, torch::kFloat64);
+  double sum_squares = 0;
+  if (!norms.empty()) {
+    torch::Tensor squares = torch::cat(norms).square().sum().reshape({1});
+    if (options_.stage >= 1) {
+      squares = squares.to(torch::kCPU).contiguous();
+      comm_->AllReduce(squares, "gradient norm").Wait();
+    }
+    sum_squares = squares.item<double>();
+  } else if (options_.stage >= 1) {
+    torch::Tensor total = torch::zeros({1}, torch::kFloat64);
     comm_->AllReduce(total, "gradient norm").Wait();
     sum_squares = total.item<double>();
   }

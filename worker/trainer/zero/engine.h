@@ -9,9 +9,12 @@
 //            (gradients reduce-scattered at the step, updated slices all-gathered after);
 //   stage 2: as 1, with gradients reduce-scattered after every micro-batch into an fp32 slice;
 //   stage 3: only its slice (master + AdamW + fp32 gradient). A unit's working weights are
-//            all-gathered (in the compute dtype) before it runs and freed after; its backward
-//            gathers them again, recomputes the unit and reduce-scatters the gradients into the
-//            owners' slices. Units smaller than stage3_param_persistence_threshold stay gathered.
+//            all-gathered (in the compute dtype) before it runs and freed after; the unit's
+//            activations are kept as at stage 0, and its backward gathers the weights again
+//            (only the weights: no second forward, unless gradient checkpointing asks for one)
+//            and reduce-scatters the gradients into the owners' slices, overlapped with the
+//            previous unit's backward. Units smaller than stage3_param_persistence_threshold
+//            stay gathered.
 //            With overlap_comm the next units' gathers (by the order recorded in the previous
 //            forward) run while the current unit computes, bounded by
 //            stage3_prefetch_bucket_size and stage3_max_live_parameters.
@@ -38,6 +41,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -161,6 +165,10 @@ class Engine {
   absl::StatusOr<HeldWeights> HoldWeights();
 
   MemoryStats Memory() const;
+  // How many times a unit's forward has run so far, its first runs and any recomputation in
+  // backward together (stage 3 only; 0 at stages 0-2): one per unit and micro-batch without
+  // gradient checkpointing, two for a checkpointed unit.
+  int64_t unit_forward_runs() const { return unit_forward_runs_; }
   // The fp16 loss scale the next micro-batches are scaled by (1 without fp16).
   double loss_scale() const { return options_.fp16 ? loss_scale_ : 1.0; }
 
@@ -212,9 +220,15 @@ class Engine {
   void ReleaseOne(Unit& u);
   void StartGather(Unit& u);
   void Bind(Unit& u);
-  void Unbind(Unit& u);
+  void FreeWorking(Unit& u);
   void Prefetch(const std::vector<Unit*>& order, size_t next);
   void EndMicroStep();
+  // Stage 3 gradients: `flat` (a unit's gradients in its layout) reduce-scattered into the
+  // owner's slice; FinishReduces waits for all but the `keep` newest and adds them to the slices'
+  // fp32 gradients, so a unit's reduce-scatter runs while the next unit's backward computes.
+  void StartReduce(Unit& owner, torch::Tensor flat);
+  void FinishReduces(size_t keep);
+  void AbandonReduces();
   void RefreshWorkingWeights();
 
   void BackwardOrThrow(const torch::Tensor& loss);
@@ -238,6 +252,13 @@ class Engine {
   std::vector<Unit*> trace_, last_trace_;
   int64_t live_numel_ = 0;
   int64_t peak_live_numel_ = 0;
+  int64_t unit_forward_runs_ = 0;
+  struct PendingReduce {
+    Unit* owner = nullptr;
+    Handle handle;
+    torch::Tensor flat, part;  // kept alive until the collective is done
+  };
+  std::deque<PendingReduce> reducing_;
 
   double loss_scale_ = 1;
   int64_t good_steps_ = 0;

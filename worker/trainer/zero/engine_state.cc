@@ -31,7 +31,8 @@ MemoryStats Engine::Memory() const {
     m.gradient_bytes += bytes(u->full_grad) + bytes(u->grad32);
     // Stage 3: the fp32 gradient slice exists from the first backward to the step.
     if (options_.stage == 3 && !frozen_) m.gradient_bytes += u->shard * int64_t{4};
-    if (!aliased) m.working_bytes += bytes(u->full);
+    // Stage 3 keeps every unit's working buffer; only resident ones hold bytes.
+    if (!aliased && (options_.stage < 3 || u->resident)) m.working_bytes += bytes(u->full);
   }
   if (optimizer_) m.optimizer_bytes = optimizer_->bytes();
   const int64_t element = torch::elementSize(options_.compute_dtype);

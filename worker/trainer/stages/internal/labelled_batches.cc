@@ -49,15 +49,32 @@ TrainedPositions Trained(const StageContext& ctx, const data::Batch& batch) {
   return t;
 }
 
+namespace {
+
+// The last hidden states at `positions` of the flattened shifted sequence; run under the caller's
+// autocast, which the head must share.
+torch::Tensor HiddenAt(const StageContext& ctx, model::Qwen2VLForConditionalGeneration& net,
+                       const data::Batch& batch, const torch::Tensor& positions) {
+  const torch::Tensor hidden = net.ForwardHidden(ToModelInputs(batch, ctx.device));
+  const int64_t width = hidden.size(-1);
+  return hidden.slice(1, 0, batch.seq_len - 1).reshape({-1, width}).index_select(0, positions);
+}
+
+}  // namespace
+
 torch::Tensor LogitsAt(const StageContext& ctx, model::Qwen2VLForConditionalGeneration& net,
                        const data::Batch& batch, const torch::Tensor& positions) {
   const bool bf16 = ctx.options.compute_dtype == torch::kBFloat16;
   internal::AutocastGuard autocast(bf16, ctx.device.type(), torch::kBFloat16);
-  const torch::Tensor hidden = net.ForwardHidden(ToModelInputs(batch, ctx.device));
-  const int64_t width = hidden.size(-1);
-  const torch::Tensor trained =
-      hidden.slice(1, 0, batch.seq_len - 1).reshape({-1, width}).index_select(0, positions);
-  return net.Head(trained).to(torch::kFloat32);
+  return net.Head(HiddenAt(ctx, net, batch, positions)).to(torch::kFloat32);
+}
+
+torch::Tensor CrossEntropySumAt(const StageContext& ctx, model::Qwen2VLForConditionalGeneration& net,
+                                const data::Batch& batch, const torch::Tensor& positions,
+                                const torch::Tensor& labels) {
+  const bool bf16 = ctx.options.compute_dtype == torch::kBFloat16;
+  internal::AutocastGuard autocast(bf16, ctx.device.type(), torch::kBFloat16);
+  return net.HeadCrossEntropy(HiddenAt(ctx, net, batch, positions), labels);
 }
 
 }  // namespace trainctl::trainer::internal

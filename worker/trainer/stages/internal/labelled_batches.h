@@ -45,6 +45,13 @@ TrainedPositions Trained(const StageContext& ctx, const data::Batch& batch);
 torch::Tensor LogitsAt(const StageContext& ctx, model::Qwen2VLForConditionalGeneration& net,
                        const data::Batch& batch, const torch::Tensor& positions);
 
+// The summed cross-entropy of the model's predictions at `positions` against `labels` there, the
+// head fused with the loss (Qwen2VLForConditionalGeneration::HeadCrossEntropy): the same value and
+// gradients as cross_entropy(LogitsAt(...), labels, sum) without the [positions, vocab] logits.
+torch::Tensor CrossEntropySumAt(const StageContext& ctx, model::Qwen2VLForConditionalGeneration& net,
+                                const data::Batch& batch, const torch::Tensor& positions,
+                                const torch::Tensor& labels);
+
 }  // namespace trainctl::trainer::internal
 
 #endif  // TRAINCTL_WORKER_TRAINER_STAGES_INTERNAL_LABELLED_BATCHES_H_

@@ -39,13 +39,26 @@ struct Engine::Unit {
   torch::Tensor full;          // working weights [padded], compute dtype; undefined when freed
   torch::Tensor full_grad;     // stages 0-2: [padded]; the parameters' .grad are views of it
   Handle gather;
-  bool gathering = false;
+  bool gathering = false;  // an all-gather into `full` is in flight
+  bool resident = false;   // stage 3: `full` holds bytes (gathered or being gathered)
   int refs = 0;
   bool persistent = false;
   std::vector<Unit*> borrowed;               // stage 3: units whose weights this one reads
   std::vector<std::string> borrowed_params;  // their parameter names
 
   int64_t local() const { return std::max<int64_t>(0, std::min(shard, numel - begin)); }
+};
+
+// Stage 3: runs each unit through the engine (engine_stage3.cc).
+class Engine::Runner : public model::UnitRunner {
+ public:
+  explicit Runner(Engine* engine) : engine_(engine) {}
+  torch::Tensor RunUnit(const model::ModelUnit& unit, const UnitFn& fn, const torch::Tensor& input,
+                        bool checkpoint) override;
+
+ private:
+  class Function;
+  Engine* engine_;
 };
 
 }  // namespace trainctl::zero
