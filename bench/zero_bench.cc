@@ -7,9 +7,13 @@
 //   each rank sent per step at stage 3 against the theoretical 3·P (two all-gathers of the
 //   weights and one reduce-scatter of the gradients, each (W-1)/W of P elements for a ring).
 //   P counts the text model (the batches have no images, so the vision tower never runs).
+//   And stage 3 on 1 rank against stage 0 on 1 rank, same batch: what stage 3 itself costs when
+//   there is no communication to hide behind (its gathers and reduces are local copies).
 // Memory (--mode=memory, a ~150M-parameter config): peak resident memory (VmHWM) of each rank
 //   after two steps at stage 0 and at stage 3, on 2 and on 4 ranks; the ratio stage 3 / stage 0
 //   (aim: <= 0.6 on 2 ranks, <= 0.35 on 4).
+// Loss (--mode=loss): the head's cross-entropy over 4 x --seq tokens of Qwen's vocabulary,
+//   unfused against fused in chunks (HeadCrossEntropy): peak resident memory and time.
 #include <malloc.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -32,11 +36,12 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/process_stats.h"
+#include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/zero/comm.h"
 #include "worker/trainer/zero/engine.h"
 
-ABSL_FLAG(std::string, mode, "all", "step | memory | all");
+ABSL_FLAG(std::string, mode, "all", "step | memory | loss | all (step and memory)");
 ABSL_FLAG(int, steps, 5, "measured steps (step mode)");
 ABSL_FLAG(int, seq, 128, "tokens per sequence");
 ABSL_FLAG(std::string, worlds, "2,4", "world sizes of the memory mode");
@@ -215,10 +220,15 @@ void StepMode() {
   const auto one = RunRanks(config, {"1 rank", 1, 0, 4, steps});
   const auto s0 = RunRanks(config, {"stage 0 x2", 2, 0, 2, steps});
   const auto s3 = RunRanks(config, {"stage 3 x2", 2, 3, 2, steps});
+  const auto one3 = RunRanks(config, {"stage 3 x1", 1, 3, 4, steps});
   const double p = one[0].text_params;
   absl::PrintF("step time, global batch 4 x %d tokens, P(text) = %.1fM, fp32, 1 thread per rank\n",
                absl::GetFlag(FLAGS_seq), p / 1e6);
   absl::PrintF("  1 rank, stage 0      %8.3f s\n", one[0].median_step_s);
+  absl::PrintF("  1 rank, stage 3      %8.3f s   (peak RSS %.0f MB; stage 0: %.0f MB)\n",
+               one3[0].median_step_s, one3[0].peak_rss / 1e6, one[0].peak_rss / 1e6);
+  absl::PrintF("  ratio stage 3 / stage 0 (1 rank):  %.3f\n",
+               one3[0].median_step_s / one[0].median_step_s);
   absl::PrintF("  2 ranks, stage 0     %8.3f s\n", MaxOf(s0, &Report::median_step_s));
   absl::PrintF("  2 ranks, stage 3     %8.3f s\n", MaxOf(s3, &Report::median_step_s));
   absl::PrintF("  ratio stage 3 / stage 0 (2 ranks): %.2f\n",
@@ -251,11 +261,67 @@ void MemoryMode() {
   }
 }
 
+// The head's loss over --seq x 4 tokens of Qwen's 151,936-word vocabulary (hidden 512), forward
+// and backward, unfused (logits in full, upcast to fp32) against fused in chunks
+// (HeadCrossEntropy), each in its own process: peak resident memory and time.
+void LossMode() {
+  auto config = MakeConfig(512, 1, 1024, 151936);
+  config.tie_word_embeddings = true;
+  const int seq = absl::GetFlag(FLAGS_seq);
+  struct Figures {
+    double peak_rss = 0, seconds = 0, loss = 0;
+  };
+  auto measure = [&](bool fused) {
+    int fd[2];
+    if (pipe(fd) != 0) std::exit(1);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fd[0]);
+      mallopt(M_MMAP_THRESHOLD, 1 << 20);
+      torch::manual_seed(1);
+      trainctl::model::Qwen2VLForConditionalGeneration net(config);
+      const torch::Tensor hidden = torch::randn({4 * seq, 512}, torch::requires_grad());
+      const torch::Tensor labels = torch::randint(0, config.vocab_size, {4 * seq});
+      const auto start = std::chrono::steady_clock::now();
+      const torch::Tensor loss =
+          fused ? net.HeadCrossEntropy(hidden, labels)
+                : torch::nn::functional::cross_entropy(
+                      net.Head(hidden).to(torch::kFloat32), labels,
+                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+      loss.backward();
+      Figures f;
+      f.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      f.loss = loss.item<double>();
+      f.peak_rss = static_cast<double>(trainctl::PeakRssBytes());
+      if (write(fd[1], &f, sizeof(f)) != sizeof(f)) _exit(1);
+      _exit(0);
+    }
+    close(fd[1]);
+    Figures f;
+    const bool ok = read(fd[0], &f, sizeof(f)) == sizeof(f);
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) std::exit(1);
+    return f;
+  };
+  const Figures unfused = measure(false), fused = measure(true);
+  absl::PrintF("head loss over %d tokens x vocab 151936 (hidden 512), forward + backward:\n",
+               4 * seq);
+  absl::PrintF("  unfused (full fp32 logits): peak RSS %6.0f MB, %.2f s, loss %.4f\n",
+               unfused.peak_rss / 1e6, unfused.seconds, unfused.loss);
+  absl::PrintF("  fused, chunked:             peak RSS %6.0f MB, %.2f s, loss %.4f\n",
+               fused.peak_rss / 1e6, fused.seconds, fused.loss);
+  absl::PrintF("  ratio fused / unfused: peak RSS %.2f, time %.2f\n",
+               fused.peak_rss / unfused.peak_rss, fused.seconds / unfused.seconds);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode == "loss") LossMode();
   if (mode == "step" || mode == "all") StepMode();
   if (mode == "memory" || mode == "all") MemoryMode();
   return 0;

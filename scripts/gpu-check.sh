@@ -108,12 +108,6 @@ step build build || { echo "gpu-check: the build failed; nothing else can run"; 
 B=$ROOT/build/cuda
 TRAINER=$B/worker/trainer/trainctl-trainer
 
-# --- gpu_test --------------------------------------------------------------------------------------
-step gpu_test "$B/tests/gpu/trainer_gpu_test" --gtest_output="json:$OUT/gpu_test.json"
-
-# --- (a) hf_parity ----------------------------------------------------------------------------------
-step hf_parity python3 scripts/gpu/hf_parity.py --trainer "$TRAINER" --out "$OUT/hf_parity.json"
-
 # --- (b) sft: GPU (one-rank NCCL group) against CPU ------------------------------------------------
 sft() {
   local dir=/tmp/gpu-check-sft
@@ -177,5 +171,12 @@ if bench and peer and "engine" in bench:
     json.dump(r, open(os.path.join(out, "peers.json"), "w"), indent=2)
     print("=== peers", json.dumps(r))
 PY
+# The correctness checks last, so the figures above come first when time is short.
+# --- gpu_test --------------------------------------------------------------------------------------
+step gpu_test "$B/tests/gpu/trainer_gpu_test" --gtest_output="json:$OUT/gpu_test.json"
+
+# --- (a) hf_parity ----------------------------------------------------------------------------------
+step hf_parity python3 scripts/gpu/hf_parity.py --trainer "$TRAINER" --out "$OUT/hf_parity.json"
+
 echo "=== summary"
 cat "$SUMMARY"
