@@ -37,8 +37,10 @@ struct GenerationOptions {
   double temperature = 1.0;
   double top_p = 1.0;  // in (0, 1]; 1 = off. Keeps the smallest top set with mass >= top_p.
   int64_t top_k = 0;   // 0 = off; else keeps the k largest logits
-  // Seeds the CPU generator that draws every sample: the same seed, model and prompts give the
-  // same tokens, on CPU or CUDA (sampling is from float32 probabilities moved to the CPU).
+  // Seeds the CPU generator that draws every sample (one uniform number per row and token; the
+  // token is found on the logits' device by inverse transform over the float64 cumulative
+  // distribution): the same seed, model and prompts give the same tokens, and a CPU and a CUDA
+  // run differ only where their probabilities differ by rounding at a draw's boundary.
   uint64_t seed = 0;
   // When set, one seed per row instead: row b draws from its own generator seeded row_seeds[b],
   // so a row's tokens do not depend on which other rows share its batch (GRPO seeds each
