@@ -44,6 +44,7 @@ ABSL_FLAG(std::string, dtype, "float32", "with --model_dir: float32 or bfloat16"
 ABSL_FLAG(std::string, batches, "1,16,64", "with --model_dir: batch sizes to measure");
 ABSL_FLAG(std::string, prompts, "", "with --model_dir: JSON file of prompts (lists of ids)");
 ABSL_FLAG(std::string, json, "", "with --model_dir: write the figures and tokens here");
+ABSL_FLAG(bool, cuda_graph, true, "CUDA: replay decoding steps as a CUDA graph");
 
 namespace {
 
@@ -176,6 +177,7 @@ int BenchCheckpoint(const torch::Device& device) {
     padded->attention_mask = padded->attention_mask.to(device);
     trainctl::model::GenerationOptions options;
     options.temperature = 0;
+    options.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
     options.max_new_tokens = 4;
     (void)trainctl::model::Generate(model, *padded, options);  // warm-up
     options.max_new_tokens = steps;
@@ -200,7 +202,11 @@ int BenchCheckpoint(const torch::Device& device) {
                     {"tokens", out->tokens}});
   }
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    std::ofstream(path) << nlohmann::json{{"dtype", dtype_name}, {"rows", rows}}.dump() << "\n";
+    std::ofstream(path) << nlohmann::json{{"dtype", dtype_name},
+                                          {"cuda_graph", absl::GetFlag(FLAGS_cuda_graph)},
+                                          {"rows", rows}}
+                               .dump()
+                        << "\n";
   }
   return 0;
 }

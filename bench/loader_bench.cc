@@ -6,7 +6,8 @@
 //   consumed:  samples/s an SFT step of the registry's "tiny" model takes on the same batches
 //              (ForwardHidden + Head on the trained positions + summed cross-entropy + backward
 //              + AdamW, as the SFT stage does), after --warmup steps.
-// Ratio delivered / consumed > 1: the loader keeps up.
+// Ratio delivered / consumed > 1: the loader keeps up. Then SFT's real (non-padding) tokens/s on
+// padded batches against packed rows of --pack_length tokens, same shards, same steps.
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -42,6 +43,7 @@ ABSL_FLAG(int32_t, prefetch, 2, "loader prefetch queue bound");
 ABSL_FLAG(int, loader_epochs, 2, "epochs the loader is timed over");
 ABSL_FLAG(int, warmup, 2, "unmeasured training steps");
 ABSL_FLAG(int, steps, 8, "measured training steps");
+ABSL_FLAG(int64_t, pack_length, 2048, "tokens per packed row (the packed/padded comparison)");
 
 namespace {
 
@@ -162,6 +164,35 @@ int main(int argc, char** argv) {
   const double train_s = Seconds(start);
   const double consumed = consumed_samples / train_s;
 
+  // Packed against padded: real (non-padding) tokens/s of the same SFT steps on the same shards,
+  // batches of --batch padded samples against rows of --pack_length tokens holding whole samples
+  // (padding-free packing: segment ids keep the samples apart).
+  auto real_tokens_per_s = [&](const data::LoaderOptions& lo) -> absl::StatusOr<double> {
+    auto loader = data::Loader::Create(shared, lo);
+    if (!loader.ok()) return loader.status();
+    std::vector<data::Batch> bs;
+    for (int i = 0; i < warmup + steps; ++i) {
+      auto b = (*loader)->Next();
+      if (!b.ok()) return b.status();
+      bs.push_back(std::move(*b));
+    }
+    for (int i = 0; i < warmup; ++i) step(bs[i]);
+    int64_t tokens = 0;
+    const auto t0 = Clock::now();
+    for (int i = warmup; i < warmup + steps; ++i) {
+      step(bs[i]);
+      for (int32_t m : bs[i].attention_mask) tokens += m;
+    }
+    return tokens / Seconds(t0);
+  };
+  data::LoaderOptions packed_options = loader_options;
+  packed_options.batch_size = 1;
+  packed_options.pack_length = absl::GetFlag(FLAGS_pack_length);
+  auto padded_rate = real_tokens_per_s(loader_options);
+  auto packed_rate = real_tokens_per_s(packed_options);
+  if (!padded_rate.ok()) return Fail(padded_rate.status());
+  if (!packed_rate.ok()) return Fail(packed_rate.status());
+
   std::cout << absl::StrFormat(
       "data: %d shapes samples (generated in %.2f s, prepared in %.2f s), %d tokens, %d "
       "patches\n",
@@ -178,5 +209,10 @@ int main(int argc, char** argv) {
                                consumed_samples, train_s, consumed);
   std::cout << absl::StrFormat("\nratio loader/consumption: %.1fx (> 1: the loader keeps up)\n",
                                delivered / consumed);
+  std::cout << absl::StrFormat(
+      "\nSFT real tokens/s: padded (batch %d) %.0f, packed (rows of %d tokens) %.0f; packed / "
+      "padded = %.2fx\n",
+      batch_size, *padded_rate, absl::GetFlag(FLAGS_pack_length), *packed_rate,
+      *packed_rate / *padded_rate);
   return 0;
 }

@@ -106,6 +106,8 @@ void ApplyTrainingDefaults(TrainingArguments* t) {
   if (!t->has_lr_scheduler_type()) t->set_lr_scheduler_type("linear");
   if (!t->has_seed()) t->set_seed(42);
   if (!t->has_gradient_checkpointing()) t->set_gradient_checkpointing(false);
+  if (!t->has_packing()) t->set_packing(false);
+  if (!t->has_max_seq_length()) t->set_max_seq_length(1024);
   if (!t->has_max_pixels()) t->set_max_pixels(12845056);
   if (!t->has_min_pixels()) t->set_min_pixels(3136);
   if (!t->has_max_prompt_length()) t->set_max_prompt_length(512);
@@ -256,6 +258,11 @@ void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind 
            absl::StrCat("must be >= min_pixels (", t.min_pixels(), "), got ", t.max_pixels()));
   }
   c.AtLeast(path + ".ddp_timeout", t.ddp_timeout(), 1);
+  c.AtLeast(path + ".max_seq_length", t.max_seq_length(), 1);
+  if (t.packing() && kind != trainctl::v1::JOB_KIND_SFT &&
+      !(kind == trainctl::v1::JOB_KIND_DISTILL && t.has_distill_loss())) {
+    c.Fail(path + ".packing", "only sft jobs and logit distillation (distill_loss) pack samples");
+  }
   if (kind == trainctl::v1::JOB_KIND_DISTILL && t.has_distill_loss()) {
     c.OneOf(path + ".distill_loss", t.distill_loss(), kDistillLosses);
     c.InRange(path + ".jsd_beta", t.jsd_beta(), 0, 1, /*hi_open=*/false);

@@ -6,6 +6,7 @@
 #                                    # into .gpu/ (git-ignored); carry .gpu/deps.tar.xz and
 #                                    # .gpu/sft to the GPU machine (--fixtures-only: no gpu-deps)
 #   scripts/gpu-check.sh             # THERE: build, then the checks; results under $OUT
+#   GPU_CHECK_ONLY="sft decode" scripts/gpu-check.sh   # the build and those checks only
 #
 # Checks (each one's JSON under $OUT, a summary in $OUT/summary.json, the log in $OUT/gpu-check.log):
 #   build     the CUDA build (TRAINCTL_CUDA=ON) of the trainer, its GPU tests and benchmarks
@@ -74,6 +75,12 @@ PY
 step() {  # step NAME COMMAND...: runs it, records rc and time
   local name=$1 start rc
   shift
+  # GPU_CHECK_ONLY="sft decode ...": only those checks (and the build) run; the rest are recorded
+  # as not run.
+  if [[ -n ${GPU_CHECK_ONLY:-} && $name != build && " $GPU_CHECK_ONLY " != *" $name "* ]]; then
+    record "$name" not-run 0 "not in GPU_CHECK_ONLY"
+    return 0
+  fi
   echo "=== $name: $*"
   start=$(date +%s%N)
   "$@"

@@ -10,7 +10,8 @@
   hf_peers.py decode --out F --decode-bench BIN [--batches 1,16,64 --new-tokens 128 --prompt 64]
       Saves a random bench-1b in bf16 with save_pretrained, then greedy-decodes the same prompts
       with HF generate() (KV cache, no eos, exactly --new-tokens per row) and with our decode_bench
-      --model_dir on the same weights; writes tokens/s of both, their ratio, and how many greedy
+      --model_dir on the same weights, with its CUDA graph and without (the two must give the same
+      ids); writes tokens/s of all three, the ratios, and how many greedy
       tokens agree (bf16 rounding may part the two after a while; the first tokens should agree).
 
 Runs where torch (CUDA) and transformers are installed (scripts/gpu-check.sh calls it).
@@ -112,15 +113,19 @@ def decode(args):
     del model
     torch.cuda.empty_cache()
 
-    ours_file = os.path.join(work, "ours.json")
-    cmd = [args.decode_bench, "--model_dir", model_dir, "--dtype", "bfloat16", "--device", "cuda",
-           "--batches", args.batches, "--new_tokens", str(args.new_tokens), "--prompts",
-           prompts_file, "--json", ours_file]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    print(r.stdout, r.stderr[-3000:], flush=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"decode_bench failed ({r.returncode})")
-    ours = {row["batch"]: row for row in json.load(open(ours_file))["rows"]}
+    def run_ours(graph):
+        path = os.path.join(work, f"ours_graph_{graph}.json")
+        cmd = [args.decode_bench, "--model_dir", model_dir, "--dtype", "bfloat16", "--device",
+               "cuda", "--batches", args.batches, "--new_tokens", str(args.new_tokens),
+               "--prompts", prompts_file, "--json", path, f"--cuda_graph={str(graph).lower()}"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        print(r.stdout, r.stderr[-3000:], flush=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"decode_bench failed ({r.returncode})")
+        return {row["batch"]: row for row in json.load(open(path))["rows"]}
+
+    ours = run_ours(True)
+    eager = run_ours(False)
     rows = []
     for b in batches:
         a, h = ours[b]["tokens"], hf[b]["tokens"]
@@ -135,6 +140,9 @@ def decode(args):
                      "hf_tokens_per_s": hf[b]["tokens_per_s"],
                      "ratio_ours_over_hf": ours[b]["tokens_per_s"] / hf[b]["tokens_per_s"],
                      "ours_prefill_s": ours[b]["prefill_seconds"],
+                     "ours_without_graph_tokens_per_s": eager[b]["tokens_per_s"],
+                     "graph_over_eager": ours[b]["tokens_per_s"] / eager[b]["tokens_per_s"],
+                     "graph_tokens_equal_eager": ours[b]["tokens"] == eager[b]["tokens"],
                      "leading_tokens_equal_median": statistics.median(lead),
                      "rows_fully_equal": sum(n == args.new_tokens for n in lead)})
         print(json.dumps(rows[-1]), flush=True)

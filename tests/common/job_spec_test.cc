@@ -614,3 +614,34 @@ TEST(ValidateJobSpecTest, SizesOverTheLimitsAreErrorsNamingTheLimit) {
 
 }  // namespace
 }  // namespace trainctl
+
+namespace trainctl {
+namespace {
+
+// packing (TRL SFTConfig's): off by default with rows of 1024 tokens; sft takes it, a grpo job
+// is refused naming the key, and a row length below 1 is refused.
+TEST(PackingSpecTest, SftPacksRowsOfMaxSeqLengthAndOtherKindsAreRefused) {
+  absl::StatusOr<ValidatedJobSpec> v = spec_testing::ValidateYaml(spec_testing::kMinimalSpec);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FALSE(v->spec.training().packing());
+  EXPECT_EQ(v->spec.training().max_seq_length(), 1024);
+  v = spec_testing::ValidateYaml(std::string(spec_testing::kMinimalSpec) +
+                                 "training: {packing: true, max_seq_length: 4096}\n");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->spec.training().packing());
+  EXPECT_EQ(v->spec.training().max_seq_length(), 4096);
+  v = spec_testing::ValidateYaml(std::string(spec_testing::kMinimalSpec) +
+                                 "training: {max_seq_length: 0}\n");
+  EXPECT_THAT(spec_testing::ErrorLines(v.status()),
+              ::testing::ElementsAre("spec.training.max_seq_length: must be >= 1, got 0"));
+  std::string grpo = spec_testing::kMinimalSpec;
+  grpo.replace(grpo.find("kind: sft"), 9, "kind: grpo");
+  v = spec_testing::ValidateYaml(grpo + "reward_funcs: [accuracy]\ntraining: {packing: true}\n");
+  EXPECT_THAT(spec_testing::ErrorLines(v.status()),
+              ::testing::Contains(
+                  "spec.training.packing: only sft jobs and logit distillation (distill_loss) "
+                  "pack samples"));
+}
+
+}  // namespace
+}  // namespace trainctl

@@ -199,6 +199,30 @@ TEST_F(GenerationTest, RowSeedsMakeARowIndependentOfItsBatch) {
   EXPECT_FALSE(Generate(*model_, Batch({text_, one_image_}), options).ok());
 }
 
+// A decoding step has fixed shapes (what a CUDA graph replays): it writes into the buffers the
+// prefill sized for the whole generation and never reallocates them; past them it refuses.
+TEST_F(GenerationTest, DecodingStepsKeepTheCacheBuffersTheyStartedWith) {
+  torch::NoGradGuard no_grad;
+  const ModelInputs inputs = Batch({text_, one_image_});
+  KvCache cache;
+  const int64_t seq = inputs.input_ids.size(1);
+  (void)model_->Prefill(inputs, seq + 3, cache);
+  const void* key = cache.layers[0].key.data_ptr();
+  const void* mask = cache.attention_mask.data_ptr();
+  const torch::Tensor ids = torch::tensor({int64_t{5}, int64_t{6}}).view({2, 1});
+  for (int step = 0; step < 3; ++step) (void)model_->DecodeStep(ids, cache);
+  EXPECT_EQ(cache.length, seq + 3);
+  EXPECT_EQ(cache.layers[0].key.data_ptr(), key);
+  EXPECT_EQ(cache.attention_mask.data_ptr(), mask);
+  try {
+    (void)model_->DecodeStep(ids, cache);
+    ADD_FAILURE() << "a step past the capacity was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("the cache is full"), std::string::npos)
+        << e.what_without_backtrace();
+  }
+}
+
 TEST_F(GenerationTest, TopKOneEqualsGreedy) {
   GenerationOptions options = Greedy(8);
   const ModelInputs inputs = Batch({text_, two_images_});

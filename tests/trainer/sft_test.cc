@@ -55,6 +55,34 @@ TEST_F(SftTest, LossFallsBelowThresholdOnTheShapesDataset) {
   }
 }
 
+// packing: true through the real trainer: rows of max_seq_length tokens hold several samples
+// each (the model keeps them apart), fewer rows carry the same samples, and the loss falls.
+TEST_F(SftTest, PackedTrainingLearnsWithFewerRows) {
+  const std::string events = dir_.path() + "/packed.jsonl";
+  RunResult r = testing::Run(
+      TrainArgs(WriteSpec("packed", dir_.path() + "/packed",
+                          {{"max_steps", 12},
+                           {"save_strategy", "no"},
+                           {"per_device_train_batch_size", 1},
+                           {"packing", true},
+                           {"max_seq_length", 1024}}),
+                events),
+      {}, absl::Minutes(10));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto all = ReadEvents(events);
+  const auto losses = Losses(all);
+  ASSERT_EQ(losses.size(), 12u);
+  EXPECT_LT(losses.rbegin()->second, losses.begin()->second - 1.0);
+  // One packed row per micro-batch carries several samples.
+  for (const json& e : all) {
+    if (e["type"] != "metric") continue;
+    EXPECT_GT(e["values"]["samples_per_second"].get<double>(),
+              1.5 * 2 / e["values"]["step_time"].get<double>())
+        << e.dump();
+    break;
+  }
+}
+
 // Model FLOPs are logged with every metric; MFU only where the device's peak is known, which on a
 // CPU means TRAINCTL_PEAK_FLOPS. A malformed override is a warning, not an error.
 TEST_F(SftTest, LogsModelFlopsAndMfuAgainstThePeakGiven) {

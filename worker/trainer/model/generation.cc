@@ -6,12 +6,20 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+
+#ifdef TRAINCTL_CUDA_BUILD
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/cuda.h>
+#endif
 
 namespace trainctl::model {
 namespace {
@@ -108,6 +116,82 @@ torch::Tensor NextTokens(const torch::Tensor& logits, const GenerationOptions& o
       .to(torch::kCPU, torch::kInt64);
 }
 
+// The decoding loop's step after the prefill: DecodeStepAt and the head over the cache's fixed
+// shapes, the ids fed through one device buffer. On CUDA, when no unit runner is set (a ZeRO-3
+// runner may gather weights, which a graph must not capture), the first step is captured as a
+// CUDA graph and every later step replays it: one launch per token instead of ~50 kernel launches
+// per layer from the host, which bound decoding at small batches (vLLM and SGLang do the same).
+class DecodeStepper {
+ public:
+  DecodeStepper(Qwen2VLForConditionalGeneration& model, KvCache& cache, int64_t batch,
+                bool cuda_graph)
+      : model_(model), cache_(cache) {
+    const torch::Device device = cache.rope_deltas.device();
+    ids_ = torch::zeros({batch, 1}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    cache_.step_position =
+        torch::zeros({1}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    use_graph_ = cuda_graph && device.is_cuda() && !model.HasUnitRunner();
+  }
+
+  // Feeds `feed` [B] (int64, CPU) at the next position; returns the logits [B, vocab].
+  torch::Tensor Step(const torch::Tensor& feed) {
+    TORCH_CHECK(cache_.length < cache_.layers[0].key.size(2),
+                "DecodeStep: the cache is full (", cache_.length, " positions)");
+    ids_.copy_(feed.view(ids_.sizes()));
+    cache_.step_position.fill_(cache_.length);
+    torch::Tensor logits;
+#ifdef TRAINCTL_CUDA_BUILD
+    if (use_graph_) {
+      logits = graph_ ? Replay() : Capture();
+      ++cache_.length;
+      return logits;
+    }
+#endif
+    logits = Run();
+    ++cache_.length;
+    return logits;
+  }
+
+ private:
+  torch::Tensor Run() { return model_.Head(model_.DecodeStepAt(ids_, cache_)).squeeze(1); }
+
+#ifdef TRAINCTL_CUDA_BUILD
+  // This step runs eagerly on a side stream (its results are real), then is captured there.
+  torch::Tensor Capture() {
+    torch::cuda::synchronize();
+    torch::Tensor logits;
+    {
+      c10::cuda::CUDAStreamGuard side(at::cuda::getStreamFromPool());
+      logits = Run();
+      graph_ = std::make_unique<at::cuda::CUDAGraph>();
+#if TORCH_VERSION_MAJOR >= 2
+      // Thread-local capture: other threads' CUDA calls (NCCL's watchdog) stay legal meanwhile.
+      graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+#else
+      graph_->capture_begin();
+#endif
+      graph_logits_ = Run();
+      graph_->capture_end();
+    }
+    torch::cuda::synchronize();
+    return logits;
+  }
+
+  torch::Tensor Replay() {
+    graph_->replay();
+    return graph_logits_;
+  }
+
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+  torch::Tensor graph_logits_;  // in the graph's memory pool, rewritten by every replay
+#endif
+
+  Qwen2VLForConditionalGeneration& model_;
+  KvCache& cache_;
+  torch::Tensor ids_;  // [B, 1] on the device
+  bool use_graph_ = false;
+};
+
 }  // namespace
 
 absl::StatusOr<ModelInputs> LeftPadPrompts(const std::vector<std::vector<int64_t>>& prompts,
@@ -174,6 +258,7 @@ absl::StatusOr<GenerationOutput> Generate(Qwen2VLForConditionalGeneration& model
     Clock::time_point start = Clock::now();
     torch::Tensor hidden = model.Prefill(prompts, seq + options.max_new_tokens, cache);
     torch::Tensor logits = model.Head(hidden.narrow(1, seq - 1, 1)).squeeze(1);
+    DecodeStepper stepper(model, cache, batch, options.cuda_graph);
     bool prefill_done = false;
     while (true) {
       const torch::Tensor next = NextTokens(logits, options, gens);
@@ -202,8 +287,7 @@ absl::StatusOr<GenerationOutput> Generate(Qwen2VLForConditionalGeneration& model
         local_done = local_done && done[r];
       }
       if (options.all_done ? options.all_done(local_done) : local_done) break;
-      hidden = model.DecodeStep(feed.view({batch, 1}), cache);
-      logits = model.Head(hidden).squeeze(1);
+      logits = stepper.Step(feed);
       ++out.decode_steps;
     }
     out.decode_seconds = SecondsSince(start);

@@ -54,6 +54,9 @@ struct GenerationOptions {
   // ranks issue the same per-unit collectives. Unset: stop when every local row has stopped.
   // Every rank must pass the same max_new_tokens, so all eventually agree.
   std::function<bool(bool this_rank_done)> all_done;
+  // CUDA builds, on a CUDA model without a unit runner: capture the first decoding step as a
+  // CUDA graph and replay it for the others (the same kernels, launched at once).
+  bool cuda_graph = true;
 };
 
 struct GenerationOutput {

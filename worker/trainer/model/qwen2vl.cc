@@ -53,9 +53,67 @@ void StartCache(const torch::Tensor& attention_mask, const torch::Tensor& positi
 // ---------------------------------------------------------------------------------------------
 // Rotary position ids
 
+namespace {
+
+// Positions of one sequence (a row, or one sample of a packed row): `tokens` at columns `cols` of
+// row b. Images take grid rows from `image_index` on, in order.
+void PlaceSequence(const Qwen2VLConfig& config, const std::vector<int64_t>& tokens,
+                   const std::vector<int64_t>& cols, int64_t b, const torch::Tensor& grid,
+                   int64_t& image_index, torch::Tensor& out) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  const int64_t merge = config.vision.spatial_merge_size;
+  int64_t image_count = 0;
+  for (int64_t k = 0; k + 1 < n; ++k) {
+    if (tokens[k] == config.vision_start_token_id && tokens[k + 1] == config.image_token_id) {
+      ++image_count;
+    }
+  }
+  std::vector<std::array<int64_t, 3>> pos;
+  pos.reserve(tokens.size());
+  int64_t st = 0;
+  int64_t next = 0;  // one past the largest position so far
+  auto push_text = [&pos, &next](int64_t count) {
+    for (int64_t k = 0; k < count; ++k) pos.push_back({next + k, next + k, next + k});
+    next += count;
+  };
+  for (int64_t i = 0; i < image_count; ++i) {
+    const auto it =
+        std::find(tokens.begin() + std::min(st, n), tokens.end(), config.image_token_id);
+    TORCH_CHECK(it != tokens.end(), "batch row ", b, ": no <|image_pad|> for image ", i);
+    TORCH_CHECK(grid.defined() && image_index < grid.size(0), "batch row ", b,
+                " holds more images than the ", grid.defined() ? grid.size(0) : 0,
+                " rows of image_grid_thw");
+    const auto g = grid.accessor<int64_t, 2>();
+    const int64_t ed = it - tokens.begin();
+    const int64_t t = g[image_index][0];
+    const int64_t gh = g[image_index][1] / merge;
+    const int64_t gw = g[image_index][2] / merge;
+    ++image_index;
+    push_text(ed - st);
+    const int64_t base = next;
+    for (int64_t ti = 0; ti < t; ++ti) {
+      for (int64_t hi = 0; hi < gh; ++hi) {
+        for (int64_t wi = 0; wi < gw; ++wi) pos.push_back({base + ti, base + hi, base + wi});
+      }
+    }
+    next = base + std::max({t, gh, gw});
+    st = ed + t * gh * gw;
+  }
+  if (st < n) push_text(n - st);
+  TORCH_CHECK(static_cast<int64_t>(pos.size()) == n, "batch row ", b,
+              ": the <|image_pad|> runs do not match image_grid_thw (", pos.size(),
+              " positions for ", n, " tokens)");
+  auto o = out.accessor<int64_t, 3>();
+  for (int64_t k = 0; k < n; ++k) {
+    for (int axis = 0; axis < 3; ++axis) o[axis][b][cols[k]] = pos[k][axis];
+  }
+}
+
+}  // namespace
+
 torch::Tensor GetRopeIndex(const Qwen2VLConfig& config, const torch::Tensor& input_ids,
                            const torch::Tensor& image_grid_thw,
-                           const torch::Tensor& attention_mask) {
+                           const torch::Tensor& attention_mask, const torch::Tensor& segment_ids) {
   TORCH_CHECK(input_ids.defined() && input_ids.dim() == 2, "input_ids must be [batch, seq]");
   const torch::Device device = input_ids.device();
   const torch::Tensor ids = input_ids.to(torch::kCPU, torch::kInt64).contiguous();
@@ -67,8 +125,12 @@ torch::Tensor GetRopeIndex(const Qwen2VLConfig& config, const torch::Tensor& inp
                 attention_mask.sizes(), " but input_ids has ", input_ids.sizes());
     mask = attention_mask.to(torch::kCPU, torch::kInt64).contiguous();
   }
+  if (segment_ids.defined()) {
+    TORCH_CHECK(segment_ids.sizes() == input_ids.sizes(), "segment_ids has shape ",
+                segment_ids.sizes(), " but input_ids has ", input_ids.sizes());
+  }
 
-  if (!image_grid_thw.defined()) {
+  if (!image_grid_thw.defined() && !segment_ids.defined()) {
     torch::Tensor pos;
     if (mask.defined()) {
       pos = mask.cumsum(-1) - 1;
@@ -79,72 +141,52 @@ torch::Tensor GetRopeIndex(const Qwen2VLConfig& config, const torch::Tensor& inp
     return pos.unsqueeze(0).expand({3, batch, seq}).contiguous().to(device);
   }
 
-  TORCH_CHECK(image_grid_thw.dim() == 2 && image_grid_thw.size(1) == 3,
-              "image_grid_thw must be [num_images, 3], got ", image_grid_thw.sizes());
-  const torch::Tensor grid = image_grid_thw.to(torch::kCPU, torch::kInt64).contiguous();
-  const auto g = grid.accessor<int64_t, 2>();
+  torch::Tensor grid;
+  if (image_grid_thw.defined()) {
+    TORCH_CHECK(image_grid_thw.dim() == 2 && image_grid_thw.size(1) == 3,
+                "image_grid_thw must be [num_images, 3], got ", image_grid_thw.sizes());
+    grid = image_grid_thw.to(torch::kCPU, torch::kInt64).contiguous();
+  }
+  // Each row's sequences: its tokens (mask 1), or with segment_ids each run of one non-zero
+  // segment id, whose positions restart at 0 (a packed row's samples).
+  const torch::Tensor seg = segment_ids.defined()
+                                ? segment_ids.to(torch::kCPU, torch::kInt64).contiguous()
+                                : (mask.defined() ? mask : torch::ones_like(ids));
   const auto id = ids.accessor<int64_t, 2>();
-  const torch::Tensor keep = mask.defined() ? mask : torch::ones_like(ids);
-  const auto kept = keep.accessor<int64_t, 2>();
-  const int64_t merge = config.vision.spatial_merge_size;
-
+  const auto sg = seg.accessor<int64_t, 2>();
   torch::Tensor out = torch::ones({3, batch, seq}, torch::kInt64);
-  auto o = out.accessor<int64_t, 3>();
   int64_t image_index = 0;
   for (int64_t b = 0; b < batch; ++b) {
     std::vector<int64_t> cols, tokens;
-    for (int64_t j = 0; j < seq; ++j) {
-      if (kept[b][j] == 1) {
+    int64_t current = 0;
+    for (int64_t j = 0; j <= seq; ++j) {
+      const int64_t s = j < seq ? sg[b][j] : 0;
+      if (j == seq || (s != 0 && s != current && current != 0)) {
+        if (!cols.empty()) PlaceSequence(config, tokens, cols, b, grid, image_index, out);
+        cols.clear();
+        tokens.clear();
+      }
+      if (j < seq && s != 0) {
+        current = s;
         cols.push_back(j);
         tokens.push_back(id[b][j]);
       }
     }
-    const auto n = static_cast<int64_t>(tokens.size());
-    int64_t image_count = 0;
-    for (int64_t k = 0; k + 1 < n; ++k) {
-      if (tokens[k] == config.vision_start_token_id && tokens[k + 1] == config.image_token_id) {
-        ++image_count;
-      }
-    }
-
-    std::vector<std::array<int64_t, 3>> pos;
-    pos.reserve(tokens.size());
-    int64_t st = 0;
-    int64_t next = 0;  // one past the largest position so far
-    auto push_text = [&pos, &next](int64_t count) {
-      for (int64_t k = 0; k < count; ++k) pos.push_back({next + k, next + k, next + k});
-      next += count;
-    };
-    for (int64_t i = 0; i < image_count; ++i) {
-      const auto it =
-          std::find(tokens.begin() + std::min(st, n), tokens.end(), config.image_token_id);
-      TORCH_CHECK(it != tokens.end(), "batch row ", b, ": no <|image_pad|> for image ", i);
-      TORCH_CHECK(image_index < grid.size(0), "batch row ", b, " holds more images than the ",
-                  grid.size(0), " rows of image_grid_thw");
-      const int64_t ed = it - tokens.begin();
-      const int64_t t = g[image_index][0];
-      const int64_t gh = g[image_index][1] / merge;
-      const int64_t gw = g[image_index][2] / merge;
-      ++image_index;
-      push_text(ed - st);
-      const int64_t base = next;
-      for (int64_t ti = 0; ti < t; ++ti) {
-        for (int64_t hi = 0; hi < gh; ++hi) {
-          for (int64_t wi = 0; wi < gw; ++wi) pos.push_back({base + ti, base + hi, base + wi});
-        }
-      }
-      next = base + std::max({t, gh, gw});
-      st = ed + t * gh * gw;
-    }
-    if (st < n) push_text(n - st);
-    TORCH_CHECK(static_cast<int64_t>(pos.size()) == n, "batch row ", b,
-                ": the <|image_pad|> runs do not match image_grid_thw (", pos.size(),
-                " positions for ", n, " tokens)");
-    for (int64_t k = 0; k < n; ++k) {
-      for (int axis = 0; axis < 3; ++axis) o[axis][b][cols[k]] = pos[k][axis];
-    }
   }
   return out.to(device);
+}
+
+torch::Tensor PackedCausalMask(const torch::Tensor& segment_ids, const torch::Device& device) {
+  const torch::Tensor seg = segment_ids.to(device, torch::kInt64);
+  const int64_t batch = seg.size(0), seq = seg.size(1);
+  const torch::Tensor idx = torch::arange(seq, torch::TensorOptions().device(device));
+  const torch::Tensor causal = (idx.unsqueeze(0) <= idx.unsqueeze(1)).view({1, seq, seq});
+  const torch::Tensor same = seg.unsqueeze(2).eq(seg.unsqueeze(1));  // [B, query, key]
+  const torch::Tensor token = seg.ne(0);
+  // Padding attends to itself only, so no row of the softmax is empty.
+  const torch::Tensor self = idx.unsqueeze(0).eq(idx.unsqueeze(1)).view({1, seq, seq});
+  return ((causal & same & token.unsqueeze(1)) | (self & token.logical_not().unsqueeze(2)))
+      .view({batch, 1, seq, seq});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -361,36 +403,51 @@ torch::Tensor Qwen2VLForConditionalGeneration::Prefill(const ModelInputs& inputs
 
 torch::Tensor Qwen2VLForConditionalGeneration::DecodeStep(const torch::Tensor& ids,
                                                           KvCache& cache) {
+  TORCH_CHECK(cache.rope_deltas.defined() && !cache.layers.empty() &&
+                  cache.layers[0].key.defined(),
+              "DecodeStep needs a cache filled by Prefill");
+  TORCH_CHECK(cache.length < cache.layers[0].key.size(2) &&
+                  cache.length < cache.attention_mask.size(1),
+              "DecodeStep: the cache is full (", cache.length,
+              " positions); Prefill with a larger capacity");
+  const torch::Device device = language_model->embed_tokens->weight.device();
+  if (!cache.step_position.defined()) {
+    cache.step_position = torch::zeros({1}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  }
+  cache.step_position.fill_(cache.length);
+  torch::Tensor h = DecodeStepAt(ids.to(device, torch::kInt64), cache);
+  ++cache.length;
+  return h;
+}
+
+torch::Tensor Qwen2VLForConditionalGeneration::DecodeStepAt(const torch::Tensor& ids,
+                                                            KvCache& cache) {
   TORCH_CHECK(!torch::GradMode::is_enabled(), "DecodeStep runs under torch::NoGradGuard");
   TORCH_CHECK(
-      cache.rope_deltas.defined() && cache.layers.size() == language_model->layer_list.size(),
-      "DecodeStep needs a cache filled by Prefill");
+      cache.rope_deltas.defined() && cache.layers.size() == language_model->layer_list.size() &&
+          cache.step_position.defined(),
+      "DecodeStepAt needs a cache filled by Prefill and a step position");
   const int64_t batch = cache.rope_deltas.size(0);
   TORCH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(0) == batch && ids.size(1) == 1,
               "DecodeStep: ids must be [", batch, ", 1], got ",
               ids.defined() ? ids.sizes() : torch::IntArrayRef{});
-  const torch::Device device = language_model->embed_tokens->weight.device();
-  const torch::Tensor ids_dev = ids.to(device, torch::kInt64);
-
   auto embed = language_model->embed_tokens.ptr();
   torch::Tensor h = RunUnit(
-      0, [embed](const torch::Tensor& x) { return embed->forward(x); }, ids_dev,
+      0, [embed](const torch::Tensor& x) { return embed->forward(x); }, ids,
       /*checkpoint=*/false);
 
-  const int64_t position = cache.length;
-  if (cache.attention_mask.size(1) <= position) {
-    cache.attention_mask =
-        torch::cat({cache.attention_mask, torch::zeros_like(cache.attention_mask)}, 1);
-  }
-  cache.attention_mask.narrow(1, position, 1).fill_(1);
+  // Every shape below is the cache's capacity, whatever the step.
+  const int64_t capacity = cache.layers[0].key.size(2);
+  cache.attention_mask.index_fill_(1, cache.step_position, 1);
   const torch::Tensor allowed =
-      cache.attention_mask.narrow(1, 0, position + 1).ne(0).view({batch, 1, 1, position + 1});
+      cache.attention_mask.narrow(1, 0, capacity).ne(0).view({batch, 1, 1, capacity});
   const torch::Tensor positions =
-      (cache.rope_deltas + position).view({1, batch, 1}).expand({3, batch, 1});
+      (cache.rope_deltas + cache.step_position).view({1, batch, 1}).expand({3, batch, 1});
   const RotaryTables rope = MultimodalRotary(config_, positions, h.scalar_type());
   for (size_t i = 0; i < language_model->layer_list.size(); ++i) {
     auto layer = language_model->layer_list[i];
     LayerKvCache* layer_cache = &cache.layers[i];
+    layer_cache->write_at = cache.step_position;
     h = RunUnit(
         first_decoder_unit_ + i,
         [layer, rope, allowed, layer_cache](const torch::Tensor& x) {
@@ -398,7 +455,6 @@ torch::Tensor Qwen2VLForConditionalGeneration::DecodeStep(const torch::Tensor& i
         },
         h, /*checkpoint=*/false);
   }
-  cache.length = position + 1;
   return h;
 }
 
@@ -447,15 +503,22 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardPrompt(const ModelInputs& 
     h = h + EncodeImages(blank, grid).sum().to(h.scalar_type()) * 0;
   }
 
-  const torch::Tensor positions =
-      GetRopeIndex(config_, ids_dev, inputs.image_grid_thw, inputs.attention_mask);
+  const bool packed = inputs.segment_ids.defined();
+  TORCH_CHECK(!packed || cache == nullptr, "a packed batch (segment_ids) cannot start decoding");
+  const torch::Tensor positions = GetRopeIndex(config_, ids_dev, inputs.image_grid_thw,
+                                               inputs.attention_mask, inputs.segment_ids);
   const RotaryTables rope = MultimodalRotary(config_, positions, h.scalar_type());
   // Without padding, attention is plainly causal: no mask tensor, so fused kernels take their
-  // fastest path.
-  const bool padded =
-      inputs.attention_mask.defined() && inputs.attention_mask.eq(0).any().item<bool>();
-  const torch::Tensor allowed =
-      padded ? CausalPaddingMask(inputs.attention_mask, batch, seq, device) : torch::Tensor();
+  // fastest path. The padding check reads the mask where it is (a host mask costs no device
+  // synchronisation).
+  const bool padded = !packed && inputs.attention_mask.defined() &&
+                      inputs.attention_mask.eq(0).any().item<bool>();
+  torch::Tensor allowed;
+  if (packed) {
+    allowed = PackedCausalMask(inputs.segment_ids, device);
+  } else if (padded) {
+    allowed = CausalPaddingMask(inputs.attention_mask, batch, seq, device);
+  }
   if (cache != nullptr) StartCache(inputs.attention_mask, positions, batch, seq, device, *cache);
   for (size_t i = 0; i < language_model->layer_list.size(); ++i) {
     auto layer = language_model->layer_list[i];

@@ -30,6 +30,11 @@ struct ModelInputs {
   torch::Tensor attention_mask;  // [B, T] int64, 1 = token, 0 = padding; may be undefined
   torch::Tensor pixel_values;    // [N, patch_dim] float; may be undefined
   torch::Tensor image_grid_thw;  // [n, 3] int64; may be undefined
+  // [B, T] int64, a packed batch's samples: 1, 2, ... for the samples of a row in order, 0 on
+  // padding; may be undefined (one sample per row). Samples of a row never attend to each other
+  // and their positions (M-RoPE included) restart at 0, so a packed row computes what its samples
+  // would alone. Not for Prefill.
+  torch::Tensor segment_ids;
 };
 
 // The 3-D (t, h, w) rotary position ids [3, B, T] int64 that HF's get_rope_index computes: text
@@ -38,9 +43,16 @@ struct ModelInputs {
 // after an image resumes at one past the largest id so far. Padding (attention_mask 0) gets 1.
 // Without image_grid_thw: cumsum(mask) - 1 (or 0..T-1). Images are consumed from image_grid_thw
 // in order across the batch. Throws c10::Error when the pads do not match the grids.
+// With segment_ids ([B, T], as ModelInputs), each run of one non-zero id is a sequence of its own
+// whose positions restart at 0, and 0 marks padding.
 torch::Tensor GetRopeIndex(const Qwen2VLConfig& config, const torch::Tensor& input_ids,
                            const torch::Tensor& image_grid_thw,
-                           const torch::Tensor& attention_mask);
+                           const torch::Tensor& attention_mask,
+                           const torch::Tensor& segment_ids = {});
+
+// The attention mask of a packed batch, [B, 1, T, T] bool (true = may attend): causal within a
+// sample (same non-zero segment id), never across; a padding position attends to itself only.
+torch::Tensor PackedCausalMask(const torch::Tensor& segment_ids, const torch::Device& device);
 
 // A group of parameters that runs as one step of the forward: the granularity at which a ZeRO-3
 // engine gathers and frees weights and at which activations are checkpointed.
@@ -91,6 +103,9 @@ struct KvCache {
   // rope_deltas, so generated tokens continue right after each row's prompt whatever its padding.
   torch::Tensor rope_deltas;
   int64_t length = 0;  // positions filled
+  // [1] int64 on the model's device: the cache position the next DecodeStepAt writes; the only
+  // input of a decoding step besides the ids that changes from one step to the next.
+  torch::Tensor step_position;
 };
 
 struct GradientCheckpointing {
@@ -135,7 +150,17 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   // One token per row, `ids` [B, 1] int64, appended after the cache's positions: returns the last
   // decoder layer's output [B, 1, hidden] for Head(). The token attends to every cached token and
   // itself. Every unit it uses (embeddings, decoder layers) runs through RunUnit as in forward.
+  // The cache must have room (Prefill's capacity): a step never reallocates it. DecodeStepAt at
+  // cache.length, then length + 1.
   torch::Tensor DecodeStep(const torch::Tensor& ids, KvCache& cache);
+
+  // The step itself, with every shape fixed for the cache's capacity: `ids` [B, 1] int64 on the
+  // model's device are written at cache.step_position (a device tensor set by the caller), and
+  // every row attends over the whole capacity under the cache's mask (positions not yet written
+  // hold zeros and are masked out). No host synchronisation and no allocation whose size depends
+  // on the step, so a CUDA graph can capture it once and replay it for every later step with new
+  // ids and position (Generate does on CUDA). Leaves cache.length to the caller.
+  torch::Tensor DecodeStepAt(const torch::Tensor& ids, KvCache& cache);
 
   // The head unit: final RMSNorm, then lm_head (or the tied embedding matrix): [.., hidden] ->
   // [.., vocab]; with a score head (config.num_labels > 0), `score`: [.., num_labels].
@@ -167,6 +192,7 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   void SetUnitHooks(UnitHooks* hooks) { hooks_ = hooks; }
   // Not owned, as hooks. While set, every unit runs through it.
   void SetUnitRunner(UnitRunner* runner) { runner_ = runner; }
+  bool HasUnitRunner() const { return runner_ != nullptr; }
 
   // Off by default. When on, a forward without images still runs the vision tower, on one blank
   // image whose features are added to nothing (times zero): every unit runs in every forward, as

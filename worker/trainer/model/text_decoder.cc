@@ -61,6 +61,11 @@ torch::Tensor CausalPaddingMask(const torch::Tensor& attention_mask, int64_t bat
 
 std::pair<torch::Tensor, torch::Tensor> LayerKvCache::Append(const torch::Tensor& k,
                                                              const torch::Tensor& v) {
+  if (write_at.defined()) {
+    key.index_copy_(2, write_at, k);
+    value.index_copy_(2, write_at, v);
+    return {key, value};
+  }
   const int64_t t = k.size(2);
   const int64_t needed = length + t;
   if (!key.defined() || needed > key.size(2)) {
@@ -68,8 +73,10 @@ std::pair<torch::Tensor, torch::Tensor> LayerKvCache::Append(const torch::Tensor
         key.defined() ? std::max(needed, 2 * key.size(2)) : std::max(needed, capacity);
     std::vector<int64_t> shape = k.sizes().vec();
     shape[2] = room;
-    torch::Tensor new_key = torch::empty(shape, k.options());
-    torch::Tensor new_value = torch::empty(shape, v.options());
+    // Zeros: a fixed-shape step attends over the whole buffer, masked positions included, and
+    // a masked NaN would still poison the weighted sum.
+    torch::Tensor new_key = torch::zeros(shape, k.options());
+    torch::Tensor new_value = torch::zeros(shape, v.options());
     if (length > 0) {
       new_key.narrow(2, 0, length).copy_(key.narrow(2, 0, length));
       new_value.narrow(2, 0, length).copy_(value.narrow(2, 0, length));

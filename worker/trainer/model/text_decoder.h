@@ -40,10 +40,14 @@ struct LayerKvCache {
   torch::Tensor value;
   int64_t length = 0;
   int64_t capacity = 0;  // positions the first Append allocates room for (at least its own)
+  // Set for a fixed-shape decoding step (DecodeStepAt): [1] int64 on the device, where Append
+  // writes its one position; it then returns the whole buffers.
+  torch::Tensor write_at;
 
   // Writes k, v [B, Hkv, t, D] at positions [length, length + t) and returns views of every
   // cached key and value [B, Hkv, length + t, D]. Past the capacity the buffers are regrown
-  // (copied to twice the size).
+  // (copied to twice the size); positions past those written hold zeros. With write_at: writes
+  // k, v (t = 1) at that position and returns the buffers [B, Hkv, capacity, D] whole.
   std::pair<torch::Tensor, torch::Tensor> Append(const torch::Tensor& k, const torch::Tensor& v);
 };
 

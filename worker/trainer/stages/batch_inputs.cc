@@ -1,5 +1,7 @@
 #include "worker/trainer/stages/batch_inputs.h"
 
+#include <algorithm>
+
 namespace trainctl::trainer {
 
 model::ModelInputs ToModelInputs(const data::Batch& b, const torch::Device& device) {
@@ -10,6 +12,11 @@ model::ModelInputs ToModelInputs(const data::Batch& b, const torch::Device& devi
   model::ModelInputs in;
   in.input_ids = i32(b.input_ids, {b.batch_size, b.seq_len});
   in.attention_mask = i32(b.attention_mask, {b.batch_size, b.seq_len});
+  // A packed batch (some row holds several samples) carries its segments: the model keeps the
+  // samples apart and restarts their positions.
+  if (std::any_of(b.segment_ids.begin(), b.segment_ids.end(), [](int32_t s) { return s > 1; })) {
+    in.segment_ids = i32(b.segment_ids, {b.batch_size, b.seq_len});
+  }
   if (!b.image_grid_thw.empty()) {
     const int64_t patches = static_cast<int64_t>(b.pixel_values.size()) / data::kPatchDim;
     in.pixel_values = torch::from_blob(const_cast<float*>(b.pixel_values.data()),

@@ -18,6 +18,7 @@ absl::StatusOr<std::unique_ptr<data::Loader>> RankLoader(const StageContext& ctx
   options.seed = static_cast<uint64_t>(ctx.training.seed());
   options.rank = ctx.comm.rank();
   options.world_size = ctx.comm.world_size();
+  if (ctx.training.packing()) options.pack_length = ctx.training.max_seq_length();
   return data::Loader::Create(reader, options);
 }
 

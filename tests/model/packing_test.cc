@@ -1,0 +1,141 @@
+// Padding-free packing: samples packed into one row with segment ids compute what they would
+// alone: the summed next-token loss and every gradient, with text, one image and two images of
+// different sizes in one row; positions restart per sample; samples never see each other.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/model/model_test_util.h"
+#include "worker/trainer/model/qwen2vl.h"
+
+namespace trainctl::model {
+namespace {
+
+using testing::Concat;
+using testing::Grid;
+using testing::Ids;
+using testing::ImageTokens;
+using testing::RandomPixels;
+using testing::TinyConfig;
+
+struct Sample {
+  std::vector<int64_t> ids;
+  std::vector<std::vector<int64_t>> grids;
+  torch::Tensor pixels;
+};
+
+struct LossAndGrads {
+  torch::Tensor loss;
+  std::map<std::string, torch::Tensor> grads;
+};
+
+torch::Tensor SummedLoss(Qwen2VLForConditionalGeneration& model, const ModelInputs& in,
+                         const torch::Tensor& labels) {
+  const torch::Tensor logits = model.forward(in);
+  const int64_t t = in.input_ids.size(1);
+  return torch::nn::functional::cross_entropy(
+      logits.slice(1, 0, t - 1).reshape({-1, logits.size(-1)}), labels.slice(1, 1).reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
+}
+
+LossAndGrads Collect(Qwen2VLForConditionalGeneration& model, torch::Tensor loss) {
+  loss.backward();
+  LossAndGrads out{loss.detach(), {}};
+  for (const auto& p : model.named_parameters()) {
+    if (p.value().grad().defined()) out.grads[p.key()] = p.value().grad().clone();
+  }
+  model.zero_grad();
+  return out;
+}
+
+TEST(PackingTest, APackedRowComputesWhatItsSamplesWouldAlone) {
+  torch::manual_seed(6);
+  Qwen2VLForConditionalGeneration model(TinyConfig());
+  model.InitWeights(0.1);
+  model.train();
+  std::vector<Sample> samples = {
+      {{10, 11, 12, 13, 14, 15, 16}, {}, {}},
+      {Concat({{20, 21}, ImageTokens(4), {22, 23, 24}}), {{1, 4, 4}}, RandomPixels({{1, 4, 4}})},
+      {Concat({{30}, ImageTokens(1), {31, 32}, ImageTokens(4), {33}}), {{1, 2, 2}, {1, 4, 4}},
+       RandomPixels({{1, 2, 2}, {1, 4, 4}})},
+  };
+
+  // Alone: each sample its own batch.
+  torch::Tensor alone_loss = torch::zeros({});
+  for (const Sample& s : samples) {
+    ModelInputs in{Ids({s.ids}), torch::Tensor(), s.pixels,
+                   s.grids.empty() ? torch::Tensor() : Grid(s.grids)};
+    alone_loss = alone_loss + SummedLoss(model, in, in.input_ids);
+  }
+  const LossAndGrads alone = Collect(model, alone_loss);
+
+  // Packed: one row, the samples back to back, then 3 padding tokens; the first token of each
+  // sample is not a target (its previous position belongs to another sample).
+  std::vector<int64_t> row, segments, labels, mask;
+  std::vector<torch::Tensor> pixels;
+  std::vector<std::vector<int64_t>> grids;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    for (size_t k = 0; k < samples[i].ids.size(); ++k) {
+      row.push_back(samples[i].ids[k]);
+      segments.push_back(static_cast<int64_t>(i) + 1);
+      labels.push_back(k == 0 ? -100 : samples[i].ids[k]);
+      mask.push_back(1);
+    }
+    if (samples[i].pixels.defined()) pixels.push_back(samples[i].pixels);
+    grids.insert(grids.end(), samples[i].grids.begin(), samples[i].grids.end());
+  }
+  for (int k = 0; k < 3; ++k) {
+    row.push_back(151643);
+    segments.push_back(0);
+    labels.push_back(-100);
+    mask.push_back(0);
+  }
+  ModelInputs packed{Ids({row}), Ids({mask}), torch::cat(pixels), Grid(grids)};
+  packed.segment_ids = Ids({segments});
+  const LossAndGrads together = Collect(model, SummedLoss(model, packed, Ids({labels})));
+
+  EXPECT_NEAR(together.loss.item<double>(), alone.loss.item<double>(),
+              1e-5 * alone.loss.item<double>());
+  ASSERT_EQ(together.grads.size(), alone.grads.size());
+  for (const auto& [name, g] : alone.grads) {
+    const torch::Tensor& other = together.grads.at(name);
+    EXPECT_TRUE(torch::allclose(other, g, 1e-4, 1e-6))
+        << name << ": max diff " << (other - g).abs().max().item<double>();
+  }
+
+  // Without the segments the same row is one sequence: the samples see each other.
+  ModelInputs unsegmented = packed;
+  unsegmented.segment_ids = torch::Tensor();
+  torch::NoGradGuard no_grad;
+  EXPECT_GT(std::abs(SummedLoss(model, unsegmented, Ids({labels})).item<double>() -
+                     alone.loss.item<double>()),
+            1e-3);
+}
+
+TEST(PackingTest, PositionsRestartAtEverySampleAndPaddingHoldsOne) {
+  const Qwen2VLConfig config = TinyConfig();
+  const auto row = Concat({{5, 6, 7}, {20}, ImageTokens(1), {21}, {0, 0}});
+  const torch::Tensor segments = Ids({{1, 1, 1, 2, 2, 2, 2, 2, 0, 0}});
+  const torch::Tensor pos = GetRopeIndex(config, Ids({row}), Grid({{1, 2, 2}}), {}, segments);
+  // Sample 1: text 0, 1, 2. Sample 2: text 0, vision_start 1, the image at (2, 2, 2), its end 3,
+  // then 4. Padding: 1.
+  const std::vector<int64_t> expected = {0, 1, 2, 0, 1, 2, 3, 4, 1, 1};
+  for (int axis = 0; axis < 3; ++axis) {
+    for (int64_t j = 0; j < 10; ++j) {
+      EXPECT_EQ(pos[axis][0][j].item<int64_t>(), expected[static_cast<size_t>(j)])
+          << "axis " << axis << " position " << j;
+    }
+  }
+  const torch::Tensor allowed = PackedCausalMask(segments, torch::kCPU);
+  EXPECT_TRUE(allowed[0][0][2][0].item<bool>());   // within sample 1, causal
+  EXPECT_FALSE(allowed[0][0][0][2].item<bool>());  // never the future
+  EXPECT_FALSE(allowed[0][0][4][2].item<bool>());  // sample 2 never sees sample 1
+  EXPECT_TRUE(allowed[0][0][8][8].item<bool>());   // padding: itself only
+  EXPECT_FALSE(allowed[0][0][8][7].item<bool>());
+}
+
+}  // namespace
+}  // namespace trainctl::model
