@@ -102,8 +102,10 @@ TEST(PackingTest, APackedRowComputesWhatItsSamplesWouldAlone) {
   ASSERT_EQ(together.grads.size(), alone.grads.size());
   for (const auto& [name, g] : alone.grads) {
     const torch::Tensor& other = together.grads.at(name);
-    EXPECT_TRUE(torch::allclose(other, g, 1e-4, 1e-6))
-        << name << ": max diff " << (other - g).abs().max().item<double>();
+    // Relative to the gradient's scale: the packed row sums its terms in another order.
+    const double diff = (other - g).abs().max().item<double>();
+    const double scale = g.abs().max().item<double>();
+    EXPECT_LE(diff, 1e-5 * scale + 1e-9) << name << ": max diff " << diff << ", max " << scale;
   }
 
   // Without the segments the same row is one sequence: the samples see each other.

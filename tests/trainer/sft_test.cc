@@ -65,7 +65,7 @@ TEST_F(SftTest, PackedTrainingLearnsWithFewerRows) {
                            {"save_strategy", "no"},
                            {"per_device_train_batch_size", 1},
                            {"packing", true},
-                           {"max_seq_length", 1024}}),
+                           {"max_seq_length", 2048}}),
                 events),
       {}, absl::Minutes(10));
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -73,12 +73,13 @@ TEST_F(SftTest, PackedTrainingLearnsWithFewerRows) {
   const auto losses = Losses(all);
   ASSERT_EQ(losses.size(), 12u);
   EXPECT_LT(losses.rbegin()->second, losses.begin()->second - 1.0);
-  // One packed row per micro-batch carries several samples.
+  // One packed row per micro-batch carries several samples (a shapes sample is ~700 tokens):
+  // more than the 2 rows of a step.
   for (const json& e : all) {
     if (e["type"] != "metric") continue;
-    EXPECT_GT(e["values"]["samples_per_second"].get<double>(),
-              1.5 * 2 / e["values"]["step_time"].get<double>())
-        << e.dump();
+    const double per_step = e["values"]["samples_per_second"].get<double>() *
+                            e["values"]["step_time"].get<double>();
+    EXPECT_GT(per_step, 3.0) << e.dump();
     break;
   }
 }

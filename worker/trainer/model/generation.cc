@@ -10,6 +10,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -135,8 +136,14 @@ class DecodeStepper {
 
   // Feeds `feed` [B] (int64, CPU) at the next position; returns the logits [B, vocab].
   torch::Tensor Step(const torch::Tensor& feed) {
-    TORCH_CHECK(cache_.length < cache_.layers[0].key.size(2),
-                "DecodeStep: the cache is full (", cache_.length, " positions)");
+    // Lock-step ranks may step past max_new_tokens (feeding pads) until all agree to stop: the
+    // cache doubles, and a graph captured on the old buffers is captured again.
+    if (cache_.length >= cache_.layers[0].key.size(2)) {
+      Grow(2 * cache_.layers[0].key.size(2));
+#ifdef TRAINCTL_CUDA_BUILD
+      graph_.reset();
+#endif
+    }
     ids_.copy_(feed.view(ids_.sizes()));
     cache_.step_position.fill_(cache_.length);
     torch::Tensor logits;
@@ -154,6 +161,22 @@ class DecodeStepper {
 
  private:
   torch::Tensor Run() { return model_.Head(model_.DecodeStepAt(ids_, cache_)).squeeze(1); }
+
+  void Grow(int64_t capacity) {
+    auto grow = [capacity](torch::Tensor& t, int64_t dim) {
+      std::vector<int64_t> shape = t.sizes().vec();
+      shape[static_cast<size_t>(dim)] = std::max(capacity, t.size(dim));
+      torch::Tensor bigger = torch::zeros(shape, t.options());
+      bigger.narrow(dim, 0, t.size(dim)).copy_(t);
+      t = bigger;
+    };
+    for (LayerKvCache& layer : cache_.layers) {
+      grow(layer.key, 2);
+      grow(layer.value, 2);
+      layer.capacity = capacity;
+    }
+    grow(cache_.attention_mask, 1);
+  }
 
 #ifdef TRAINCTL_CUDA_BUILD
   // This step runs eagerly on a side stream (its results are real), then is captured there.

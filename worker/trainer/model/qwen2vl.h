@@ -33,8 +33,9 @@ struct ModelInputs {
   // [B, T] int64, a packed batch's samples: 1, 2, ... for the samples of a row in order, 0 on
   // padding; may be undefined (one sample per row). Samples of a row never attend to each other
   // and their positions (M-RoPE included) restart at 0, so a packed row computes what its samples
-  // would alone. Not for Prefill.
-  torch::Tensor segment_ids;
+  // would alone. Not for Prefill. (Initialised so that brace-initialising the fields above leaves
+  // it out without a missing-initializer warning.)
+  torch::Tensor segment_ids = {};
 };
 
 // The 3-D (t, h, w) rotary position ids [3, B, T] int64 that HF's get_rope_index computes: text

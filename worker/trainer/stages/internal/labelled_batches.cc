@@ -29,7 +29,11 @@ absl::StatusOr<MicroBatches> NextMicroBatches(StageContext& ctx, data::Loader& l
     ASSIGN_OR_RETURN(data::Batch batch, loader.Next());
     label_tokens += ShiftedLabels(batch, torch::kCPU).ne(-100).sum().item<int64_t>();
     for (int32_t m : batch.attention_mask) tokens += m;
-    samples += batch.batch_size;
+    // A packed row holds several samples: its largest segment id.
+    for (int64_t r = 0; r < batch.batch_size; ++r) {
+      const auto row = batch.segment_ids.begin() + r * batch.seq_len;
+      samples += std::max<int64_t>(1, *std::max_element(row, row + batch.seq_len));
+    }
     out.batches.push_back(std::move(batch));
   }
   torch::Tensor counts =
