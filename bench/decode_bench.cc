@@ -16,8 +16,8 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <fstream>
 #include <cstdint>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -155,7 +155,8 @@ int BenchCheckpoint(const torch::Device& device) {
   } else {
     torch::manual_seed(0);
     for (int i = 0; i < 64; ++i) {
-      const torch::Tensor row = torch::randint(0, 1000, {absl::GetFlag(FLAGS_prompt)}, torch::kInt64);
+      const torch::Tensor row =
+          torch::randint(0, 1000, {absl::GetFlag(FLAGS_prompt)}, torch::kInt64);
       prompts.emplace_back(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
     }
   }
@@ -224,8 +225,9 @@ int main(int argc, char** argv) {
   auto tiny = tiny_path.ok() ? trainctl::model::LoadQwen2VLConfig(*tiny_path)
                              : absl::StatusOr<Qwen2VLConfig>(tiny_path.status());
   auto medium_path = trainctl::model::FindModelConfig("bench-30m");  // configs/models
-  absl::StatusOr<Qwen2VLConfig> medium =
-      medium_path.ok() ? trainctl::model::LoadQwen2VLConfig(*medium_path) : absl::StatusOr<Qwen2VLConfig>(medium_path.status());
+  absl::StatusOr<Qwen2VLConfig> medium = medium_path.ok()
+                                             ? trainctl::model::LoadQwen2VLConfig(*medium_path)
+                                             : absl::StatusOr<Qwen2VLConfig>(medium_path.status());
   if (!tiny.ok() || !medium.ok()) {
     std::cerr << "decode_bench: " << (tiny.ok() ? medium.status() : tiny.status()) << "\n";
     return 1;

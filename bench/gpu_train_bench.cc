@@ -71,8 +71,8 @@ namespace model = trainctl::model;
 namespace zero = trainctl::zero;
 
 // --preset 1b is configs/models/bench-1b (~1.1B: hidden 2048, 18 layers, 16 heads of 128 with 4 kv
-// heads, MLP 5504, Qwen's vocabulary 151936, tied embeddings; a minimal vision tower, as the batches
-// are text), the model scripts/gpu/hf_peers.py builds in transformers for the peers.
+// heads, MLP 5504, Qwen's vocabulary 151936, tied embeddings; a minimal vision tower, as the
+// batches are text), the model scripts/gpu/hf_peers.py builds in transformers for the peers.
 constexpr char kSmall[] = R"({
   "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
   "hidden_act": "silu", "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 6,

@@ -80,15 +80,14 @@ model::ModelInputs Joined(const torch::Tensor& prompts, const model::GenerationO
   return in;
 }
 
-Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& config,
-           int step) {
+Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& config, int step) {
   const int64_t group = absl::GetFlag(FLAGS_num_generations);
   const int64_t rows = absl::GetFlag(FLAGS_prompts) * group;
   Split split;
   torch::manual_seed(step);
-  const torch::Tensor unique = torch::randint(
-      1000, config.vocab_size - 1000, {absl::GetFlag(FLAGS_prompts), absl::GetFlag(FLAGS_prompt)},
-      torch::kInt64);
+  const torch::Tensor unique =
+      torch::randint(1000, config.vocab_size - 1000,
+                     {absl::GetFlag(FLAGS_prompts), absl::GetFlag(FLAGS_prompt)}, torch::kInt64);
   const torch::Tensor prompts = unique.repeat_interleave(group, 0);
 
   Clock::time_point start = Clock::now();
@@ -190,16 +189,15 @@ void Bench(const std::string& name, const Qwen2VLConfig& config) {
   }
   const double step = total.generation + total.scoring + total.training;
   std::cout << absl::StrFormat(
-      "%s: %d prompts x %d generations, prompt %d, up to %d new tokens, beta %g, %d steps\n",
-      name, absl::GetFlag(FLAGS_prompts), absl::GetFlag(FLAGS_num_generations),
+      "%s: %d prompts x %d generations, prompt %d, up to %d new tokens, beta %g, %d steps\n", name,
+      absl::GetFlag(FLAGS_prompts), absl::GetFlag(FLAGS_num_generations),
       absl::GetFlag(FLAGS_prompt), absl::GetFlag(FLAGS_completion), absl::GetFlag(FLAGS_beta),
       steps);
   std::cout << absl::StrFormat(
       "  step %.3f s: generation %.3f s (%.0f%%), scoring %.3f s (%.0f%%), training %.3f s "
       "(%.0f%%)\n",
-      step / steps, total.generation / steps, 100 * total.generation / step,
-      total.scoring / steps, 100 * total.scoring / step, total.training / steps,
-      100 * total.training / step);
+      step / steps, total.generation / steps, 100 * total.generation / step, total.scoring / steps,
+      100 * total.scoring / step, total.training / steps, 100 * total.training / step);
   const double gen_rate = total.new_tokens / total.generation;
   const double fwd_rate = total.scored_tokens / total.forward;
   std::cout << absl::StrFormat(

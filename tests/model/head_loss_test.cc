@@ -1,6 +1,6 @@
 // The head fused with cross-entropy (internal/linear_cross_entropy.h, HeadCrossEntropy) against
-// the unfused cross_entropy(linear(x, w).float(), labels, sum): value and gradients, chunked or not,
-// with ignored rows, and on the tiny model with its tied head.
+// the unfused cross_entropy(linear(x, w).float(), labels, sum): value and gradients, chunked or
+// not, with ignored rows, and on the tiny model with its tied head.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -72,11 +72,11 @@ TEST(LinearCrossEntropyTest, HeadCrossEntropyMatchesTheModelsHead) {
     model.zero_grad();
     const torch::Tensor hidden = model.ForwardHidden(in);
     const torch::Tensor rows = hidden.slice(1, 0, 7).reshape({-1, hidden.size(-1)});
-    torch::Tensor loss = fused ? model.HeadCrossEntropy(rows, labels, /*chunk_rows=*/5)
-                               : torch::nn::functional::cross_entropy(
-                                     model.Head(rows).to(torch::kFloat32), labels,
-                                     torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                                         torch::kSum));
+    torch::Tensor loss =
+        fused ? model.HeadCrossEntropy(rows, labels, /*chunk_rows=*/5)
+              : torch::nn::functional::cross_entropy(
+                    model.Head(rows).to(torch::kFloat32), labels,
+                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
     loss.backward();
     std::map<std::string, torch::Tensor> grads;
     for (const auto& p : model.named_parameters()) {

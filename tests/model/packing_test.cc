@@ -59,7 +59,8 @@ TEST(PackingTest, APackedRowComputesWhatItsSamplesWouldAlone) {
   std::vector<Sample> samples = {
       {{10, 11, 12, 13, 14, 15, 16}, {}, {}},
       {Concat({{20, 21}, ImageTokens(4), {22, 23, 24}}), {{1, 4, 4}}, RandomPixels({{1, 4, 4}})},
-      {Concat({{30}, ImageTokens(1), {31, 32}, ImageTokens(4), {33}}), {{1, 2, 2}, {1, 4, 4}},
+      {Concat({{30}, ImageTokens(1), {31, 32}, ImageTokens(4), {33}}),
+       {{1, 2, 2}, {1, 4, 4}},
        RandomPixels({{1, 2, 2}, {1, 4, 4}})},
   };
 

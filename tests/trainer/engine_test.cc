@@ -56,8 +56,8 @@ std::vector<model::ModelInputs> TextAndImageBatches() {
   model::ModelInputs text;
   text.input_ids = Ids({{1, 2, 3, 4, 5, 6, 7, 8}, {9, 10, 11, 12, 13, 14, 15, 16}});
   model::ModelInputs image;
-  image.input_ids = Ids({Concat({{10, 11}, ImageTokens(1), {12, 13, 14}}),
-                         Concat({{20}, ImageTokens(4), {21}})});
+  image.input_ids =
+      Ids({Concat({{10, 11}, ImageTokens(1), {12, 13, 14}}), Concat({{20}, ImageTokens(4), {21}})});
   image.pixel_values = RandomPixels({{1, 2, 2}, {1, 4, 4}});
   image.image_grid_thw = Grid({{1, 2, 2}, {1, 4, 4}});
   return {text, image};

@@ -59,15 +59,14 @@ TEST_F(SftTest, LossFallsBelowThresholdOnTheShapesDataset) {
 // each (the model keeps them apart), fewer rows carry the same samples, and the loss falls.
 TEST_F(SftTest, PackedTrainingLearnsWithFewerRows) {
   const std::string events = dir_.path() + "/packed.jsonl";
-  RunResult r = testing::Run(
-      TrainArgs(WriteSpec("packed", dir_.path() + "/packed",
-                          {{"max_steps", 12},
-                           {"save_strategy", "no"},
-                           {"per_device_train_batch_size", 1},
-                           {"packing", true},
-                           {"max_seq_length", 2048}}),
-                events),
-      {}, absl::Minutes(10));
+  RunResult r = testing::Run(TrainArgs(WriteSpec("packed", dir_.path() + "/packed",
+                                                 {{"max_steps", 12},
+                                                  {"save_strategy", "no"},
+                                                  {"per_device_train_batch_size", 1},
+                                                  {"packing", true},
+                                                  {"max_seq_length", 2048}}),
+                                       events),
+                             {}, absl::Minutes(10));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto all = ReadEvents(events);
   const auto losses = Losses(all);
@@ -77,8 +76,8 @@ TEST_F(SftTest, PackedTrainingLearnsWithFewerRows) {
   // more than the 2 rows of a step.
   for (const json& e : all) {
     if (e["type"] != "metric") continue;
-    const double per_step = e["values"]["samples_per_second"].get<double>() *
-                            e["values"]["step_time"].get<double>();
+    const double per_step =
+        e["values"]["samples_per_second"].get<double>() * e["values"]["step_time"].get<double>();
     EXPECT_GT(per_step, 3.0) << e.dump();
     break;
   }

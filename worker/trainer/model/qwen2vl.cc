@@ -112,8 +112,8 @@ void PlaceSequence(const Qwen2VLConfig& config, const std::vector<int64_t>& toke
 }  // namespace
 
 torch::Tensor GetRopeIndex(const Qwen2VLConfig& config, const torch::Tensor& input_ids,
-                           const torch::Tensor& image_grid_thw,
-                           const torch::Tensor& attention_mask, const torch::Tensor& segment_ids) {
+                           const torch::Tensor& image_grid_thw, const torch::Tensor& attention_mask,
+                           const torch::Tensor& segment_ids) {
   TORCH_CHECK(input_ids.defined() && input_ids.dim() == 2, "input_ids must be [batch, seq]");
   const torch::Device device = input_ids.device();
   const torch::Tensor ids = input_ids.to(torch::kCPU, torch::kInt64).contiguous();
@@ -403,16 +403,16 @@ torch::Tensor Qwen2VLForConditionalGeneration::Prefill(const ModelInputs& inputs
 
 torch::Tensor Qwen2VLForConditionalGeneration::DecodeStep(const torch::Tensor& ids,
                                                           KvCache& cache) {
-  TORCH_CHECK(cache.rope_deltas.defined() && !cache.layers.empty() &&
-                  cache.layers[0].key.defined(),
+  TORCH_CHECK(cache.rope_deltas.defined() && !cache.layers.empty() && cache.layers[0].key.defined(),
               "DecodeStep needs a cache filled by Prefill");
-  TORCH_CHECK(cache.length < cache.layers[0].key.size(2) &&
-                  cache.length < cache.attention_mask.size(1),
-              "DecodeStep: the cache is full (", cache.length,
-              " positions); Prefill with a larger capacity");
+  TORCH_CHECK(
+      cache.length < cache.layers[0].key.size(2) && cache.length < cache.attention_mask.size(1),
+      "DecodeStep: the cache is full (", cache.length,
+      " positions); Prefill with a larger capacity");
   const torch::Device device = language_model->embed_tokens->weight.device();
   if (!cache.step_position.defined()) {
-    cache.step_position = torch::zeros({1}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    cache.step_position =
+        torch::zeros({1}, torch::TensorOptions().dtype(torch::kInt64).device(device));
   }
   cache.step_position.fill_(cache.length);
   torch::Tensor h = DecodeStepAt(ids.to(device, torch::kInt64), cache);
@@ -423,10 +423,10 @@ torch::Tensor Qwen2VLForConditionalGeneration::DecodeStep(const torch::Tensor& i
 torch::Tensor Qwen2VLForConditionalGeneration::DecodeStepAt(const torch::Tensor& ids,
                                                             KvCache& cache) {
   TORCH_CHECK(!torch::GradMode::is_enabled(), "DecodeStep runs under torch::NoGradGuard");
-  TORCH_CHECK(
-      cache.rope_deltas.defined() && cache.layers.size() == language_model->layer_list.size() &&
-          cache.step_position.defined(),
-      "DecodeStepAt needs a cache filled by Prefill and a step position");
+  TORCH_CHECK(cache.rope_deltas.defined() &&
+                  cache.layers.size() == language_model->layer_list.size() &&
+                  cache.step_position.defined(),
+              "DecodeStepAt needs a cache filled by Prefill and a step position");
   const int64_t batch = cache.rope_deltas.size(0);
   TORCH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(0) == batch && ids.size(1) == 1,
               "DecodeStep: ids must be [", batch, ", 1], got ",
@@ -511,8 +511,8 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardPrompt(const ModelInputs& 
   // Without padding, attention is plainly causal: no mask tensor, so fused kernels take their
   // fastest path. The padding check reads the mask where it is (a host mask costs no device
   // synchronisation).
-  const bool padded = !packed && inputs.attention_mask.defined() &&
-                      inputs.attention_mask.eq(0).any().item<bool>();
+  const bool padded =
+      !packed && inputs.attention_mask.defined() && inputs.attention_mask.eq(0).any().item<bool>();
   torch::Tensor allowed;
   if (packed) {
     allowed = PackedCausalMask(inputs.segment_ids, device);
@@ -557,8 +557,9 @@ torch::Tensor Qwen2VLForConditionalGeneration::HeadCrossEntropy(const torch::Ten
   return RunUnit(
       head_unit_,
       [norm, head, embed, labels, chunk_rows](const torch::Tensor& x) {
-        return internal::LinearCrossEntropySum(norm->forward(x), head ? head->weight : embed->weight,
-                                               labels, /*ignore_index=*/-100, chunk_rows);
+        return internal::LinearCrossEntropySum(norm->forward(x),
+                                               head ? head->weight : embed->weight, labels,
+                                               /*ignore_index=*/-100, chunk_rows);
       },
       hidden, /*checkpoint=*/false);
 }

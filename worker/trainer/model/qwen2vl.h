@@ -47,8 +47,7 @@ struct ModelInputs {
 // With segment_ids ([B, T], as ModelInputs), each run of one non-zero id is a sequence of its own
 // whose positions restart at 0, and 0 marks padding.
 torch::Tensor GetRopeIndex(const Qwen2VLConfig& config, const torch::Tensor& input_ids,
-                           const torch::Tensor& image_grid_thw,
-                           const torch::Tensor& attention_mask,
+                           const torch::Tensor& image_grid_thw, const torch::Tensor& attention_mask,
                            const torch::Tensor& segment_ids = {});
 
 // The attention mask of a packed batch, [B, 1, T, T] bool (true = may attend): causal within a

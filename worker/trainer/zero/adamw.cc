@@ -35,7 +35,8 @@ void ShardedAdamW::Update(size_t index, torch::Tensor p, const torch::Tensor& gr
   const double bc1 = 1 - std::pow(o.beta1, static_cast<double>(step_));
   const double bc2 = 1 - std::pow(o.beta2, static_cast<double>(step_));
   if (o.weight_decay != 0 && o.adam_w_mode) {
-    for (const auto& [lo, hi] : decay_ranges) p.narrow(0, lo, hi - lo).mul_(1 - lr * o.weight_decay);
+    for (const auto& [lo, hi] : decay_ranges)
+      p.narrow(0, lo, hi - lo).mul_(1 - lr * o.weight_decay);
   }
   auto& [exp_avg, exp_avg_sq] = moments_.at(index);
   // In chunks, so the step's temporaries stay small next to the slices themselves: 4 MiB on

@@ -166,9 +166,9 @@ void Engine::AdoptUnit(const std::string& name,
     } else {
       // The working buffer and the parameters' views of it live as long as the engine; only
       // its bytes come and go (engine_stage3.cc).
-      SetFull(u, torch::empty({u.padded}, torch::TensorOptions()
-                                               .dtype(options_.compute_dtype)
-                                               .device(options_.device)));
+      SetFull(u, torch::empty(
+                     {u.padded},
+                     torch::TensorOptions().dtype(options_.compute_dtype).device(options_.device)));
       FreeWorking(u);
     }
   } else {

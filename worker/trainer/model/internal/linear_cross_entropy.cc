@@ -33,23 +33,24 @@ Chunk RunChunk(const torch::Tensor& x, const torch::Tensor& weight, const torch:
 class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                const torch::Tensor& x,
-                                                const torch::Tensor& weight,
+                                                const torch::Tensor& x, const torch::Tensor& weight,
                                                 const torch::Tensor& labels, int64_t ignore_index,
                                                 int64_t chunk_rows) {
     const int64_t n = x.size(0);
     torch::Tensor loss = torch::zeros({}, x.options().dtype(torch::kFloat32));
     torch::Tensor grad_x = x.requires_grad() ? torch::empty_like(x) : torch::Tensor();
-    torch::Tensor grad_w = weight.requires_grad()
-                               ? torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32))
-                               : torch::Tensor();
+    torch::Tensor grad_w =
+        weight.requires_grad()
+            ? torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32))
+            : torch::Tensor();
     for (int64_t start = 0; start < n; start += chunk_rows) {
       const int64_t rows = std::min(chunk_rows, n - start);
       const torch::Tensor xc = x.narrow(0, start, rows);
       const Chunk c = RunChunk(xc, weight, labels.narrow(0, start, rows), ignore_index, true);
       loss.add_(c.loss);
       // The matmuls as linear's backward does them (autocast: in its dtype).
-      if (grad_x.defined()) grad_x.narrow(0, start, rows).copy_(torch::matmul(c.grad_logits, weight));
+      if (grad_x.defined())
+        grad_x.narrow(0, start, rows).copy_(torch::matmul(c.grad_logits, weight));
       if (grad_w.defined()) grad_w.add_(torch::matmul(c.grad_logits.t(), xc));
     }
     ctx->save_for_backward({grad_x, grad_w});
@@ -61,7 +62,8 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor& scale = grad_outputs[0];
-    const auto weight_dtype = static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    const auto weight_dtype =
+        static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
     torch::Tensor gx, gw;
     if (saved[0].defined()) gx = saved[0] * scale.to(saved[0].scalar_type());
     if (saved[1].defined()) gw = (saved[1] * scale).to(weight_dtype);
@@ -86,15 +88,13 @@ torch::Tensor LinearCrossEntropySum(const torch::Tensor& x, const torch::Tensor&
               labels.sizes());
   const torch::Tensor l = labels.to(x.device(), torch::kInt64);
   const int64_t rows = chunk_rows > 0 ? chunk_rows : DefaultChunkRows(weight.size(0));
-  const bool grad =
-      torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
+  const bool grad = torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
   if (!grad) {
     torch::Tensor loss = torch::zeros({}, x.options().dtype(torch::kFloat32));
     for (int64_t start = 0; start < x.size(0); start += rows) {
       const int64_t n = std::min(rows, x.size(0) - start);
-      loss.add_(RunChunk(x.narrow(0, start, n), weight, l.narrow(0, start, n), ignore_index,
-                         false)
-                    .loss);
+      loss.add_(
+          RunChunk(x.narrow(0, start, n), weight, l.narrow(0, start, n), ignore_index, false).loss);
     }
     return loss;
   }

@@ -36,10 +36,9 @@ absl::StatusOr<MicroBatches> NextMicroBatches(StageContext& ctx, data::Loader& l
     }
     out.batches.push_back(std::move(batch));
   }
-  torch::Tensor counts =
-      torch::tensor({static_cast<double>(label_tokens), static_cast<double>(tokens),
-                     static_cast<double>(samples)},
-                    torch::kFloat64);
+  torch::Tensor counts = torch::tensor({static_cast<double>(label_tokens),
+                                        static_cast<double>(tokens), static_cast<double>(samples)},
+                                       torch::kFloat64);
   RETURN_IF_ERROR(ctx.comm.AllReduceSum(counts, "token counts"));
   out.label_tokens = std::max(1.0, counts[0].item<double>());
   out.tokens = static_cast<int64_t>(counts[1].item<double>());
@@ -74,7 +73,8 @@ torch::Tensor LogitsAt(const StageContext& ctx, model::Qwen2VLForConditionalGene
   return net.Head(HiddenAt(ctx, net, batch, positions)).to(torch::kFloat32);
 }
 
-torch::Tensor CrossEntropySumAt(const StageContext& ctx, model::Qwen2VLForConditionalGeneration& net,
+torch::Tensor CrossEntropySumAt(const StageContext& ctx,
+                                model::Qwen2VLForConditionalGeneration& net,
                                 const data::Batch& batch, const torch::Tensor& positions,
                                 const torch::Tensor& labels) {
   const bool bf16 = ctx.options.compute_dtype == torch::kBFloat16;

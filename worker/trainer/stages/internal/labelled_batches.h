@@ -48,7 +48,8 @@ torch::Tensor LogitsAt(const StageContext& ctx, model::Qwen2VLForConditionalGene
 // The summed cross-entropy of the model's predictions at `positions` against `labels` there, the
 // head fused with the loss (Qwen2VLForConditionalGeneration::HeadCrossEntropy): the same value and
 // gradients as cross_entropy(LogitsAt(...), labels, sum) without the [positions, vocab] logits.
-torch::Tensor CrossEntropySumAt(const StageContext& ctx, model::Qwen2VLForConditionalGeneration& net,
+torch::Tensor CrossEntropySumAt(const StageContext& ctx,
+                                model::Qwen2VLForConditionalGeneration& net,
                                 const data::Batch& batch, const torch::Tensor& positions,
                                 const torch::Tensor& labels);
 
