@@ -118,20 +118,22 @@ torch::Tensor NextTokens(const torch::Tensor& logits, const GenerationOptions& o
 }
 
 // The decoding loop's step after the prefill: DecodeStepAt and the head over the cache's fixed
-// shapes, the ids fed through one device buffer. On CUDA, when no unit runner is set (a ZeRO-3
-// runner may gather weights, which a graph must not capture), the first step is captured as a
-// CUDA graph and every later step replays it: one launch per token instead of ~50 kernel launches
-// per layer from the host, which bound decoding at small batches (vLLM and SGLang do the same).
+// shapes, the ids fed through one device buffer. On CUDA, when no unit runner is set or the
+// caller holds every unit's weights (a ZeRO-3 runner would otherwise gather them, which a graph
+// must not capture), the first step is captured as a CUDA graph and every later step replays it:
+// one launch per token instead of ~50 kernel launches per layer from the host, which bound
+// decoding at small batches (vLLM and SGLang do the same).
 class DecodeStepper {
  public:
   DecodeStepper(Qwen2VLForConditionalGeneration& model, KvCache& cache, int64_t batch,
-                bool cuda_graph)
+                const GenerationOptions& options)
       : model_(model), cache_(cache) {
     const torch::Device device = cache.rope_deltas.device();
     ids_ = torch::zeros({batch, 1}, torch::TensorOptions().dtype(torch::kInt64).device(device));
     cache_.step_position =
         torch::zeros({1}, torch::TensorOptions().dtype(torch::kInt64).device(device));
-    use_graph_ = cuda_graph && device.is_cuda() && !model.HasUnitRunner();
+    use_graph_ = options.cuda_graph && device.is_cuda() &&
+                 (!model.HasUnitRunner() || options.units_resident);
   }
 
   // Feeds `feed` [B] (int64, CPU) at the next position; returns the logits [B, vocab].
@@ -281,7 +283,7 @@ absl::StatusOr<GenerationOutput> Generate(Qwen2VLForConditionalGeneration& model
     Clock::time_point start = Clock::now();
     torch::Tensor hidden = model.Prefill(prompts, seq + options.max_new_tokens, cache);
     torch::Tensor logits = model.Head(hidden.narrow(1, seq - 1, 1)).squeeze(1);
-    DecodeStepper stepper(model, cache, batch, options.cuda_graph);
+    DecodeStepper stepper(model, cache, batch, options);
     bool prefill_done = false;
     while (true) {
       const torch::Tensor next = NextTokens(logits, options, gens);

@@ -54,9 +54,12 @@ struct GenerationOptions {
   // ranks issue the same per-unit collectives. Unset: stop when every local row has stopped.
   // Every rank must pass the same max_new_tokens, so all eventually agree.
   std::function<bool(bool this_rank_done)> all_done;
-  // CUDA builds, on a CUDA model without a unit runner: capture the first decoding step as a
-  // CUDA graph and replay it for the others (the same kernels, launched at once).
+  // CUDA builds, on a CUDA model without a unit runner (or with units_resident): capture the first
+  // decoding step as a CUDA graph and replay it for the others (the same kernels, one launch).
   bool cuda_graph = true;
+  // Set when the caller holds every unit's weights gathered for the whole call (the ZeRO engine's
+  // HoldWeights): a unit runner then issues no collective, and the graph may capture it.
+  bool units_resident = false;
 };
 
 struct GenerationOutput {

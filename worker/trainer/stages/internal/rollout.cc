@@ -64,9 +64,13 @@ absl::StatusOr<model::GenerationOutput> GenerateCompletions(StageContext& ctx, z
                                                             const std::vector<GrpoRow>& rows,
                                                             model::GenerationOptions options,
                                                             RolloutCost* cost) {
-  const bool sharded = engine.options().stage == 3 && ctx.comm.world_size() > 1;
-  const bool hold = sharded && ctx.training.gather_for_generation();
-  if (sharded && !hold) {
+  // Stage 3 holds the gathered weights for the whole generation (one rank too: each unit's
+  // working weights would otherwise be cast from its fp32 slice on every token), so the units run
+  // no collective while decoding and the steps can be replayed as a CUDA graph.
+  const bool stage3 = engine.options().stage == 3;
+  const bool hold = stage3 && ctx.training.gather_for_generation();
+  options.units_resident = hold;
+  if (stage3 && ctx.comm.world_size() > 1 && !hold) {
     options.all_done = [&ctx](bool done) {
       torch::Tensor open = torch::tensor({done ? 0.0 : 1.0}, torch::kFloat64);
       ctx.comm.AllReduce(open, "generation lock-step").Wait();
