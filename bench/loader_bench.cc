@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -23,6 +24,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "worker/trainer/data/batch.h"
 #include "worker/trainer/data/loader.h"
@@ -72,6 +74,32 @@ struct TempDir {
 
 }  // namespace
 
+// Real (non-padding) tokens/s of `step` over `steps` batches of a loader with `options`, after
+// `warmup` unmeasured ones.
+absl::StatusOr<double> RealTokensPerSecond(const std::shared_ptr<const data::ShardReader>& shards,
+                                           const data::LoaderOptions& options,
+                                           const std::function<void(const data::Batch&)>& step,
+                                           int warmup, int steps) {
+  auto loader = data::Loader::Create(shards, options);
+  if (!loader.ok()) return loader.status();
+  std::vector<data::Batch> batches;
+  for (int i = 0; i < warmup + steps; ++i) {
+    auto b = (*loader)->Next();
+    if (!b.ok()) return b.status();
+    batches.push_back(std::move(*b));
+  }
+  for (int i = 0; i < warmup; ++i) step(batches[static_cast<size_t>(i)]);
+  int64_t tokens = 0;
+  const auto start = Clock::now();
+  for (int i = warmup; i < warmup + steps; ++i) {
+    step(batches[static_cast<size_t>(i)]);
+    for (int32_t m : batches[static_cast<size_t>(i)].attention_mask) tokens += m;
+  }
+  return tokens / Seconds(start);
+}
+
+// One linear script (generate, prepare, time the loader, time training, print), as the header
+// describes; its steps share the data and the model, so it stays in one function.
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const int64_t batch_size = absl::GetFlag(FLAGS_batch);
@@ -167,29 +195,11 @@ int main(int argc, char** argv) {
   // Packed against padded: real (non-padding) tokens/s of the same SFT steps on the same shards,
   // batches of --batch padded samples against rows of --pack_length tokens holding whole samples
   // (padding-free packing: segment ids keep the samples apart).
-  auto real_tokens_per_s = [&](const data::LoaderOptions& lo) -> absl::StatusOr<double> {
-    auto loader = data::Loader::Create(shared, lo);
-    if (!loader.ok()) return loader.status();
-    std::vector<data::Batch> bs;
-    for (int i = 0; i < warmup + steps; ++i) {
-      auto b = (*loader)->Next();
-      if (!b.ok()) return b.status();
-      bs.push_back(std::move(*b));
-    }
-    for (int i = 0; i < warmup; ++i) step(bs[i]);
-    int64_t tokens = 0;
-    const auto t0 = Clock::now();
-    for (int i = warmup; i < warmup + steps; ++i) {
-      step(bs[i]);
-      for (int32_t m : bs[i].attention_mask) tokens += m;
-    }
-    return tokens / Seconds(t0);
-  };
   data::LoaderOptions packed_options = loader_options;
   packed_options.batch_size = 1;
   packed_options.pack_length = absl::GetFlag(FLAGS_pack_length);
-  auto padded_rate = real_tokens_per_s(loader_options);
-  auto packed_rate = real_tokens_per_s(packed_options);
+  auto padded_rate = RealTokensPerSecond(shared, loader_options, step, warmup, steps);
+  auto packed_rate = RealTokensPerSecond(shared, packed_options, step, warmup, steps);
   if (!padded_rate.ok()) return Fail(padded_rate.status());
   if (!packed_rate.ok()) return Fail(packed_rate.status());
 
