@@ -50,6 +50,14 @@ torch::Tensor Loss(Engine& e) {
   return Loss(e, in);
 }
 
+// Stage 3 with every unit gathered and freed as it runs.
+EngineOptions StageThreeWithNothingPersistent() {
+  EngineOptions options;
+  options.stage = 3;
+  options.param_persistence_threshold = 0;
+  return options;
+}
+
 // A text micro-batch and one with two images of different sizes (1 and 4 merged tokens).
 std::vector<model::ModelInputs> TextAndImageBatches() {
   torch::manual_seed(3);
@@ -95,10 +103,7 @@ TEST(EngineTest, FrozenEnginesForwardAlikeWithoutOptimizerState) {
 // HoldWeights keeps every stage-3 unit gathered until the handle goes, and forwards are unchanged.
 TEST(EngineTest, HeldWeightsStayGatheredUntilReleased) {
   auto comm = Local();
-  EngineOptions options;
-  options.stage = 3;
-  options.param_persistence_threshold = 0;
-  auto e = Make(comm.get(), options);
+  auto e = Make(comm.get(), StageThreeWithNothingPersistent());
   torch::NoGradGuard no_grad;
   const double before = Loss(*e).item<double>();
   EXPECT_EQ(e->Memory().working_bytes, 0);
@@ -174,10 +179,7 @@ TEST(EngineTest, StageThreeRunsEachUnitOnceAndTrainsLikeStageZero) {
 // weights as soon as it has run, though its graph keeps references to them until backward.
 TEST(EngineTest, StageThreeFreesWeightsWhileActivationsWaitForBackward) {
   auto comm = Local();
-  EngineOptions options;
-  options.stage = 3;
-  options.param_persistence_threshold = 0;
-  auto e = Make(comm.get(), options);
+  auto e = Make(comm.get(), StageThreeWithNothingPersistent());
   const torch::Tensor loss = Loss(*e);
   EXPECT_EQ(e->Memory().working_bytes, 0);
   ASSERT_TRUE(e->Backward(loss).ok());

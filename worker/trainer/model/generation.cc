@@ -165,19 +165,12 @@ class DecodeStepper {
   torch::Tensor Run() { return model_.Head(model_.DecodeStepAt(ids_, cache_)).squeeze(1); }
 
   void Grow(int64_t capacity) {
-    auto grow = [capacity](torch::Tensor& t, int64_t dim) {
-      std::vector<int64_t> shape = t.sizes().vec();
-      shape[static_cast<size_t>(dim)] = std::max(capacity, t.size(dim));
-      torch::Tensor bigger = torch::zeros(shape, t.options());
-      bigger.narrow(dim, 0, t.size(dim)).copy_(t);
-      t = bigger;
-    };
-    for (LayerKvCache& layer : cache_.layers) {
-      grow(layer.key, 2);
-      grow(layer.value, 2);
-      layer.capacity = capacity;
-    }
-    grow(cache_.attention_mask, 1);
+    for (LayerKvCache& layer : cache_.layers) layer.Grow(capacity);
+    torch::Tensor& mask = cache_.attention_mask;
+    torch::Tensor bigger =
+        torch::zeros({mask.size(0), std::max(capacity, mask.size(1))}, mask.options());
+    bigger.narrow(1, 0, mask.size(1)).copy_(mask);
+    mask = std::move(bigger);
   }
 
 #ifdef TRAINCTL_CUDA_BUILD

@@ -68,26 +68,34 @@ std::pair<torch::Tensor, torch::Tensor> LayerKvCache::Append(const torch::Tensor
   }
   const int64_t t = k.size(2);
   const int64_t needed = length + t;
-  if (!key.defined() || needed > key.size(2)) {
-    const int64_t room =
-        key.defined() ? std::max(needed, 2 * key.size(2)) : std::max(needed, capacity);
+  if (!key.defined()) {
     std::vector<int64_t> shape = k.sizes().vec();
-    shape[2] = room;
-    // Zeros: a fixed-shape step attends over the whole buffer, masked positions included, and
-    // a masked NaN would still poison the weighted sum.
-    torch::Tensor new_key = torch::zeros(shape, k.options());
-    torch::Tensor new_value = torch::zeros(shape, v.options());
-    if (length > 0) {
-      new_key.narrow(2, 0, length).copy_(key.narrow(2, 0, length));
-      new_value.narrow(2, 0, length).copy_(value.narrow(2, 0, length));
-    }
-    key = std::move(new_key);
-    value = std::move(new_value);
+    shape[2] = 0;
+    key = torch::zeros(shape, k.options());
+    value = torch::zeros(shape, v.options());
+    Grow(std::max(needed, capacity));
+  } else if (needed > key.size(2)) {
+    Grow(std::max(needed, 2 * key.size(2)));
   }
   key.narrow(2, length, t).copy_(k);
   value.narrow(2, length, t).copy_(v);
   length = needed;
   return {key.narrow(2, 0, length), value.narrow(2, 0, length)};
+}
+
+void LayerKvCache::Grow(int64_t room) {
+  // Zeros: a fixed-shape step attends over the whole buffer, masked positions included, and a
+  // masked NaN would still poison the weighted sum.
+  auto grow = [room](torch::Tensor& t) {
+    std::vector<int64_t> shape = t.sizes().vec();
+    shape[2] = std::max(room, t.size(2));
+    torch::Tensor bigger = torch::zeros(shape, t.options());
+    bigger.narrow(2, 0, t.size(2)).copy_(t);
+    t = std::move(bigger);
+  };
+  grow(key);
+  grow(value);
+  capacity = key.size(2);
 }
 
 Qwen2RMSNorm::Qwen2RMSNorm(int64_t dim, double eps) : eps_(eps) {

@@ -49,6 +49,9 @@ struct LayerKvCache {
   // (copied to twice the size); positions past those written hold zeros. With write_at: writes
   // k, v (t = 1) at that position and returns the buffers [B, Hkv, capacity, D] whole.
   std::pair<torch::Tensor, torch::Tensor> Append(const torch::Tensor& k, const torch::Tensor& v);
+  // Room for `room` positions (at least the present ones): the buffers reallocated, zero past the
+  // positions written, the written ones copied. Appended positions keep their place.
+  void Grow(int64_t room);
 };
 
 // x * rsqrt(mean(x^2) + eps) * weight, computed in float32.

@@ -392,19 +392,13 @@ StepResult Engine::StepOrThrow(double lr) {
       norms.push_back(g.detach().norm(2, torch::kFloat32).to(torch::kFloat64).reshape({1}));
     }
   }
-  double sum_squares = 0;
-  if (!norms.empty()) {
-    torch::Tensor squares = torch::cat(norms).square().sum().reshape({1});
-    if (options_.stage >= 1) {
-      squares = squares.to(torch::kCPU).contiguous();
-      comm_->AllReduce(squares, "gradient norm").Wait();
-    }
-    sum_squares = squares.item<double>();
-  } else if (options_.stage >= 1) {
-    torch::Tensor total = torch::zeros({1}, torch::kFloat64);
-    comm_->AllReduce(total, "gradient norm").Wait();
-    sum_squares = total.item<double>();
+  torch::Tensor squares = norms.empty() ? torch::zeros({1}, torch::kFloat64)
+                                        : torch::cat(norms).square().sum().reshape({1});
+  if (options_.stage >= 1) {
+    squares = squares.to(torch::kCPU).contiguous();
+    comm_->AllReduce(squares, "gradient norm").Wait();
   }
+  const double sum_squares = squares.item<double>();
   const double scale = options_.fp16 ? loss_scale_ : 1.0;
   result.grad_norm = std::sqrt(sum_squares) / scale;
   result.loss_scale = scale;
