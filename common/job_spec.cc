@@ -168,7 +168,13 @@ void CheckGrpoTraining(const std::string& path, const TrainingArguments& t, int 
     c.Fail(path + ".top_p", absl::StrCat("must be in (0, 1], got ", t.top_p()));
   }
   c.AtLeast(path + ".top_k", t.top_k(), 0);
-  c.Positive(path + ".epsilon", t.epsilon());
+  // The ratio is clipped below at 1 - epsilon: epsilon >= 1 leaves no lower bound (or a negative
+  // one). epsilon_high bounds it above (1 + epsilon_high), any positive value.
+  if (!(t.epsilon() > 0 && t.epsilon() < 1)) {
+    c.Fail(path + ".epsilon",
+           absl::StrCat("must be in (0, 1) (the lower clip bound is 1 - epsilon), got ",
+                        t.epsilon()));
+  }
   c.Positive(path + ".epsilon_high", t.epsilon_high());
   c.OneOf(path + ".loss_type", t.loss_type(), kLossTypes);
   c.OneOf(path + ".scale_rewards", t.scale_rewards(), kScaleRewards);

@@ -138,16 +138,17 @@ TEST(GrpoSpecTest, RangesAndChoicesNameTheFieldAndTheAllowedValues) {
       "loss_type: ppo, scale_rewards: std, num_iterations: 0, importance_sampling_level: seq}"));
   EXPECT_THAT(
       ErrorLines(v.status()),
-      ElementsAre("spec.training.temperature: must be >= 0, got -0.5",
-                  "spec.training.top_p: must be in (0, 1], got 0",
-                  "spec.training.top_k: must be >= 0, got -1",
-                  "spec.training.epsilon: must be > 0, got 0",
-                  "spec.training.epsilon_high: must be > 0, got -1",
-                  "spec.training.loss_type: must be one of grpo|bnpo|dr_grpo|dapo, got 'ppo'",
-                  "spec.training.scale_rewards: must be one of group|batch|none, got 'std'",
-                  "spec.training.num_iterations: must be >= 1, got 0",
-                  "spec.training.importance_sampling_level: must be one of "
-                  "token|sequence, got 'seq'"));
+      ElementsAre(
+          "spec.training.temperature: must be >= 0, got -0.5",
+          "spec.training.top_p: must be in (0, 1], got 0",
+          "spec.training.top_k: must be >= 0, got -1",
+          "spec.training.epsilon: must be in (0, 1) (the lower clip bound is 1 - epsilon), got 0",
+          "spec.training.epsilon_high: must be > 0, got -1",
+          "spec.training.loss_type: must be one of grpo|bnpo|dr_grpo|dapo, got 'ppo'",
+          "spec.training.scale_rewards: must be one of group|batch|none, got 'std'",
+          "spec.training.num_iterations: must be >= 1, got 0",
+          "spec.training.importance_sampling_level: must be one of "
+          "token|sequence, got 'seq'"));
   EXPECT_FALSE(ValidateYaml(Grpo("training: {top_p: 1.01}")).ok());
   // Edges that are allowed: greedy sampling, top_p 1, top-k on.
   absl::StatusOr<ValidatedJobSpec> ok = ValidateYaml(
@@ -268,9 +269,8 @@ resources: {slots_per_node: 8}
               ElementsAre("spec.training.num_generations: must be >= 2, got 1"));
   // Accumulation counts: one step generates for all its micro-batches (TRL's
   // generation_batch_size = per device x processes x steps_per_generation).
-  EXPECT_TRUE(ValidateYaml(grpo +
-                           "training: {per_device_train_batch_size: 1, "
-                           "gradient_accumulation_steps: 16, num_generations: 16}")
+  EXPECT_TRUE(ValidateYaml(grpo + "training: {per_device_train_batch_size: 1, "
+                                  "gradient_accumulation_steps: 16, num_generations: 16}")
                   .ok());
   absl::StatusOr<ValidatedJobSpec> accum =
       ValidateYaml(grpo +
@@ -299,6 +299,19 @@ training: {per_device_train_batch_size: 1, num_generations: 4}
               ElementsAre("spec.training.num_generations: must divide the completions of one step "
                           "(world 6 x per_device_train_batch_size 1 x gradient_accumulation_steps "
                           "1 = 6), got 4"));
+}
+
+// The lower clip bound is 1 - epsilon: epsilon >= 1 would clip ratios to zero or below.
+TEST(GrpoSpecTest, EpsilonMustLeaveAPositiveLowerClipBound) {
+  EXPECT_THAT(ErrorLines(ValidateYaml(Grpo("training: {epsilon: 1.5}")).status()),
+              ElementsAre("spec.training.epsilon: must be in (0, 1) (the lower clip bound is "
+                          "1 - epsilon), got 1.5"));
+  EXPECT_THAT(ErrorLines(ValidateYaml(Grpo("training: {epsilon: 1, epsilon_high: 0.2}")).status()),
+              ElementsAre(HasSubstr("spec.training.epsilon: must be in (0, 1)")));
+  // epsilon_high bounds the ratio from above (1 + epsilon_high): any positive value is sound.
+  absl::StatusOr<ValidatedJobSpec> ok =
+      ValidateYaml(Grpo("training: {epsilon: 0.99, epsilon_high: 1.5}"));
+  ASSERT_TRUE(ok.ok()) << ok.status();
 }
 
 // --- Pipelines -------------------------------------------------------------------------------
