@@ -2,8 +2,11 @@
 
 #include <torch/version.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -33,21 +36,28 @@ torch::Tensor RepeatKv(const torch::Tensor& x, int64_t groups) {
   return x.unsqueeze(2).expand({b, h, groups, s, d}).reshape({b, h * groups, s, d});
 }
 
-torch::Tensor CausalAllowed(int64_t t, int64_t s, const torch::Device& device) {
+// Query rows [start, start + rows) of the causal mask over `s` keys: key j is allowed for query i
+// when j <= i.
+torch::Tensor CausalAllowedRows(int64_t start, int64_t rows, int64_t s,
+                                const torch::Device& device) {
   const auto opts = torch::TensorOptions().device(device);
-  return (torch::arange(s, opts).unsqueeze(0) <= torch::arange(t, opts).unsqueeze(1))
-      .view({1, 1, t, s});
+  return (torch::arange(s, opts).unsqueeze(0) <=
+          torch::arange(start, start + rows, opts).unsqueeze(1))
+      .view({1, 1, rows, s});
 }
 
-torch::Tensor EagerAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const torch::Tensor& allowed, bool causal) {
-  const int64_t groups = q.size(1) / k.size(1);
-  const torch::Tensor keys = RepeatKv(k, groups);
-  const torch::Tensor values = RepeatKv(v, groups);
+std::atomic<int64_t> score_budget{kDefaultAttentionScoreBudget};
+std::atomic<int64_t> largest_scores{0};
+
+// softmax(q k^T / sqrt(d) + mask) v for one block of query rows; `mask` is bool [B, 1, rows, S]
+// or undefined (every key).
+torch::Tensor EagerRows(const torch::Tensor& q, const torch::Tensor& keys,
+                        const torch::Tensor& values, const torch::Tensor& mask) {
   torch::Tensor scores =
       torch::matmul(q, keys.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
-  torch::Tensor mask = allowed;
-  if (!mask.defined() && causal) mask = CausalAllowed(q.size(2), k.size(2), q.device());
+  int64_t seen = largest_scores.load(std::memory_order_relaxed);
+  while (scores.numel() > seen && !largest_scores.compare_exchange_weak(seen, scores.numel())) {
+  }
   if (mask.defined()) {
     // The dtype's lowest value rather than -inf: a fully masked row (a padding query) then gets
     // a uniform distribution instead of NaN, as in HF.
@@ -55,6 +65,30 @@ torch::Tensor EagerAttention(const torch::Tensor& q, const torch::Tensor& k, con
   }
   const torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
   return torch::matmul(probs, values);
+}
+
+// Each query row's softmax reads only that row's scores, so the rows are taken in blocks sized to
+// the score budget and concatenated: the same values as one [B, H, T, S] matrix, without it.
+torch::Tensor EagerAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& allowed, bool causal) {
+  const int64_t groups = q.size(1) / k.size(1);
+  const torch::Tensor keys = RepeatKv(k, groups);
+  const torch::Tensor values = RepeatKv(v, groups);
+  const int64_t t = q.size(2), s = k.size(2);
+  const int64_t rows = AttentionQueryChunk(q.size(0) * q.size(1), t, s);
+  auto mask_rows = [&](int64_t start, int64_t n) -> torch::Tensor {
+    if (allowed.defined()) return allowed.size(2) == 1 ? allowed : allowed.narrow(2, start, n);
+    if (causal) return CausalAllowedRows(start, n, s, q.device());
+    return {};
+  };
+  if (rows >= t) return EagerRows(q, keys, values, mask_rows(0, t));
+  std::vector<torch::Tensor> outs;
+  outs.reserve(static_cast<size_t>((t + rows - 1) / rows));
+  for (int64_t start = 0; start < t; start += rows) {
+    const int64_t n = std::min(rows, t - start);
+    outs.push_back(EagerRows(q.narrow(2, start, n), keys, values, mask_rows(start, n)));
+  }
+  return torch::cat(outs, 2);
 }
 
 #ifdef TRAINCTL_HAVE_SDPA
@@ -123,6 +157,21 @@ std::string AttentionImplName(AttentionImpl impl) {
   }
   return "unknown";
 }
+
+void SetAttentionScoreBudget(int64_t elements) {
+  score_budget.store(std::max<int64_t>(1, elements), std::memory_order_relaxed);
+}
+
+int64_t AttentionScoreBudget() { return score_budget.load(std::memory_order_relaxed); }
+
+int64_t AttentionQueryChunk(int64_t batch_heads, int64_t queries, int64_t keys) {
+  const int64_t per_row = std::max<int64_t>(1, batch_heads * keys);
+  return std::clamp<int64_t>(AttentionScoreBudget() / per_row, 1, std::max<int64_t>(1, queries));
+}
+
+int64_t LargestAttentionScores() { return largest_scores.load(std::memory_order_relaxed); }
+
+void ResetLargestAttentionScores() { largest_scores.store(0, std::memory_order_relaxed); }
 
 AttentionImpl ResolveAttentionImpl(AttentionImpl impl, const torch::Device& device) {
   if (impl != AttentionImpl::kAuto) return impl;

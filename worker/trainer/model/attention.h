@@ -2,6 +2,12 @@
 // eager (matmul, masked softmax in float32, matmul; LibTorch 1.13 and CPUs) and fused
 // (`scaled_dot_product_attention`, LibTorch >= 2.0: FlashAttention or memory-efficient kernels on
 // CUDA). Both take the same inputs and agree within the compute dtype's rounding.
+//
+// The eager path never builds more than the score budget's elements of scores at once: queries
+// are taken in blocks of AttentionQueryChunk rows (every row's softmax is its own, so the result
+// is the one-matrix result), and memory grows as T x block, not T x S per head. A 4000x4000 photo
+// is 65,536 patches in the vision tower: one [16, 65536, 65536] float32 matrix is 256 GiB, a
+// block of 32 rows 128 MiB.
 #ifndef TRAINCTL_WORKER_TRAINER_MODEL_ATTENTION_H_
 #define TRAINCTL_WORKER_TRAINER_MODEL_ATTENTION_H_
 
@@ -25,6 +31,19 @@ bool FusedAttentionAvailable();
 // "auto" | "eager" | "sdpa"; "sdpa" is refused (FAILED_PRECONDITION) by builds without it.
 absl::StatusOr<AttentionImpl> ParseAttentionImpl(const std::string& name);
 std::string AttentionImplName(AttentionImpl impl);
+
+// Score elements (batch x heads x query rows x keys) one eager block may hold: 2^25 (128 MiB in
+// float32) by default. Process-wide; tests and benches lower it to force blocks.
+inline constexpr int64_t kDefaultAttentionScoreBudget = int64_t{1} << 25;
+void SetAttentionScoreBudget(int64_t elements);
+int64_t AttentionScoreBudget();
+// Query rows per eager block for `batch_heads` (B x H) heads over `keys` keys: at least 1, at most
+// `queries`.
+int64_t AttentionQueryChunk(int64_t batch_heads, int64_t queries, int64_t keys);
+// The largest score tensor (elements) the eager path has built since the last reset, for tests
+// and benches that check the blocks.
+int64_t LargestAttentionScores();
+void ResetLargestAttentionScores();
 
 // kAuto resolved for tensors on `device`.
 AttentionImpl ResolveAttentionImpl(AttentionImpl impl, const torch::Device& device);
