@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -21,6 +22,7 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr char kSeedPath[] = TRAINCTL_SOURCE_DIR "/configs/ds_zero3_bf16.json";
@@ -521,6 +523,24 @@ TEST(DeepSpeedConfigTest, EmptyDocumentTakesDeepSpeedDefaultsAndFlags) {
   EXPECT_DOUBLE_EQ(c.gradient_clipping, 0.0);
   EXPECT_EQ(c.steps_per_print, 10);
   EXPECT_THAT(r->warnings, ElementsAre(StartsWith("deepspeed.gradient_clipping: absent")));
+}
+
+// configs/ds_zero3_cpu.json has bf16 off and carries fp16's loss-scaling keys in its bf16 section:
+// the warning says they are fp16's, not that bf16 (which is off) ignores them.
+TEST(DeepSpeedConfigTest, LossScalingKeysInBf16SectionWarnWithoutClaimingBf16IsOn) {
+  DeepSpeedInputs in;
+  in.world_size = 2;
+  in.micro_batch = 1;
+  absl::StatusOr<ResolvedDeepSpeedConfig> r =
+      Resolve(ReadFile(TRAINCTL_SOURCE_DIR "/configs/ds_zero3_cpu.json"), in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->config.bf16_enabled);
+  for (const std::string& warning : r->warnings) EXPECT_THAT(warning, Not(HasSubstr("under bf16")));
+  for (const char* key : {"loss_scale", "initial_scale_power"}) {
+    EXPECT_THAT(r->warnings, Contains(absl::StrCat("deepspeed.bf16.", key,
+                                                   ": only used by fp16 dynamic loss scaling; "
+                                                   "ignored in the bf16 section")));
+  }
 }
 
 TEST(DeepSpeedConfigTest, AbsentPrecisionSectionFollowsFlag) {
