@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/http_server.h"
 
 namespace trainctl::metrics {
 namespace {
@@ -61,10 +62,22 @@ absl::StatusOr<HostPort> ParseListen(absl::string_view listen) {
   return out;
 }
 
+// Scrapes come every few seconds from one or two Prometheus servers; a request must arrive whole
+// within 5 s of its first byte, and a few slow or stuck sockets take a thread each from a pool of
+// up to 16 (common/http_server.h), so /metrics and /healthz still answer.
+http::ServerLimits MetricsLimits() {
+  http::ServerLimits limits;
+  limits.max_threads = 16;
+  limits.request_read_timeout = absl::Seconds(5);
+  limits.idle_timeout = absl::Seconds(5);
+  limits.write_timeout = absl::Seconds(5);
+  return limits;
+}
+
 }  // namespace
 
 struct MetricsServer::Impl {
-  httplib::Server http;
+  http::BoundedServer http{MetricsLimits()};
   std::thread thread;
   std::atomic<bool> loop_ended{false};
 };
@@ -72,7 +85,7 @@ struct MetricsServer::Impl {
 MetricsServer::MetricsServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 MetricsServer::~MetricsServer() {
-  impl_->http.stop();
+  impl_->http.Shutdown();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
@@ -83,10 +96,6 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(Registry* re
 
   auto impl = std::make_unique<Impl>();
   httplib::Server& http = impl->http;
-  // Scrapes come every few seconds from one or two Prometheus servers: two threads are plenty.
-  http.new_task_queue = [] { return new httplib::ThreadPool(2); };
-  http.set_read_timeout(std::chrono::seconds(5));
-  http.set_write_timeout(std::chrono::seconds(5));
   http.set_payload_max_length(64 * 1024);  // GETs have no body worth reading
   // cpp-httplib's default sets SO_REUSEPORT, which lets a second daemon bind the same port and
   // take half the scrapes; SO_REUSEADDR alone still allows a restart while old sockets linger.

@@ -1,16 +1,21 @@
 // MetricsServer on loopback, fetched with cpp-httplib's client and checked by the real promtool.
 #include "common/metrics_http.h"
 
+#include <httplib.h>
+
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/promtool.h"
+#include "tests/testing/raw_socket.h"
 
 namespace trainctl::metrics {
 namespace {
@@ -145,6 +150,43 @@ TEST(MetricsServer, StopsPromptlyAndFreesThePort) {
   EXPECT_EQ(status, -1);  // nothing listens any more
   auto again = MetricsServer::Start(&registry, "127.0.0.1:" + std::to_string(port));
   EXPECT_TRUE(again.ok()) << again.status();
+}
+
+// Eight connections that sent one header byte and then nothing (a slow client, or a port scan)
+// used to hold both of the server's threads until the 5 s read timeout: /healthz and /metrics
+// went unanswered. They take a thread each from a larger pool now, so a scrape is answered at
+// once (the client gives up after 2 s), and each is cut off 5 s after its first byte however
+// slowly it dribbles.
+TEST(MetricsServer, SlowClientsDoNotBlindHealthz) {
+  Registry registry;
+  registry.AddGauge("trainctl_queue_depth", "Depth.").Get().Set(4);
+  auto server = MetricsServer::Start(&registry, "127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::vector<std::unique_ptr<trainctl::testing::RawSocket>> slow;
+  for (int i = 0; i < 8; ++i) {
+    slow.push_back(std::make_unique<trainctl::testing::RawSocket>(port));
+    ASSERT_TRUE(slow.back()->connected());
+    ASSERT_TRUE(slow.back()->Send("G"));
+  }
+  for (const char* path : {"/healthz", "/metrics"}) {
+    httplib::Client client("127.0.0.1", port);
+    client.set_connection_timeout(2);
+    client.set_read_timeout(2);
+    const auto start = std::chrono::steady_clock::now();
+    auto res = client.Get(path);
+    ASSERT_TRUE(res) << path << ": " << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, 200) << path;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2)) << path;
+  }
+  // Still dribbling (a byte per second) does not keep a connection past the 5 s deadline.
+  auto& dribbler = *slow.front();
+  bool closed = false;
+  for (int i = 0; i < 8 && !closed; ++i) {
+    dribbler.Send("E");
+    closed = dribbler.ClosedByPeer(1000);
+  }
+  EXPECT_TRUE(closed);
 }
 
 }  // namespace
