@@ -58,7 +58,7 @@ absl::StatusOr<Connection> ResolveConnection(const std::map<std::string, std::st
   };
   Connection c;
   if (std::string address = pick("coordinator", env.coordinator); !address.empty()) {
-    c.address = std::move(address);
+    ASSIGN_OR_RETURN(c.address, CoordinatorTarget(address));
   }
   c.tls.ca = pick("tls_ca", env.tls_ca);
   c.tls.cert = pick("tls_cert", env.tls_cert);

@@ -7,6 +7,7 @@
 //      tls_cert, tls_key, token_file), '#' comments; a leading ~/ in a path is $HOME
 //   4. defaults: 127.0.0.1:50051, plaintext, and the token in $HOME/.config/trainctl/token when
 //      that file exists (none otherwise)
+// An address without a port gets 50051 (common/client_config.h: CoordinatorTarget).
 // TLS is on when a CA, certificate or key is named; the token goes with every call as
 // `authorization: Bearer <token>` metadata.
 #ifndef TRAINCTL_CLI_CONNECTION_H_

@@ -1,5 +1,6 @@
 #include "cli/job_client.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -13,6 +14,7 @@ JobClient::JobClient(std::string address, absl::Duration connect_timeout)
 JobClient::JobClient(Connection connection, absl::Duration connect_timeout)
     : address_(std::move(connection.address)),
       token_(std::move(connection.token)),
+      tls_without_cert_(connection.tls.enabled() && connection.tls.cert.empty()),
       connect_timeout_(connect_timeout) {
   grpc::ChannelArguments args;
   // Fail fast on refused connections rather than backing off for a minute.
@@ -27,8 +29,18 @@ absl::Status JobClient::Convert(const grpc::Status& status) const {
   if (status.ok()) return absl::OkStatus();
   const auto code = status.error_code();
   if (code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach coordinator at ", address_, ": ", status.error_message()));
+    // A server that demands a client certificate aborts the handshake; gRPC reports only the
+    // closed socket. The client cannot tell that apart from other resets, hence "may".
+    const std::string& message = status.error_message();
+    const bool closed = absl::StrContains(message, "Socket closed") ||
+                        absl::StrContains(message, "Connection reset");
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach coordinator at ", address_, ": ", message,
+        tls_without_cert_ && closed
+            ? " (the server closed the TLS connection; this coordinator may require a client "
+              "certificate: give one with --tls_cert and --tls_key, or TRAINCTL_TLS_CERT and "
+              "TRAINCTL_TLS_KEY)"
+            : ""));
   }
   return absl::Status(static_cast<absl::StatusCode>(code), status.error_message());
 }

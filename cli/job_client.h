@@ -1,6 +1,8 @@
 // JobClient: trainctl's connection to the coordinator's JobService. Every call fails within
 // `connect_timeout` when the coordinator cannot be reached, with an UNAVAILABLE status that names
-// the address. Not thread-safe (one CLI command at a time).
+// the address (and, for a TLS client without a certificate whose connection the server closed,
+// that the coordinator may require a client certificate). Not thread-safe (one CLI command at a
+// time).
 #ifndef TRAINCTL_CLI_JOB_CLIENT_H_
 #define TRAINCTL_CLI_JOB_CLIENT_H_
 
@@ -58,6 +60,10 @@ class JobClient {
 
   std::string address_;
   std::string token_;
+  // TLS on without a client certificate: a connection the server closes at or just after the
+  // handshake is then most likely a coordinator that demands one (--tls_require_client_cert), and
+  // Convert says so.
+  bool tls_without_cert_ = false;
   absl::Duration connect_timeout_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<trainctl::v1::JobService::Stub> stub_;

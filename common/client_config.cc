@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -14,7 +15,44 @@ namespace {
 constexpr absl::string_view kKeys[] = {"coordinator", "tls_ca", "tls_cert", "tls_key",
                                        "token_file"};
 
+constexpr absl::string_view kSchemes[] = {
+    "dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:"};
+
 }  // namespace
+
+absl::StatusOr<std::string> CoordinatorTarget(absl::string_view address) {
+  auto bad = [address](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("coordinator address '", address, "': ", why));
+  };
+  if (address.empty()) return bad("empty; want HOST[:PORT]");
+  if (absl::StrContains(address, "://")) return std::string(address);
+  for (absl::string_view scheme : kSchemes) {
+    if (absl::StartsWith(address, scheme)) return std::string(address);
+  }
+  absl::string_view host = address, port;
+  if (address.front() == '[') {
+    const auto close = address.find(']');
+    if (close == absl::string_view::npos) return bad("'[' without its ']'");
+    host = address.substr(0, close + 1);
+    absl::string_view rest = address.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return bad("want [IPV6]:PORT");
+    port = rest.empty() ? rest : rest.substr(1);
+    if (rest.empty()) return absl::StrCat(host, ":", kDefaultCoordinatorPort);
+  } else if (const auto colon = address.find(':'); colon == absl::string_view::npos) {
+    return absl::StrCat(address, ":", kDefaultCoordinatorPort);
+  } else if (address.find(':', colon + 1) != absl::string_view::npos) {
+    return absl::StrCat("[", address, "]:", kDefaultCoordinatorPort);  // a bare IPv6 address
+  } else {
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+  }
+  if (host.empty()) return bad("no host before the port");
+  int number = 0;
+  if (!absl::SimpleAtoi(port, &number) || number < 1 || number > 65535) {
+    return bad(absl::StrCat("the port must be a number in 1-65535, got '", port, "'"));
+  }
+  return std::string(address);
+}
 
 absl::StatusOr<std::map<std::string, std::string>> ParseClientConfig(absl::string_view text,
                                                                      absl::string_view origin,

@@ -19,6 +19,15 @@ absl::StatusOr<std::map<std::string, std::string>> ParseClientConfig(absl::strin
                                                                      absl::string_view origin,
                                                                      const std::string& home);
 
+// The coordinator's port when an address names none (the README's and the daemons' default).
+inline constexpr int kDefaultCoordinatorPort = 50051;
+
+// `address` as a gRPC target: `host` and `[v6]` (and a bare IPv6 address) get
+// kDefaultCoordinatorPort, which gRPC's resolver would otherwise take to be 443; `host:port` must
+// have a port in 1-65535; a target with a scheme (dns:, unix:, ipv4:, ipv6:, vsock:, or `x://`)
+// passes as it is. INVALID_ARGUMENT naming the address otherwise.
+absl::StatusOr<std::string> CoordinatorTarget(absl::string_view address);
+
 }  // namespace trainctl
 
 #endif  // TRAINCTL_COMMON_CLIENT_CONFIG_H_

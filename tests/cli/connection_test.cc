@@ -3,6 +3,10 @@
 // HOME made for each test.
 #include "cli/connection.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -54,6 +58,35 @@ TEST_F(ConnectionTest, FlagsBeatTheEnvironmentWhichBeatsTheConfigFile) {
   auto flags = ResolveConnection({{"coordinator", "from-flag:3"}}, env_);
   ASSERT_TRUE(flags.ok()) << flags.status();
   EXPECT_EQ(flags->address, "from-flag:3");
+}
+
+// An address without a port gets the coordinator's documented port, 50051 (gRPC's resolver would
+// otherwise dial 443); a malformed port is refused, naming the address.
+TEST_F(ConnectionTest, AnAddressWithoutAPortGetsTheDefaultPort) {
+  for (const auto& [given, want] : std::vector<std::pair<std::string, std::string>>{
+           {"localhost", "localhost:50051"},
+           {"10.0.0.1", "10.0.0.1:50051"},
+           {"coordinator.example:7000", "coordinator.example:7000"},
+           {"[::1]", "[::1]:50051"},
+           {"[::1]:7000", "[::1]:7000"},
+           {"::1", "[::1]:50051"},
+           {"dns:///coordinator.example:7000", "dns:///coordinator.example:7000"},
+           {"unix:/run/trainctl.sock", "unix:/run/trainctl.sock"}}) {
+    auto c = ResolveConnection({{"coordinator", given}}, env_);
+    ASSERT_TRUE(c.ok()) << given << ": " << c.status();
+    EXPECT_EQ(c->address, want) << given;
+  }
+  env_.coordinator = "from-env";
+  auto env = ResolveConnection({}, env_);
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->address, "from-env:50051");
+  for (const char* bad : {"host:", "host:http", "host:0", "host:65536", ":7000", "[::1"}) {
+    auto c = ResolveConnection({{"coordinator", bad}}, env_);
+    ASSERT_FALSE(c.ok()) << bad << " resolved to " << c->address;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
+    EXPECT_TRUE(absl::StrContains(c.status().message(), std::string("'") + bad + "'"))
+        << c.status();
+  }
 }
 
 TEST_F(ConnectionTest, TokenFromTheEnvironmentElseTheConfiguredFileElseTheDefaultFile) {

@@ -388,7 +388,27 @@ TEST_F(AuthTest, RequiredClientCertificatesAreDemandedAtTheHandshake) {
   auto with = testing::HealthServing(address, Tls("node-a"));
   ASSERT_TRUE(with.ok()) << with.status();
   EXPECT_TRUE(*with);
+  // The CLI with TLS on but no certificate hears only that the socket closed: it says why that
+  // likely is, and what to give.
+  cli::Connection c;
+  c.address = address;
+  c.tls.ca = pki_->ca();
+  c.credentials = Tls();
+  auto refused = cli::JobClient(std::move(c)).List(v1::ListJobsRequest()).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_TRUE(
+      absl::StrContains(refused.message(), "this coordinator may require a client certificate"))
+      << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "--tls_cert")) << refused;
   strict->Shutdown();
+  // Nothing listening: the same client is not told about certificates.
+  cli::Connection gone;
+  gone.address = address;
+  gone.tls.ca = pki_->ca();
+  gone.credentials = Tls();
+  auto unreachable = cli::JobClient(std::move(gone)).List(v1::ListJobsRequest()).status();
+  EXPECT_EQ(unreachable.code(), absl::StatusCode::kUnavailable) << unreachable;
+  EXPECT_FALSE(absl::StrContains(unreachable.message(), "client certificate")) << unreachable;
 }
 
 // Without a tokens file nor client certificates, everything is allowed as before issue 15.
