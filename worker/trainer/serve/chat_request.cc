@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/utf8.h"
 #include "nlohmann/json.hpp"
+#include "worker/trainer/serve/request_budget.h"
 
 namespace trainctl::serve {
 namespace {
@@ -262,12 +263,23 @@ absl::StatusOr<ChatRequest> ParseChatRequest(absl::string_view body, const Reque
 absl::StatusOr<ChatPrompt> BuildChatPrompt(const ChatRequest& request,
                                            const tokenizer::BpeTokenizer& tokenizer,
                                            const RequestLimits& limits) {
+  // Checks before work: every image's header and the text's length against the context first.
+  std::vector<std::string> image_bytes;
+  for (size_t k = 0; k < request.image_urls.size(); ++k) {
+    absl::StatusOr<std::string> bytes =
+        FetchImage(request.image_urls[k], limits, request.image_params[k]);
+    if (!bytes.ok()) return bytes.status();
+    image_bytes.push_back(*std::move(bytes));
+  }
+  if (absl::Status s = CheckPromptBudget(request, image_bytes, tokenizer, limits).status();
+      !s.ok()) {
+    return s;
+  }
   std::vector<data::ProcessedImage> images;
   for (size_t k = 0; k < request.image_urls.size(); ++k) {
     const std::string& param = request.image_params[k];
-    absl::StatusOr<std::string> bytes = FetchImage(request.image_urls[k], limits, param);
-    if (!bytes.ok()) return bytes.status();
-    absl::StatusOr<data::RgbImage> image = data::DecodeImage(*bytes, param);
+    absl::StatusOr<data::RgbImage> image = data::DecodeImage(image_bytes[k], param);
+    std::string().swap(image_bytes[k]);  // the encoded bytes are not needed past here
     if (!image.ok()) return WithParam(image.status(), param);
     absl::StatusOr<data::ProcessedImage> processed = data::PreprocessImage(*image, limits.image);
     if (!processed.ok()) return Invalid(param, processed.status().message());

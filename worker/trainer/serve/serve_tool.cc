@@ -56,6 +56,25 @@ int RunServe(const std::map<std::string, std::string>& flags) {
   if (!PositiveFlag(flags, "max_tokens", &max_tokens)) {
     return Fail(2, "--max_tokens: a positive integer");
   }
+  // HF's processor semantics: min_pixels/max_pixels bound smart_resize's area (the defaults are
+  // Qwen2-VL's preprocessor_config.json values, as trainctl prepare's).
+  OpenAiServerOptions options;
+  data::ImageProcessorOptions& image = options.limits.image;
+  if (!PositiveFlag(flags, "min_pixels", &image.min_pixels)) {
+    return Fail(2, "--min_pixels: a positive integer");
+  }
+  if (!PositiveFlag(flags, "max_pixels", &image.max_pixels)) {
+    return Fail(2, "--max_pixels: a positive integer");
+  }
+  if (image.max_pixels < image.min_pixels) {
+    return Fail(2, absl::StrCat("--max_pixels (", image.max_pixels,
+                                ") must be at least --min_pixels (", image.min_pixels, ")"));
+  }
+  int64_t max_body_mb = static_cast<int64_t>(options.max_body_bytes >> 20);
+  if (!PositiveFlag(flags, "max_body_mb", &max_body_mb) || max_body_mb > 4096) {
+    return Fail(2, "--max_body_mb: an integer in [1, 4096]");
+  }
+  options.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
   absl::StatusOr<model::ForwardOptions> forward = model::ParseForwardOptions(
       Flag(flags, "device"), Flag(flags, "dtype"), Flag(flags, "attention"));
   if (!forward.ok()) return Fail(2, std::string(forward.status().message()));
@@ -91,7 +110,6 @@ int RunServe(const std::map<std::string, std::string>& flags) {
   queue_options.pad_token_id = special.pad_token_id;
   GenerationQueue queue(model, queue_options);
 
-  OpenAiServerOptions options;
   options.model_name = Flag(flags, "served_model_name");
   if (options.model_name.empty()) {
     options.model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();

@@ -82,6 +82,10 @@ absl::Status BpeTokenizer::Init(internal::TokenizerSpec spec) {
     tokens_[id] = {token, count < 0 ? static_cast<int32_t>(token.size()) : count, true};
   }
   InitAddedTokens(std::move(spec.added_tokens));
+  for (const TokenInfo& t : tokens_) {
+    const int64_t bytes = t.added ? static_cast<int64_t>(t.text.size()) : t.byte_length;
+    max_token_bytes_ = std::max(max_token_bytes_, bytes);
+  }
   auto split = internal::SplitRegex::Compile(spec.split_pattern);
   if (!split.ok()) return split.status();
   split_ = std::move(*split);

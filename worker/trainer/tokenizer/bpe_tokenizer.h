@@ -75,6 +75,10 @@ class BpeTokenizer {
   // One past the highest id (vocabulary and added tokens); 151,669 for Qwen's tokenizer.
   int32_t vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
 
+  // The most bytes of (normalized) text one id stands for: an added token's content or a BPE
+  // token's bytes. Text of B bytes after normalization is at least B / max_token_bytes() ids.
+  int64_t max_token_bytes() const { return max_token_bytes_; }
+
  private:
   struct TokenInfo {
     std::string text;         // byte-level symbols for BPE tokens, the content for added tokens
@@ -104,6 +108,7 @@ class BpeTokenizer {
   std::unique_ptr<internal::AddedTokenMatcher> raw_added_;         // matched before normalizing
   std::unique_ptr<internal::AddedTokenMatcher> normalized_added_;  // matched after
   bool nfc_ = false;
+  int64_t max_token_bytes_ = 1;
   std::vector<TokenInfo> tokens_;                        // by id
   absl::flat_hash_map<std::string, int32_t> added_ids_;  // by content
 };
