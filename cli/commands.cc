@@ -32,6 +32,7 @@
 #include "cli/pipeline_view.h"
 #include "cli/progress_line.h"
 #include "cli/table.h"
+#include "cli/terminal_text.h"
 #include "cli/tokenize_command.h"
 #include "cli/watch_view.h"
 #include "common/job_spec.h"
@@ -577,7 +578,9 @@ int Logs(Context& c) {
     if (c.json) {
       c.out << MessageToJsonText(line, /*pretty=*/false) << std::endl;
     } else {
-      c.out << "[rank " << line.rank() << "] " << line.text() << std::endl;
+      // A rank's raw bytes (ESC, NUL, CR) would drive the terminal: written out there, kept in pipes.
+      c.out << "[rank " << line.rank() << "] "
+            << (c.terminal.is_tty ? EscapeForTerminal(line.text()) : line.text()) << std::endl;
     }
   });
   return s.ok() ? kExitOk : Fail(c.err, s);
