@@ -1,5 +1,8 @@
 #include "coordinator/node_inventory.h"
 
+#include <iterator>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/time_util.h"
@@ -7,6 +10,22 @@
 namespace trainctl {
 
 namespace v1 = trainctl::v1;
+
+std::string NodeInventory::ClaimRefresh(const std::string& node) const {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  for (auto it = last_refresh_.begin(); it != last_refresh_.end();) {
+    it = now - it->second >= min_refresh_interval_ ? last_refresh_.erase(it) : std::next(it);
+  }
+  if (auto it = last_refresh_.find(node); it != last_refresh_.end()) {
+    return absl::StrCat(node, " was asked for a fresh topology probe ",
+                        absl::FormatDuration(absl::Trunc(now - it->second, absl::Seconds(1))),
+                        " ago (at most one per node every ",
+                        absl::FormatDuration(min_refresh_interval_), "); showing its last probe");
+  }
+  last_refresh_[node] = now;
+  return "";
+}
 
 absl::StatusOr<v1::ListNodesResponse> NodeInventory::List(
     const v1::ListNodesRequest& request) const {
@@ -17,7 +36,9 @@ absl::StatusOr<v1::ListNodesResponse> NodeInventory::List(
   const bool with_topology = request.topology() || request.refresh();
   v1::ListNodesResponse response;
   if (request.refresh()) {
-    if (absl::Status s = refresh_(name, refresh_timeout_); !s.ok()) {
+    if (std::string throttled = ClaimRefresh(name); !throttled.empty()) {
+      response.add_warnings(std::move(throttled));
+    } else if (absl::Status s = refresh_(name, refresh_timeout_); !s.ok()) {
       response.add_warnings(absl::StrCat("no fresh topology probe from ", name, ": ", s.message(),
                                          "; showing its last probe"));
     }

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "coordinator/in_memory_job_store.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_clock.h"
 
 namespace trainctl {
 namespace {
@@ -114,6 +115,48 @@ TEST_F(NodeInventoryTest, ANodeNotConnectedIsShownFromItsStoredProbe) {
   request.set_name("never");
   request.set_topology(true);
   EXPECT_EQ(inventory_.List(request).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Any caller with read access (a viewer too) may ask for a refresh, so each node is probed again
+// at most once per interval: a refresh within it shows the last probe and says when it was asked.
+TEST_F(NodeInventoryTest, RefreshesOfOneNodeAreAtMostOnePerInterval) {
+  testing::FakeClock clock;
+  int calls = 0;
+  NodeInventory inventory([this] { return nodes_; },
+                          [&](const std::string& node, absl::Duration) {
+                            ++calls;
+                            Put(node, ++probes_);
+                            return absl::OkStatus();
+                          },
+                          &store_, absl::Seconds(7), absl::Seconds(10), &clock);
+  v1::ListNodesRequest request;
+  request.set_name("gpu-1");
+  request.set_refresh(true);
+  auto first = inventory.List(request);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(first->warnings_size(), 0);
+
+  clock.Advance(absl::Seconds(3));
+  auto again = inventory.List(request);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(calls, 1) << "the node is not probed again within 10s";
+  ASSERT_EQ(again->warnings_size(), 1);
+  EXPECT_EQ(again->warnings(0),
+            "gpu-1 was asked for a fresh topology probe 3s ago (at most one per node every 10s); "
+            "showing its last probe");
+  EXPECT_EQ(again->nodes(0).topology().probe_time().seconds(), 101) << "the first refresh's probe";
+
+  request.set_name("gpu-2");  // another node has its own interval
+  ASSERT_TRUE(inventory.List(request).ok());
+  EXPECT_EQ(calls, 2);
+
+  clock.Advance(absl::Seconds(7));
+  request.set_name("gpu-1");
+  auto later = inventory.List(request);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(later->warnings_size(), 0);
 }
 
 TEST_F(NodeInventoryTest, ARefreshNamesOneNode) {
