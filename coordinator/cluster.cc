@@ -13,6 +13,7 @@
 #include "common/pipeline_spec.h"
 #include "common/remedies_spec.h"
 #include "common/worker_limits.h"
+#include "coordinator/internal/cluster_metrics.h"
 #include "coordinator/internal/cluster_tasks.h"
 #include "coordinator/job_stages.h"
 #include "coordinator/job_state.h"
@@ -91,22 +92,6 @@ std::optional<v1::Remedy> NextRemedyFor(const Job& job, int rank, int exit_code,
 }
 
 }  // namespace
-
-struct Cluster::Metrics {
-  explicit Metrics(metrics::Registry* r)
-      : pass(r->AddHistogram("trainctl_scheduler_pass_duration_seconds",
-                             "Duration of one scheduling pass over the waiting jobs.", {},
-                             metrics::ExponentialBuckets(0.00001, 4, 12))
-                 .Get()),
-        queue_depth(
-            r->AddGauge("trainctl_scheduler_queue_depth", "Jobs waiting to be placed.").Get()),
-        lease_misses(r->AddCounter("trainctl_node_lease_misses_total",
-                                   "Nodes declared lost because their lease ran out.")
-                         .Get()) {}
-  metrics::Histogram& pass;
-  metrics::Gauge& queue_depth;
-  metrics::Counter& lease_misses;
-};
 
 int Cluster::UsedSlots(const WorkerNode& node) const {
   int used = 0;
@@ -649,6 +634,9 @@ void Cluster::MaybeFinish(std::string job_id) {
         job_id, v1::JOB_STATE_FAILED,
         absl::StrCat(StagePrefix(run.job), run.failure,
                      max_restarts > 0 ? absl::StrCat(" (after ", max_restarts, " restarts)") : ""));
+  } else if (absl::Status s = MarkRunning(run, "every task ended before all were seen running");
+             !s.ok()) {
+    job = s;  // the job passes through running, whatever order the reports came in
   } else if (HasNextStage(run.job)) {
     job = jobs_->AdvanceStage(job_id, "every rank exited 0");
   } else {

@@ -32,7 +32,13 @@
 //   restarted coordinator reloads placed jobs from the store and waits `recovery_grace` for their
 //   workers to report them before counting the missing tasks as failed.
 //
-// Distrust: every worker message is checked (common/worker_limits.h) before it touches any state.
+// Distrust: every worker message is checked (common/worker_limits.h) before it touches any state,
+// and a node speaks only for what this coordinator placed on it (CheckSender): a task status or a
+// warning naming a task must be about one of the node's tasks, a log line or trainer event about a
+// rank of the job's current run on that node (and, for an event, of its current attempt), a
+// warning naming a job about a job running there. Anything else is rejected by seq, counted in
+// trainctl_worker_messages_rejected_total{reason="not_placed_here"}, and changes no job; a
+// register may adopt only the tasks the run placed on that node.
 // A bad register ends its stream with INVALID_ARGUMENT; a register under the name of a node whose
 // session is live (open and heard from within the lease) ends with ALREADY_EXISTS unless it comes
 // from the same worker process (boot_id), which is reconnecting; after the lease a newcomer takes
@@ -208,12 +214,23 @@ class Cluster {
   // the node's session is closed, so its worker reconnects and sends them again.
   void RetryLater(WorkerNode& node, int64_t seq, const std::string& what, const absl::Status& why);
   void HandleWarning(WorkerNode& node, const trainctl::v1::WorkerWarning& warning);
+  // OK when `node` may speak for everything `message` concerns (see "Distrust" above), else
+  // PERMISSION_DENIED naming the task, job or rank it may not report on.
+  absl::Status CheckSender(const WorkerNode& node, const trainctl::v1::WorkerMessage& message);
+  // Whether the run placed node rank(s) on `node`; sets the global ranks they run, [first, last).
+  bool RanksOn(const Run& run, const std::string& node, int* first, int* last) const;
+  // Counts a rejected worker message: PERMISSION_DENIED as not_placed_here, else invalid.
+  void CountRejected(const absl::Status& why);
   // A sequenced message that failed its checks: Reject, then Ack, so the worker moves on. A bad
   // status of one of the node's live tasks fails that task (its real end is unknowable).
   void RejectMessage(WorkerNode& node, int64_t session, const trainctl::v1::WorkerMessage& message,
                      const absl::Status& why);
   // A task of `node` ended without a status the coordinator could use: fail it and its run.
   void FailTaskOf(WorkerNode& node, const std::string& task_id, const std::string& why);
+  // Moves a scheduled job to running (a no-op in any other state), so that its end is a legal
+  // transition whatever order its tasks' reports came in (a task may end before its worker ever
+  // reported it running). Returns a transient store error; other errors are logged.
+  absl::Status MarkRunning(Run& run, const std::string& reason);
   void HandleJobChanged(const std::string& job_id);
   void Tick();
   void SchedulePass();

@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/worker_limits.h"
 #include "coordinator/cluster.h"
+#include "coordinator/internal/cluster_metrics.h"
 #include "coordinator/internal/cluster_tasks.h"
 #include "coordinator/job_state.h"
 
@@ -60,6 +61,11 @@ void Cluster::HandleMessage(int64_t session, v1::WorkerMessage message, absl::St
     return;
   }
   if (message.has_logs() || message.has_event() || message.has_topology()) {
+    if (absl::Status s = CheckSender(*node, message); !s.ok()) {
+      RejectMessage(*node, session, message, s);
+      done();
+      return;
+    }
     if (seq > 0) {
       node->applied_seq = seq;
       node->acks.Add(session, seq, /*done=*/false);
@@ -77,6 +83,11 @@ void Cluster::HandleMessage(int64_t session, v1::WorkerMessage message, absl::St
 }
 
 void Cluster::ApplyOnLoop(WorkerNode& node, int64_t session, const v1::WorkerMessage& message) {
+  // Checked now, not on arrival: what the node runs may have changed while the message was parked.
+  if (absl::Status s = CheckSender(node, message); !s.ok()) {
+    RejectMessage(node, session, message, s);
+    return;
+  }
   absl::Status stored;
   if (message.has_task_status()) {
     stored = HandleTaskStatus(node, message.task_status());
@@ -128,10 +139,93 @@ void Cluster::SendAcks(WorkerNode& node) {
   node.channel->Send(std::move(ack));
 }
 
+bool Cluster::RanksOn(const Run& run, const std::string& node, int* first, int* last) const {
+  const int slots = std::max(1, run.job.spec().resources().slots_per_node());
+  // A run placed by an older version has no nodes: its tasks say where they run.
+  const size_t n = run.nodes.empty() ? run.task_ids.size() : run.nodes.size();
+  for (size_t r = 0; r < n; ++r) {
+    bool here = false;
+    if (!run.nodes.empty()) {
+      here = run.nodes[r] == node;
+    } else if (const auto it = tasks_.find(run.task_ids[r]); it != tasks_.end()) {
+      here = it->second.node == node;
+    }
+    if (!here) continue;
+    *first = static_cast<int>(r) * slots;
+    *last = *first + slots;
+    return true;
+  }
+  return false;
+}
+
+absl::Status Cluster::CheckSender(const WorkerNode& node, const v1::WorkerMessage& message) {
+  auto denied = [&node](const std::string& what) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, ", which the coordinator did not place on node ", node.name,
+                     ": a node reports only on its own tasks"));
+  };
+  // A rank of the job's current run on this node; `attempt` < 0: any (log lines carry none).
+  auto rank_here = [&](const std::string& job_id, int rank, int attempt) {
+    const auto run = runs_.find(job_id);
+    int first = 0, last = 0;
+    if (run == runs_.end() || !RanksOn(run->second, node.name, &first, &last)) {
+      return denied(absl::StrCat("it names job ", job_id));
+    }
+    if (attempt >= 0 && attempt != run->second.job.attempt()) {
+      return denied(absl::StrCat("it names attempt ", attempt, " of job ", job_id,
+                                 " (the current one is ", run->second.job.attempt(), ")"));
+    }
+    if (rank < first || rank >= last) {
+      return denied(absl::StrCat("it names rank ", rank, " of job ", job_id, " (this node runs ",
+                                 first, " to ", last - 1, ")"));
+    }
+    return absl::OkStatus();
+  };
+  if (message.has_task_status()) {
+    const Task* task = FindTask(message.task_status().task_id());
+    // A task the coordinator does not know is the node's own business (stale: it is stopped).
+    if (task != nullptr && task->node != node.name) {
+      return denied(absl::StrCat("it names task ", task->id));
+    }
+    return absl::OkStatus();
+  }
+  if (message.has_warning()) {
+    const v1::WorkerWarning& warning = message.warning();
+    const Task* task = warning.task_id().empty() ? nullptr : FindTask(warning.task_id());
+    if (task != nullptr && task->node != node.name) {
+      return denied(absl::StrCat("it names task ", task->id));
+    }
+    if (warning.job_id().empty()) return absl::OkStatus();
+    const auto run = runs_.find(warning.job_id());
+    int first = 0, last = 0;
+    if (run == runs_.end() || !RanksOn(run->second, node.name, &first, &last)) {
+      return denied(absl::StrCat("it names job ", warning.job_id()));
+    }
+    return absl::OkStatus();
+  }
+  if (message.has_event()) {
+    const v1::TrainerEvent& event = message.event();
+    return rank_here(event.job_id(), event.rank(), event.attempt());
+  }
+  if (message.has_logs()) {
+    for (const v1::LogLine& line : message.logs().lines()) {
+      if (absl::Status s = rank_here(line.job_id(), line.rank(), -1); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();  // a topology probe is stored under the sender's own name
+}
+
+void Cluster::CountRejected(const absl::Status& why) {
+  if (metrics_ == nullptr) return;
+  metrics_->rejected.WithLabels({absl::IsPermissionDenied(why) ? "not_placed_here" : "invalid"})
+      .Inc();
+}
+
 void Cluster::RejectMessage(WorkerNode& node, int64_t session, const v1::WorkerMessage& message,
                             const absl::Status& why) {
   TRAINCTL_LOG(WARNING) << "worker " << node.name << ": message " << message.seq()
                         << " rejected: " << why.message();
+  CountRejected(why);
   if (message.has_task_status()) {
     FailTaskOf(node, message.task_status().task_id(),
                absl::StrCat("worker on ", node.name, " sent a status for task ",
@@ -208,8 +302,8 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   if (reg.has_topology()) {
     // Stored off the loop like any probe; a bad one costs the probe, not the registration.
     if (absl::Status s = CheckNodeTopology("register.topology", reg.topology()); !s.ok()) {
-      TRAINCTL_LOG(WARNING) << "worker " << node.name << ": topology probe dropped: "
-                            << s.message();
+      TRAINCTL_LOG(WARNING) << "worker " << node.name
+                            << ": topology probe dropped: " << s.message();
     } else {
       v1::WorkerMessage probe;
       *probe.mutable_topology() = reg.topology();
@@ -227,6 +321,21 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   for (const v1::RunningTask& rt : reg.running_tasks()) {
     reported.insert(rt.task_id());
     Task* task = FindTask(rt.task_id());
+    if (task != nullptr && task->node != node.name) {
+      // Another node's task: this worker may not speak for it. Whatever it runs under that id is
+      // not the coordinator's, so it is stopped there, and only there.
+      TRAINCTL_LOG(WARNING) << "worker " << node.name << " reported task " << rt.task_id()
+                            << ", placed on " << task->node << ": ignored";
+      CountRejected(absl::PermissionDeniedError("another node's task"));
+      if (!TaskEnded(rt.state())) {
+        Task stale;
+        stale.id = rt.task_id();
+        stale.node = node.name;
+        SendCancel(stale, "the coordinator placed this task on another node");
+        node.draining[rt.task_id()] = rt.slots();
+      }
+      continue;
+    }
     if (task != nullptr && TaskEnded(task->state) && !TaskEnded(rt.state())) {
       // Given up on (its node was lost) while it kept running: stop it.
       SendCancel(*task, "the coordinator counted this task as failed");
@@ -250,7 +359,10 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
                              rt.task_id() == TaskIdOf(run_it->second.job, rt.node_rank()) &&
                              run_it->second.recover_until > clock_->Now() && rt.node_rank() >= 0 &&
                              rt.node_rank() < static_cast<int>(run_it->second.task_ids.size()) &&
-                             run_it->second.task_ids[rt.node_rank()].empty();
+                             run_it->second.task_ids[rt.node_rank()].empty() &&
+                             (run_it->second.nodes.empty() ||
+                              (rt.node_rank() < static_cast<int>(run_it->second.nodes.size()) &&
+                               run_it->second.nodes[rt.node_rank()] == node.name));
       if (!adoptable) {
         if (!TaskEnded(rt.state())) {
           Task stale;
@@ -368,23 +480,21 @@ absl::Status Cluster::HandleTaskStatus(WorkerNode& node, const v1::TaskStatus& s
         const Task* t = FindTask(id);
         all_running = all_running && t != nullptr && t->state == v1::TASK_STATE_RUNNING;
       }
-      if (all_running && run.job.state() == v1::JOB_STATE_SCHEDULED) {
-        auto job = jobs_->Transition(
-            job_id, v1::JOB_STATE_RUNNING,
-            absl::StrCat("all ", run.task_ids.size() * static_cast<size_t>(task->slots),
-                         " ranks running"));
-        if (job.ok()) {
-          run.job = *job;
-        } else if (IsTransientStoreError(job.status())) {
-          return job.status();  // the status comes again; all_running is computed anew then
-        } else {
-          TRAINCTL_LOG(WARNING) << job_id << ": " << job.status().message();
-        }
-      }
-      return absl::OkStatus();
+      if (!all_running) return absl::OkStatus();
+      // A transient store error: the status comes again; all_running is computed anew then.
+      return MarkRunning(
+          run, absl::StrCat("all ", run.task_ids.size() * static_cast<size_t>(task->slots),
+                            " ranks running"));
     }
     case v1::TASK_STATE_SUCCEEDED:
       EndTask(*task, v1::TASK_STATE_SUCCEEDED);
+      if (task->node_rank == 0 && run.master_port == 0 && run.task_ids.size() > 1) {
+        // It ended before its worker reported it running: no rendezvous port, so the job's other
+        // nodes were never launched, and a gang of one node is no success.
+        FailRun(run, absl::StrCat("task ", status.task_id(), " on ", node.name,
+                                  " ended before it reported its rendezvous port; the job's other "
+                                  "nodes were never launched"));
+      }
       break;
     case v1::TASK_STATE_CANCELLED:
       EndTask(*task, v1::TASK_STATE_CANCELLED);
@@ -407,6 +517,18 @@ absl::Status Cluster::HandleTaskStatus(WorkerNode& node, const v1::TaskStatus& s
       break;
   }
   return FinishRun(job_id);
+}
+
+absl::Status Cluster::MarkRunning(Run& run, const std::string& reason) {
+  if (run.job.state() != v1::JOB_STATE_SCHEDULED) return absl::OkStatus();
+  auto job = jobs_->Transition(run.job.id(), v1::JOB_STATE_RUNNING, reason);
+  if (job.ok()) {
+    run.job = *job;
+    return absl::OkStatus();
+  }
+  if (IsTransientStoreError(job.status())) return job.status();
+  TRAINCTL_LOG(WARNING) << run.job.id() << ": " << job.status().message();
+  return absl::OkStatus();
 }
 
 void Cluster::TopologyStored(const std::string& node) {
@@ -442,8 +564,8 @@ absl::Status Cluster::RefreshTopology(const std::string& node, absl::Duration ti
     return topologies_stored_[node] > before;
   };
   if (!topology_mu_.AwaitWithTimeout(absl::Condition(&stored), timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat("node ", node, " sent no topology probe within ",
-                                                    absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "node ", node, " sent no topology probe within ", absl::FormatDuration(timeout)));
   }
   return absl::OkStatus();
 }

@@ -50,8 +50,9 @@ class ClusterIngestTest : public ClusterTest {
   }
 
   // A running one-slot job on `w`.
-  std::string RunningJob(FakeWorker& w) {
-    const std::string id = Submit(1, 1);
+  // A job of `slots` ranks, all on `w`, running.
+  std::string RunningJob(FakeWorker& w, int slots = 1) {
+    const std::string id = Submit(1, slots);
     const v1::LaunchTask launch = OneLaunch(w);
     Status(w, launch, v1::TASK_STATE_RUNNING, 1000);
     WaitState(id, v1::JOB_STATE_RUNNING);
@@ -139,8 +140,8 @@ TEST_F(ClusterIngestTest, MetricEventsAreStoredAndAcknowledged) {
 }
 
 TEST_F(ClusterIngestTest, TopologyAndBandwidthEventsBecomeTypedJobEvents) {
-  FakeWorker a = Register("node-a", 1);
-  const std::string id = RunningJob(a);
+  FakeWorker a = Register("node-a", 4);
+  const std::string id = RunningJob(a, 4);
   auto send = [&](int rank, const std::string& json) {
     v1::WorkerMessage m;
     m.mutable_event()->set_job_id(id);

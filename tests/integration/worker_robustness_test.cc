@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/daemons.h"
+#include "tests/integration/robustness_fixture.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "trainctl/v1/worker.grpc.pb.h"
@@ -32,85 +33,13 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace v1 = trainctl::v1;
+using testing::RawSession;
+using testing::Register;
+using testing::RobustnessTest;
 using testing::RunResult;
 using testing::Subprocess;
 using testing::WaitFor;
 using std::string_literals::operator""s;
-
-class RobustnessTest : public ::testing::Test, protected testing::Daemons {
- protected:
-  std::string daemon_dir() const override { return dir_.path(); }
-
-  ~RobustnessTest() override { StopDaemons(); }
-
-  // A worker daemon whose ranks run `trainer`.
-  void StartWorker(const std::string& name, int slots, const std::string& trainer,
-                   const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {TRAINCTL_WORKER_BIN,
-                                     "--coordinator",
-                                     address_,
-                                     "--node_name",
-                                     name,
-                                     "--work_dir",
-                                     WorkDir(name),
-                                     "--slots",
-                                     absl::StrCat(slots),
-                                     "--heartbeat_interval",
-                                     "300ms",
-                                     "--reconnect_max",
-                                     "1s",
-                                     "--kill_grace",
-                                     "2s",
-                                     "--trainer",
-                                     trainer,
-                                     "--nvidia_smi",
-                                     "/nonexistent/nvidia-smi"};
-    if (!output_roots_.empty()) {
-      argv.push_back("--output_roots");
-      argv.push_back(output_roots_);
-    }
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    workers_[name] = std::make_unique<Subprocess>(argv, dir_.path() + "/worker-" + name + ".log");
-  }
-  std::string WorkDir(const std::string& name) { return dir_.path() + "/work-" + name; }
-
-  // An executable /bin/sh rank program.
-  std::string Script(const std::string& name, const std::string& body) {
-    const std::string path = dir_.Write(name, "#!/bin/sh\n" + body);
-    chmod(path.c_str(), 0755);
-    return path;
-  }
-
-  std::string NodeState(const std::string& name) {
-    auto nodes = client_->ListNodes();
-    if (!nodes.ok()) return "";
-    for (const auto& n : nodes->nodes()) {
-      if (n.name() == name) return n.state();
-    }
-    return "";
-  }
-  bool NodeReady(const std::string& name) { return NodeState(name) == "ready"; }
-
-  // Submits a job whose ranks are the worker's --trainer; `extra` is merged into the spec.
-  std::string Submit(const std::string& name, const nlohmann::json& extra = {}) {
-    nlohmann::json spec = {{"kind", "sft"},
-                           {"name", name},
-                           {"model_name_or_path", "tiny"},
-                           {"data_path", dir_.path() + "/data"},
-                           {"output_dir", dir_.path() + "/out-" + name},
-                           {"resources", {{"nodes", 1}, {"slots_per_node", 1}}}};
-    if (extra.is_object()) spec.update(extra);
-    RunResult r = testing::Run(
-        {TRAINCTL_CLI_BIN, "submit", dir_.Write(name + ".json", spec.dump()), "-o", "json"},
-        {{"TRAINCTL_COORDINATOR", address_}});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    auto j = nlohmann::json::parse(r.out, nullptr, false);
-    return j.is_object() && j.contains("id") ? j["id"].get<std::string>() : "";
-  }
-
-  testing::TempDir dir_;
-  std::string output_roots_ = dir_.path();  // --output_roots of the workers; "" = their default
-};
 
 // Defect 1: a rank printing Latin-1, and a UTF-8 line longer than the worker's 64 KiB line limit
 // whose cut falls inside a character, used to wedge the worker's session forever.
@@ -122,9 +51,9 @@ TEST_F(RobustnessTest, RankOutputThatIsNotUtf8ReachesTheCoordinatorAndTheJobEnds
   const std::string long_file = dir_.Write("long.txt", long_line + "\n");
   const std::string rank =
       Script("latin1-rank.sh",
-             absl::StrCat("[ \"$MODE\" = ok ] && exit 0\n", "printf 'caf\\351 au lait\\n'\n",
-                          "cat ", long_file, "\n", "printf 'after\\n'\n",
-                          "printf 'fatal: caf\\351\\n' >&2\n", "exit 3\n"));
+             absl::StrCat("[ \"$TRAINCTL_TEST_MODE\" = ok ] && exit 0\n",
+                          "printf 'caf\\351 au lait\\n'\n", "cat ", long_file, "\n",
+                          "printf 'after\\n'\n", "printf 'fatal: caf\\351\\n' >&2\n", "exit 3\n"));
   StartWorker("node-a", 1, rank);
   ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
   const std::string id = Submit("latin1");
@@ -146,7 +75,7 @@ TEST_F(RobustnessTest, RankOutputThatIsNotUtf8ReachesTheCoordinatorAndTheJobEnds
   EXPECT_EQ(NodeState("node-a"), "ready");
 
   // The worker keeps working: the next job runs on it.
-  const std::string next = Submit("next", {{"env", {{"MODE", "ok"}}}});
+  const std::string next = Submit("next", {{"env", {{"TRAINCTL_TEST_MODE", "ok"}}}});
   WaitState(next, v1::JOB_STATE_SUCCEEDED, absl::Seconds(20));
 }
 
@@ -339,58 +268,20 @@ TEST_F(StandInTest, MessageThatEndsEverySessionIsSetAsideAfterThreeAndTheRestFlo
       << warning.warning().message();
 }
 
-// A raw WorkerService session, as any client on the network can open one. Every read gives up
-// after 30 s, so a test never hangs on a silent coordinator.
-class RawSession {
- public:
-  explicit RawSession(const std::string& address)
-      : stub_(v1::WorkerService::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
-    context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    stream_ = stub_->Session(&context_);
-  }
-  bool Send(const v1::WorkerMessage& m) { return stream_->Write(m); }
-  // The next message from the coordinator; false once the stream has ended (Finish says why).
-  bool Next(v1::CoordinatorMessage* m) { return stream_->Read(m); }
-  // The next message that is not an Ack.
-  bool NextNonAck(v1::CoordinatorMessage* m) {
-    while (Next(m)) {
-      if (!m->has_ack()) return true;
-    }
-    return false;
-  }
-  grpc::Status Finish() {
-    stream_->WritesDone();
-    return stream_->Finish();
-  }
-
- private:
-  std::unique_ptr<v1::WorkerService::Stub> stub_;
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream_;
-};
-
-v1::WorkerMessage Register(const std::string& name, int slots, const std::string& boot,
-                           const std::string& address = "127.0.0.1") {
-  v1::WorkerMessage m;
-  v1::RegisterWorker* reg = m.mutable_register_();
-  reg->set_node_name(name);
-  reg->set_advertise_addr(address);
-  reg->mutable_resources()->set_cpu_slots(slots);
-  reg->set_boot_id(boot);
-  return m;
-}
-
 // Defect 1, the coordinator's side: a message that fails its checks is rejected by seq, naming
-// the field, and the session goes on; a worker's warning lands in the job's events.
+// the field, and the session goes on; a worker's warning about a job placed on it lands in the
+// job's events.
 TEST_F(RobustnessTest, CoordinatorRejectsABadMessageBySeqAndTheSessionGoesOn) {
   StartCoordinator();
-  const std::string id = Submit("waiting", {{"node_selector", {{"pool", "none"}}}});
+  const std::string id = Submit("placed-on-raw");
   RawSession raw(address_);
   ASSERT_TRUE(raw.Send(Register("raw-node", 1, "raw-boot")));
   v1::CoordinatorMessage in;
   ASSERT_TRUE(raw.Next(&in));
   EXPECT_TRUE(in.has_registered()) << in.DebugString();
+  ASSERT_TRUE(raw.NextNonAck(&in));
+  ASSERT_TRUE(in.has_launch()) << in.DebugString();
+  EXPECT_EQ(in.launch().job_id(), id);
 
   v1::WorkerMessage bad;
   bad.set_seq(1);
@@ -593,7 +484,7 @@ TEST_F(RobustnessTest, WorkerThatRestartedWhileTheCoordinatorWasDownFailsItsTask
 TEST_F(RobustnessTest, JobOutputOutsideTheWorkersRootsIsRefused) {
   StartCoordinator();
   output_roots_ = "";  // the default: the work dir
-  StartWorker("node-a", 1, Script("mark.sh", "touch \"$MARK\"\n"));
+  StartWorker("node-a", 1, Script("mark.sh", "touch \"$TRAINCTL_TEST_MARK\"\n"));
   ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
   const std::string root = WorkDir("node-a");
   fs::create_directory_symlink("/etc", root + "/etc-link");
@@ -605,7 +496,7 @@ TEST_F(RobustnessTest, JobOutputOutsideTheWorkersRootsIsRefused) {
   for (size_t i = 0; i < refused.size(); ++i) {
     const std::string mark = absl::StrCat(dir_.path(), "/ran-", i);
     nlohmann::json extra = refused[i].second;
-    extra["env"] = {{"MARK", mark}};
+    extra["env"] = {{"TRAINCTL_TEST_MARK", mark}};
     const std::string id = Submit(absl::StrCat("refused-", i), extra);
     const v1::Job job = WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(20));
     EXPECT_TRUE(absl::StrContains(
@@ -616,8 +507,8 @@ TEST_F(RobustnessTest, JobOutputOutsideTheWorkersRootsIsRefused) {
   }
   // Under the root, the job runs.
   const std::string mark = dir_.path() + "/ran-inside";
-  const std::string id =
-      Submit("inside", {{"output_dir", root + "/out/inside"}, {"env", {{"MARK", mark}}}});
+  const std::string id = Submit(
+      "inside", {{"output_dir", root + "/out/inside"}, {"env", {{"TRAINCTL_TEST_MARK", mark}}}});
   WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(20));
   EXPECT_TRUE(fs::exists(mark));
 }
