@@ -162,7 +162,12 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spe
   std::vector<JobEvent> events = {StateChangeEvent(
       trainctl::v1::JOB_STATE_UNSPECIFIED, trainctl::v1::JOB_STATE_PENDING, "submitted", 0, now)};
   TagEventsWithStage(job, &events);
-  ASSIGN_OR_RETURN(CreateJobResult created, store_->CreateJob(job, request_id, std::move(events)));
+  // Idempotency keys are the submitter's own: bob's retry with alice's key makes bob's job. The
+  // owner goes first, length-prefixed, so no (owner, key) pair can spell another's.
+  const std::string scoped_request_id =
+      request_id.empty() ? "" : absl::StrCat(owner.size(), ":", owner, "/", request_id);
+  ASSIGN_OR_RETURN(CreateJobResult created,
+                   store_->CreateJob(job, scoped_request_id, std::move(events)));
   if (created.created) {
     if (observer_ != nullptr) observer_->OnSubmitted(created.job);
     notifier_->Notify(created.job.id());

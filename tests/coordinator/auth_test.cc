@@ -283,6 +283,25 @@ TEST_F(AuthTest, AUserCancelsOnlyItsOwnJobsAndJobsRecordTheirOwner) {
   EXPECT_TRUE(Client("admin")->Cancel(other->job().id(), "admin").ok());
 }
 
+// Issue 24: a request_id is its submitter's. bob resubmitting with alice's key used to get alice's
+// job back and no job of his own.
+TEST_F(AuthTest, RequestIdsAreScopedToTheirSubmitter) {
+  v1::SubmitJobRequest request = TinyJob("keyed");
+  request.set_request_id("retry-42");
+  auto alices = Client("alice")->Submit(request);
+  ASSERT_TRUE(alices.ok()) << alices.status();
+  auto again = Client("alice")->Submit(request);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->job().id(), alices->job().id()) << "alice's retry is idempotent";
+  auto bobs = Client("bob")->Submit(request);
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  EXPECT_NE(bobs->job().id(), alices->job().id());
+  EXPECT_EQ(bobs->job().owner(), "bob");
+  auto bob_again = Client("bob")->Submit(request);
+  ASSERT_TRUE(bob_again.ok()) << bob_again.status();
+  EXPECT_EQ(bob_again->job().id(), bobs->job().id());
+}
+
 TEST_F(AuthTest, AWorkerTokenCannotSubmit) {
   auto status = Client("node-a", "node-a")->Submit(TinyJob("w")).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
