@@ -92,7 +92,10 @@ def main():
         if "pixel_values" in c:
             request["pixel_values_file"] = pixel_file
         out = os.path.join(args.work, f"ours_{case}_{dtype}_{attn}.safetensors")
-        cmd = [args.trainer, "forward", "--model", model_dir, "--request", json.dumps(request),
+        request_file = os.path.join(args.work, f"request_{case}.json")
+        with open(request_file, "w") as f:
+            json.dump(request, f)
+        cmd = [args.trainer, "forward", "--model", model_dir, "--request", request_file,
                "--out", out, "--device", "cuda",
                "--dtype", "bfloat16" if dtype == torch.bfloat16 else "float32",
                "--attention", attn]

@@ -1,4 +1,5 @@
-// Configs, safetensors files, HF checkpoints in and out of the model, and the forward tool.
+// Configs, safetensors files, and HF checkpoints in and out of the model (the forward tool:
+// tests/model/forward_tool_test.cc).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -14,7 +15,6 @@
 #include "nlohmann/json.hpp"
 #include "tests/model/model_test_util.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/trainer/model/forward_tool.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/model/safetensors.h"
@@ -426,49 +426,6 @@ TEST_F(CheckpointTest, MismatchesNameTensorAndFile) {
     const absl::Status s = LoadHfCheckpoint(untied_model, saved.path());
     EXPECT_THAT(s.message(), HasSubstr("lm_head.weight"));
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The forward tool
-
-TEST_F(CheckpointTest, RunForwardWritesReadableLogits) {
-  TempDir dir;
-  ASSERT_TRUE(SaveHfCheckpoint(*model_, dir.path() + "/model").ok());
-  const torch::Tensor pixels = RandomPixels({{1, 2, 2}});
-  ASSERT_TRUE(WriteSafetensors(dir.path() + "/pixels.safetensors",
-                               {{"pixel_values", pixels}, {"image_grid_thw", Grid({{1, 2, 2}})}})
-                  .ok());
-  const auto row = Concat({{10, 11}, ImageTokens(1), {12, 13}});  // 7 tokens
-  nlohmann::json request = {{"input_ids", {row, {0, 0, 1, 2, 3, 4, 5}}},
-                            {"attention_mask", {std::vector<int>(7, 1), {0, 0, 1, 1, 1, 1, 1}}},
-                            {"pixel_values_file", dir.path() + "/pixels.safetensors"}};
-  const std::string out = dir.path() + "/out.safetensors";
-  const absl::Status run = RunForward(dir.path() + "/model", request.dump(), out);
-  ASSERT_TRUE(run.ok()) << run;
-
-  auto file = SafetensorsFile::Open(out);
-  ASSERT_TRUE(file.ok()) << file.status();
-  auto logits = (*file)->Get("logits");
-  ASSERT_TRUE(logits.ok());
-  EXPECT_EQ(logits->sizes(), torch::IntArrayRef({2, 7, 151936}));
-  EXPECT_EQ(logits->scalar_type(), torch::kFloat32);
-
-  torch::NoGradGuard no_grad;
-  const torch::Tensor direct = model_->forward(
-      {Ids({row, {0, 0, 1, 2, 3, 4, 5}}), Ids({std::vector<int64_t>(7, 1), {0, 0, 1, 1, 1, 1, 1}}),
-       pixels, Grid({{1, 2, 2}})});
-  EXPECT_TRUE(torch::allclose(*logits, direct, 1e-5, 1e-6));
-
-  // Malformed requests name the field.
-  const absl::Status ragged =
-      RunForward(dir.path() + "/model", R"({"input_ids": [[1, 2], [3]]})", out);
-  EXPECT_THAT(ragged.message(), HasSubstr("input_ids"));
-  const absl::Status no_ids = RunForward(dir.path() + "/model", R"({"ids": [[1]]})", out);
-  EXPECT_THAT(no_ids.message(), HasSubstr("input_ids"));
-  const absl::Status out_of_range =
-      RunForward(dir.path() + "/model", R"({"input_ids": [[1, 999999]]})", out);
-  EXPECT_EQ(out_of_range.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(out_of_range.message(), HasSubstr("input_ids"));
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 
 #include <torch/torch.h>
 
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -12,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "worker/trainer/data/image_processor.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/safetensors.h"
 #include "worker/trainer/model/state_dict_adapter.h"
@@ -49,122 +47,21 @@ std::vector<int64_t> IdsAt(const std::string& path, const char* key) {
   return out;
 }
 
-// Rows of integers, possibly ragged.
-absl::StatusOr<std::vector<std::vector<int64_t>>> IntRows(const json& request,
-                                                          const std::string& field) {
-  const json& rows = request[field];
-  auto bad = [&field](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat("request: ", field, ": ", what));
-  };
-  if (!rows.is_array() || rows.empty()) return bad("expected a non-empty array of arrays");
-  std::vector<std::vector<int64_t>> out;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const json& row = rows[r];
-    if (!row.is_array() || row.empty()) {
-      return bad(absl::StrCat("row ", r, " is not a non-empty array"));
+// The rows' real tokens: generate drops those the mask marks 0 and left-pads the rows itself.
+absl::StatusOr<std::vector<std::vector<int64_t>>> UnmaskedRows(const ToolRequest& request) {
+  if (request.attention_mask.empty()) return request.input_ids;
+  std::vector<std::vector<int64_t>> rows;
+  for (size_t r = 0; r < request.input_ids.size(); ++r) {
+    rows.emplace_back();
+    for (size_t j = 0; j < request.input_ids[r].size(); ++j) {
+      if (request.attention_mask[r][j] == 1) rows.back().push_back(request.input_ids[r][j]);
     }
-    out.emplace_back();
-    for (const json& v : row) {
-      if (!v.is_number_integer()) return bad(absl::StrCat("row ", r, " holds ", v.dump()));
-      out.back().push_back(v.get<int64_t>());
-    }
-  }
-  return out;
-}
-
-struct Request {
-  std::vector<std::vector<int64_t>> rows;  // real tokens only, pads not yet expanded
-  torch::Tensor pixel_values;
-  torch::Tensor image_grid_thw;
-};
-
-absl::Status LoadImages(const json& images, const std::filesystem::path& folder, Request& out) {
-  if (!images.is_array()) return absl::InvalidArgumentError("request: images: expected an array");
-  std::vector<torch::Tensor> pixels;
-  std::vector<int64_t> grids;
-  for (size_t i = 0; i < images.size(); ++i) {
-    if (!images[i].is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat("request: images[", i, "]: expected a path"));
-    }
-    const std::filesystem::path file = folder / images[i].get<std::string>();
-    ASSIGN_OR_RETURN(data::RgbImage image, data::ReadImageFile(file.string()));
-    ASSIGN_OR_RETURN(data::ProcessedImage processed, data::PreprocessImage(image));
-    const int64_t patches = processed.num_patches();
-    pixels.push_back(
-        torch::from_blob(processed.pixel_values.data(),
-                         {patches, static_cast<int64_t>(processed.pixel_values.size()) /
-                                       std::max<int64_t>(patches, 1)},
-                         torch::kFloat32)
-            .clone());
-    for (int32_t g : processed.grid_thw) grids.push_back(g);
-  }
-  if (pixels.empty()) return absl::OkStatus();
-  out.pixel_values = torch::cat(pixels, 0);
-  out.image_grid_thw =
-      torch::tensor(grids, torch::kInt64).view({static_cast<int64_t>(pixels.size()), 3});
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Request> ParseRequest(const std::string& request_path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(request_path));
-  const json request = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (request.is_discarded() || !request.is_object()) {
-    return absl::InvalidArgumentError("request: not a JSON object");
-  }
-  if (!request.contains("input_ids")) {
-    return absl::InvalidArgumentError("request: input_ids: required field is missing");
-  }
-  Request out;
-  ASSIGN_OR_RETURN(out.rows, IntRows(request, "input_ids"));
-  if (request.contains("attention_mask") && !request["attention_mask"].is_null()) {
-    ASSIGN_OR_RETURN(auto mask, IntRows(request, "attention_mask"));
-    if (mask.size() != out.rows.size()) {
+    if (rows.back().empty()) {
       return absl::InvalidArgumentError(
-          "request: attention_mask: row count differs from input_ids");
-    }
-    for (size_t r = 0; r < mask.size(); ++r) {
-      if (mask[r].size() != out.rows[r].size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("request: attention_mask: row ", r, " differs in length from input_ids"));
-      }
-      std::vector<int64_t> kept;
-      for (size_t j = 0; j < mask[r].size(); ++j) {
-        if (mask[r][j] != 0 && mask[r][j] != 1) {
-          return absl::InvalidArgumentError("request: attention_mask: entries must be 0 or 1");
-        }
-        if (mask[r][j] == 1) kept.push_back(out.rows[r][j]);
-      }
-      if (kept.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("request: attention_mask: row ", r, " keeps no token"));
-      }
-      out.rows[r] = std::move(kept);
+          absl::StrCat("request: attention_mask: row ", r, " keeps no token"));
     }
   }
-  const bool has_file =
-      request.contains("pixel_values_file") && !request["pixel_values_file"].is_null();
-  const bool has_images = request.contains("images") && !request["images"].is_null();
-  if (has_file && has_images) {
-    return absl::InvalidArgumentError("request: give images or pixel_values_file, not both");
-  }
-  if (has_file) {
-    if (!request["pixel_values_file"].is_string()) {
-      return absl::InvalidArgumentError("request: pixel_values_file: expected a path");
-    }
-    ASSIGN_OR_RETURN(std::unique_ptr<model::SafetensorsFile> images,
-                     model::SafetensorsFile::Open(request["pixel_values_file"].get<std::string>()));
-    ASSIGN_OR_RETURN(out.pixel_values, images->Get("pixel_values", torch::kFloat32));
-    ASSIGN_OR_RETURN(out.image_grid_thw, images->Get("image_grid_thw", torch::kInt64));
-    if (out.image_grid_thw.dim() != 2 || out.image_grid_thw.size(1) != 3) {
-      return absl::InvalidArgumentError(
-          "request: pixel_values_file: image_grid_thw must be [n, 3]");
-    }
-  }
-  if (has_images) {
-    const std::filesystem::path folder = std::filesystem::path(request_path).parent_path();
-    RETURN_IF_ERROR(LoadImages(request["images"], folder, out));
-  }
-  return out;
+  return rows;
 }
 
 absl::Status WriteOutput(const std::string& path, const model::GenerationOutput& generated) {
@@ -182,21 +79,16 @@ absl::Status WriteOutput(const std::string& path, const model::GenerationOutput&
 // RunGenerate without the c10::Error conversion.
 absl::Status RunGenerateOrThrow(const std::string& model_dir, const std::string& request_path,
                                 const std::string& out_path, const GenerateToolOptions& options) {
-  ASSIGN_OR_RETURN(Request request, ParseRequest(request_path));
+  ASSIGN_OR_RETURN(ToolRequest request, ReadToolRequest(request_path));
+  ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> unmasked, UnmaskedRows(request));
   ASSIGN_OR_RETURN(std::shared_ptr<model::Qwen2VLForConditionalGeneration> model,
                    model::LoadHfModel(model_dir, options.forward.dtype));
   const model::Qwen2VLConfig& config = model->config();
-  std::vector<int64_t> merged;
-  if (request.image_grid_thw.defined()) {
-    const int64_t merge = config.vision.spatial_merge_size;
-    const torch::Tensor grid = request.image_grid_thw.contiguous();
-    const auto g = grid.accessor<int64_t, 2>();
-    for (int64_t i = 0; i < grid.size(0); ++i) {
-      merged.push_back(g[i][0] * g[i][1] * g[i][2] / (merge * merge));
-    }
-  }
-  ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> rows,
-                   ExpandImagePads(request.rows, merged, config.image_token_id));
+  ASSIGN_OR_RETURN(
+      std::vector<std::vector<int64_t>> rows,
+      ExpandImagePads(unmasked,
+                      MergedImageTokens(request.image_grid_thw, config.vision.spatial_merge_size),
+                      config.image_token_id));
 
   GenerateToolOptions run = options;
   const SpecialTokens special = ReadSpecialTokens(model_dir);
@@ -250,46 +142,6 @@ absl::StatusOr<GenerateToolOptions> ParseGenerateToolOptions(
     return bad("seed", flag("seed"));
   }
   return options;
-}
-
-absl::StatusOr<std::vector<std::vector<int64_t>>> ExpandImagePads(
-    const std::vector<std::vector<int64_t>>& rows, const std::vector<int64_t>& merged_tokens,
-    int64_t image_pad_id) {
-  std::vector<std::vector<int64_t>> out;
-  size_t image = 0;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const std::vector<int64_t>& row = rows[r];
-    out.emplace_back();
-    for (size_t j = 0; j < row.size();) {
-      if (row[j] != image_pad_id) {
-        out.back().push_back(row[j++]);
-        continue;
-      }
-      size_t end = j;
-      while (end < row.size() && row[end] == image_pad_id) ++end;
-      const auto run = static_cast<int64_t>(end - j);
-      if (image >= merged_tokens.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("request: row ", r,
-                                                       " holds more <|image_pad|> runs than the ",
-                                                       merged_tokens.size(), " images"));
-      }
-      const int64_t want = merged_tokens[image];
-      if (run != 1 && run != want) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("request: row ", r, ": image ", image, " needs ", want,
-                         " <|image_pad|> tokens (or a single one to expand), got ", run));
-      }
-      out.back().insert(out.back().end(), static_cast<size_t>(want), image_pad_id);
-      ++image;
-      j = end;
-    }
-  }
-  if (image != merged_tokens.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("request: ", merged_tokens.size(),
-                                                   " images but ", image,
-                                                   " <|image_pad|> runs in input_ids"));
-  }
-  return out;
 }
 
 SpecialTokens ReadSpecialTokens(const std::string& model_dir) {

@@ -2,15 +2,8 @@
 // `trainctl-trainer generate --model DIR --request REQ.json --max_new_tokens N [--temperature T]
 // [--top_p P] [--top_k K] [--seed S] [--device ..] [--dtype ..] [--attention ..] --out OUT.json`.
 //
-// The request is the forward tool's (model/forward_tool.h) with two additions:
-//   {"input_ids": [[...], ...]          rows may differ in length (the tool left-pads them),
-//    "attention_mask"?: [[...], ...]    per row as long as its input_ids row; 0 drops a token,
-//    "pixel_values_file"?: "x.safetensors"   pixel_values + image_grid_thw (working directory), or
-//    "images"?: ["a.png", ...]          files relative to the request's folder, run through the
-//                                       data pipeline's image processor (data/image_processor.h)}
-// Images are matched in order, across rows, to the <|image_pad|> runs of input_ids. A run is
-// either already as long as the image's merged patch count, or a single <|image_pad|>, which is
-// expanded to that count (as `trainctl prepare` does), so a request may hold one pad per image.
+// The request is the file worker/trainer/tool_request.h describes, the forward verb's too. Rows may
+// differ in length (the tool left-pads them); attention_mask's 0s drop tokens.
 //
 // Eos ids are the model directory's generation_config.json `eos_token_id` (an id or a list), else
 // config.json's, else Qwen2-VL's <|im_end|> and <|endoftext|>; the pad id likewise from
@@ -29,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "worker/trainer/model/forward_tool.h"
 #include "worker/trainer/model/generation.h"
+#include "worker/trainer/tool_request.h"
 
 namespace trainctl::trainer {
 
@@ -43,13 +37,6 @@ struct GenerateToolOptions {
 // `top_k`, `seed`, `device`, `dtype`, `attention`): INVALID_ARGUMENT naming the flag.
 absl::StatusOr<GenerateToolOptions> ParseGenerateToolOptions(
     const std::map<std::string, std::string>& flags);
-
-// Expands image pads in `rows` (see the file comment): `merged_tokens[i]` is image i's count of
-// <|image_pad|> tokens. INVALID_ARGUMENT when a run matches neither 1 nor the count, or runs and
-// images differ in number.
-absl::StatusOr<std::vector<std::vector<int64_t>>> ExpandImagePads(
-    const std::vector<std::vector<int64_t>>& rows, const std::vector<int64_t>& merged_tokens,
-    int64_t image_pad_id);
 
 // The eos ids and pad id for the model in `model_dir`, as the file comment says.
 struct SpecialTokens {

@@ -5,6 +5,8 @@
 //   trainctl-trainer forward --model DIR --request REQ.json --out OUT.safetensors
 //   trainctl-trainer generate --model DIR --request REQ.json --max_new_tokens N --out OUT.json
 //   trainctl-trainer serve --model DIR --listen HOST:PORT [--max_batch N]  (CPU builds)
+//   trainctl-trainer --help | -h | help  (also --help after a verb): the usage, on stdout
+// forward and generate read the same request file (tool_request.h).
 #include <malloc.h>
 #include <sys/resource.h>
 #include <torch/torch.h>
@@ -27,8 +29,8 @@
 #include "common/job_spec.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/event_sink.h"
+#include "worker/trainer/forward_tool.h"
 #include "worker/trainer/generate_tool.h"
-#include "worker/trainer/model/forward_tool.h"
 #ifdef TRAINCTL_WITH_SERVE
 #include "worker/trainer/serve/serve_tool.h"
 #endif
@@ -164,8 +166,7 @@ int Forward(const std::map<std::string, std::string>& flags) {
     std::cerr << "trainctl-trainer forward: " << options.status().message() << "\n";
     return 2;
   }
-  absl::Status s =
-      model::RunForward(flags.at("model"), flags.at("request"), flags.at("out"), *options);
+  absl::Status s = RunForward(flags.at("model"), flags.at("request"), flags.at("out"), *options);
   if (!s.ok()) {
     std::cerr << "trainctl-trainer forward: " << s.message() << "\n";
     return 1;
@@ -237,6 +238,11 @@ int main(int argc, char** argv) {
   const std::string verb = argv[1];
   if (verb == "--version") {
     std::cout << trainctl::VersionText("trainctl-trainer");
+    return 0;
+  }
+  const auto asks_help = [](const std::string& arg) { return arg == "--help" || arg == "-h"; };
+  if (asks_help(verb) || verb == "help" || (argc > 2 && asks_help(argv[2]))) {
+    std::cout << trainctl::trainer::kUsage;
     return 0;
   }
   if (verb == "export") {

@@ -1,6 +1,5 @@
-// One forward pass of a saved model on a JSON request, writing the logits: the tool for comparing
-// this implementation with another (HF transformers) on the same inputs. `trainctl-trainer
-// forward --model DIR --request REQ.json --out OUT.safetensors` calls it.
+// The model tools' options (`trainctl-trainer forward` and `generate`:
+// worker/trainer/forward_tool.h, generate_tool.h): device, dtype and attention implementation.
 #ifndef TRAINCTL_WORKER_TRAINER_MODEL_FORWARD_TOOL_H_
 #define TRAINCTL_WORKER_TRAINER_MODEL_FORWARD_TOOL_H_
 
@@ -26,20 +25,6 @@ struct ForwardOptions {
 absl::StatusOr<ForwardOptions> ParseForwardOptions(const std::string& device,
                                                    const std::string& dtype,
                                                    const std::string& attention);
-
-// Loads the model in `model_dir` (config.json + safetensors weights) in options.dtype on
-// options.device, runs it in eval mode without autograd on the request, and writes `logits`
-// ([B, T, vocab] float32) to the safetensors file `out_path`.
-//
-// `request_json`: {"input_ids": [[...], ...], "attention_mask"?: [[...], ...] (same shape, 0/1),
-// "pixel_values_file"?: "x.safetensors" (holding pixel_values [N, 1176] and image_grid_thw
-// [n, 3]; a relative path is taken from the working directory)}.
-//
-// INVALID_ARGUMENT naming the field for a malformed request, or with the model's message for
-// inputs it rejects (pad/feature count mismatch, ids out of range, ...); the loader's and the
-// writer's errors otherwise.
-absl::Status RunForward(const std::string& model_dir, const std::string& request_json,
-                        const std::string& out_path, const ForwardOptions& options = {});
 
 }  // namespace trainctl::model
 
