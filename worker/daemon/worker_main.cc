@@ -30,6 +30,7 @@
 #include "absl/time/clock.h"
 #include "common/access_tokens.h"
 #include "common/build_info.h"
+#include "common/client_config.h"
 #include "common/clock.h"
 #include "common/credentials.h"
 #include "common/daemon.h"
@@ -46,7 +47,8 @@
 
 extern char** environ;
 
-ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "the coordinator's HOST:PORT");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051",
+          "the coordinator's HOST[:PORT] (port 50051 when omitted)");
 ABSL_FLAG(std::string, node_name, "", "this node's name (default: the host name)");
 ABSL_FLAG(std::string, advertise_addr, "",
           "the IPv4 address other nodes reach this one at (default: 127.0.0.1 when the "
@@ -170,7 +172,14 @@ int Run() {
   const absl::Duration watchdog_interval = TakeSystemdWatchdogInterval();
 
   WorkerOptions options;
-  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  // Without a port: 50051, not the 443 gRPC's resolver would dial (common/client_config.h).
+  if (absl::StatusOr<std::string> target = CoordinatorTarget(absl::GetFlag(FLAGS_coordinator));
+      target.ok()) {
+    options.coordinator = *std::move(target);
+  } else {
+    TRAINCTL_LOG(ERROR) << "--coordinator: " << target.status().message();
+    return 2;
+  }
   options.node_name = absl::GetFlag(FLAGS_node_name);
   if (options.node_name.empty()) options.node_name = HostName();
   options.advertise_addr = absl::GetFlag(FLAGS_advertise_addr);
