@@ -184,5 +184,21 @@ TEST_F(SftTest, MissingDataFailsWithAStatusNamingIt) {
   EXPECT_EQ(events.back()["state"], "failed");
 }
 
+// The shards hold images resized at prepare time (the defaults here): a job asking for other
+// min/max_pixels fails before training, naming the field and both values.
+TEST_F(SftTest, PixelsOtherThanThePreparedShardsFailNamingTheField) {
+  const std::string events_path = dir_.path() + "/pixels.jsonl";
+  RunResult r = testing::Run(TrainArgs(
+      WriteSpec("pixels", dir_.path() + "/pixels", {{"max_pixels", 401408}}), events_path));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("spec.training.max_pixels: 401408, but the shards in " + shards_ +
+                       " were prepared with --max_pixels 12845056"),
+            std::string::npos)
+      << r.err;
+  const auto events = ReadEvents(events_path);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["state"], "failed");
+}
+
 }  // namespace
 }  // namespace trainctl

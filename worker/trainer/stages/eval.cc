@@ -17,6 +17,7 @@
 #include "worker/trainer/rewards/rule_rewards.h"
 #include "worker/trainer/stages/eval_metrics.h"
 #include "worker/trainer/stages/internal/grpo_rows.h"
+#include "worker/trainer/stages/internal/labelled_batches.h"
 #include "worker/trainer/stages/internal/rollout.h"
 
 namespace trainctl::trainer {
@@ -96,6 +97,7 @@ class EvalStage final : public MeasuringStage {
  public:
   absl::StatusOr<int64_t> Setup(StageContext& ctx) override {
     ASSIGN_OR_RETURN(reader_, data::ShardReader::Open(ctx.spec.data_path()));
+    RETURN_IF_ERROR(internal::CheckPreparedPixels(ctx, *reader_));
     if (reader_->size() == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("spec.data_path: ", ctx.spec.data_path(), " holds no samples"));

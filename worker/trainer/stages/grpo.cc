@@ -21,6 +21,7 @@
 #include "worker/trainer/stages/grpo_loss.h"
 #include "worker/trainer/stages/internal/autocast.h"
 #include "worker/trainer/stages/internal/grpo_rows.h"
+#include "worker/trainer/stages/internal/labelled_batches.h"
 #include "worker/trainer/stages/internal/rollout.h"
 #include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
@@ -49,6 +50,7 @@ class GrpoStage final : public Stage {
     options_.max_completion_length = t.max_completion_length();
 
     ASSIGN_OR_RETURN(reader_, data::ShardReader::Open(ctx.spec.data_path()));
+    RETURN_IF_ERROR(internal::CheckPreparedPixels(ctx, *reader_));
     ASSIGN_OR_RETURN(tokenizer_, internal::LoadCompletionTokenizer(ctx, *reader_, "grpo"));
     pad_id_ = internal::PadId(*reader_);
     eos_ids_ = internal::EosIds(*tokenizer_);

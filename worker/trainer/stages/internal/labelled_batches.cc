@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/trainer/data/shard_reader.h"
 #include "worker/trainer/stages/batch_inputs.h"
@@ -10,9 +11,28 @@
 
 namespace trainctl::trainer::internal {
 
+absl::Status CheckPreparedPixels(const StageContext& ctx, const data::ShardReader& reader) {
+  const data::DatasetManifest& m = reader.manifest();
+  const std::pair<const char*, std::pair<int64_t, int64_t>> fields[] = {
+      {"min_pixels", {ctx.training.min_pixels(), m.min_pixels}},
+      {"max_pixels", {ctx.training.max_pixels(), m.max_pixels}}};
+  for (const auto& [name, values] : fields) {
+    const auto [wanted, prepared] = values;
+    if (prepared != 0 && wanted != prepared) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("spec.training.", name, ": ", wanted, ", but the shards in ",
+                       ctx.spec.data_path(), " were prepared with --", name, " ", prepared,
+                       " (their images are resized already): ", "prepare them again with --", name,
+                       " ", wanted, ", or set training.", name, " to ", prepared));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<data::Loader>> RankLoader(const StageContext& ctx) {
   ASSIGN_OR_RETURN(std::shared_ptr<const data::ShardReader> reader,
                    data::ShardReader::Open(ctx.spec.data_path()));
+  RETURN_IF_ERROR(CheckPreparedPixels(ctx, *reader));
   data::LoaderOptions options;
   options.batch_size = ctx.training.per_device_train_batch_size();
   options.seed = static_cast<uint64_t>(ctx.training.seed());

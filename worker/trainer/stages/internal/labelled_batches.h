@@ -12,13 +12,20 @@
 #include "absl/status/statusor.h"
 #include "worker/trainer/data/batch.h"
 #include "worker/trainer/data/loader.h"
+#include "worker/trainer/data/shard_reader.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/stages/loop.h"
 
 namespace trainctl::trainer::internal {
 
+// Prepared shards hold patches already resized by `trainctl prepare --min_pixels --max_pixels`,
+// so the job's training.min_pixels/max_pixels (HF's processor settings, as open-r1-multimodal and
+// VLM-R1 pass them) must be the ones the shards were prepared with. FAILED_PRECONDITION naming
+// the field and both values when they differ; shards that recorded none (0) pass.
+absl::Status CheckPreparedPixels(const StageContext& ctx, const data::ShardReader& reader);
+
 // The loader of spec.data_path dealing this rank its share, per_device_train_batch_size rows a
-// batch, shuffled from training.seed.
+// batch, shuffled from training.seed. Checks the shards' pixels as CheckPreparedPixels.
 absl::StatusOr<std::unique_ptr<data::Loader>> RankLoader(const StageContext& ctx);
 
 struct MicroBatches {
