@@ -79,6 +79,9 @@ ABSL_FLAG(std::string, tokens_file, "",
           "bearer tokens with roles, one 'SUBJECT ROLE SHA256-HEX' per line (roles: admin, user, "
           "viewer, worker); empty: no authentication. Read again on SIGHUP (systemctl reload): "
           "a file that does not parse leaves the tokens in force");
+ABSL_FLAG(int64_t, max_job_log_bytes, int64_t{64} << 20,
+          "rank log text stored per job at most (bytes); later lines are dropped with a warning "
+          "event (workers keep every rank's whole output in their rank log files)");
 ABSL_FLAG(std::string, metrics_ready_file, "",
           "once /metrics is served, write its bound HOST:PORT to this file (written before "
           "--ready_file)");
@@ -223,6 +226,11 @@ int Run() {
   }
   RpcAuthorizer authorizer(std::move(auth_options));
 
+  if (absl::GetFlag(FLAGS_max_job_log_bytes) < 0) {
+    TRAINCTL_LOG(ERROR) << "--max_job_log_bytes must be at least 0 (0: store no rank logs), got "
+                        << absl::GetFlag(FLAGS_max_job_log_bytes);
+    return 1;
+  }
   const std::string db_path = absl::GetFlag(FLAGS_db);
   // One coordinator per database: a second would schedule the same jobs from its own view.
   std::unique_ptr<DbLock> db_lock;
@@ -267,6 +275,7 @@ int Run() {
   cluster_options.lease_timeout = absl::GetFlag(FLAGS_lease_timeout);
   cluster_options.recovery_grace = absl::GetFlag(FLAGS_recovery_grace);
   cluster_options.metrics = &registry;
+  cluster_options.ingest.max_job_log_bytes = absl::GetFlag(FLAGS_max_job_log_bytes);
   cluster_options.on_tick = [&service, &bound, &serving](const ClusterSummary& summary) {
     if (!serving.load(std::memory_order_acquire)) {
       service.Tick(false, "starting: jobs recovered, not serving yet");
@@ -286,7 +295,9 @@ int Run() {
                       store->get(), absl::GetFlag(FLAGS_topology_refresh_timeout));
   job_service.SetNodeLister(
       [&nodes](const trainctl::v1::ListNodesRequest& request) { return nodes.List(request); });
-  AddCoordinatorCollectors(&registry, store->get(), [&cluster] { return cluster.ListNodes(); });
+  AddCoordinatorCollectors(
+      &registry, store->get(), [&cluster] { return cluster.ListNodes(); },
+      db_path == ":memory:" ? "" : db_path);
   // `trainctl diagnose` and trainctl_job_findings: the rules over the nodes' stored topology
   // and the jobs' NCCL and bandwidth events.
   JobStore* job_store = store->get();

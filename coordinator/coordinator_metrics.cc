@@ -1,5 +1,6 @@
 #include "coordinator/coordinator_metrics.h"
 
+#include <filesystem>
 #include <map>
 #include <string>
 #include <utility>
@@ -66,15 +67,39 @@ void AddNodes(metrics::Registry* registry, NodeSnapshot list_nodes) {
   });
 }
 
+void AddStoreSize(metrics::Registry* registry, const std::string& db_path) {
+  auto& size = registry->AddGauge("trainctl_store_bytes",
+                                  "Bytes of the coordinator's SQLite database (file and WAL).");
+  auto& free = registry->AddGauge(
+      "trainctl_store_disk_free_bytes",
+      "Bytes free (to unprivileged users) on the filesystem of the coordinator's database.");
+  registry->AddCollector([&size, &free, db_path] {
+    std::error_code error;
+    int64_t bytes = 0;
+    for (const std::string& path : {db_path, db_path + "-wal"}) {
+      const auto n = std::filesystem::file_size(path, error);
+      if (!error) bytes += static_cast<int64_t>(n);
+    }
+    size.Get().Set(static_cast<double>(bytes));
+    const auto space = std::filesystem::space(std::filesystem::path(db_path).parent_path().empty()
+                                                  ? std::filesystem::path(".")
+                                                  : std::filesystem::path(db_path).parent_path(),
+                                              error);
+    if (!error) free.Get().Set(static_cast<double>(space.available));
+  });
+}
+
 }  // namespace
 
-void AddCoordinatorCollectors(metrics::Registry* registry, JobStore* store, NodeSnapshot nodes) {
+void AddCoordinatorCollectors(metrics::Registry* registry, JobStore* store, NodeSnapshot nodes,
+                              const std::string& db_path) {
   registry
       ->AddGauge("trainctl_build_info", "The running build (always 1).", {"version", "revision"})
       .WithLabels({BuildVersion(), BuildRevision()})
       .Set(1);
   AddJobCounts(registry, store);
   if (nodes) AddNodes(registry, std::move(nodes));
+  if (!db_path.empty()) AddStoreSize(registry, db_path);
 }
 
 }  // namespace trainctl

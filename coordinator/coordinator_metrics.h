@@ -21,7 +21,11 @@ using NodeSnapshot = std::function<std::vector<trainctl::v1::Node>()>;
 // registry's last Render; `nodes` may be empty (no node series then). Every (state, kind) pair has
 // a series, 0 when no job is in it, so that sums and alerts need no absent() cases. When the store
 // cannot be read, the job series keep their last values and the error is logged.
-void AddCoordinatorCollectors(metrics::Registry* registry, JobStore* store, NodeSnapshot nodes);
+// With `db_path` (the SQLite file; "" for none): trainctl_store_bytes (the file and its WAL) and
+// trainctl_store_disk_free_bytes (free to unprivileged users on its filesystem), for the alerts
+// on the database's growth.
+void AddCoordinatorCollectors(metrics::Registry* registry, JobStore* store, NodeSnapshot nodes,
+                              const std::string& db_path = "");
 
 }  // namespace trainctl
 

@@ -21,6 +21,13 @@ struct EventIngester::Metrics {
         lines(r->AddCounter("trainctl_log_lines_ingested_total",
                             "Rank log lines stored by the coordinator.")
                   .Get()),
+        dropped(r->AddCounter("trainctl_log_lines_dropped_total",
+                              "Rank log lines not stored because their job reached its cap of "
+                              "stored log bytes (--max_job_log_bytes).")
+                    .Get()),
+        stored_bytes(r->AddCounter("trainctl_log_bytes_stored_total",
+                                   "Bytes of rank log text stored by the coordinator.")
+                         .Get()),
         depth(r->AddGauge("trainctl_ingest_queue_depth",
                           "Worker messages waiting for the coordinator's ingester.")
                   .Get()),
@@ -42,6 +49,8 @@ struct EventIngester::Metrics {
 
   metrics::Family<metrics::Counter>& events;
   metrics::Counter& lines;
+  metrics::Counter& dropped;
+  metrics::Counter& stored_bytes;
   metrics::Gauge& depth;
   metrics::Family<metrics::Histogram>& commits;
   metrics::Histogram& logs_commit;
@@ -222,8 +231,43 @@ bool EventIngester::EventRecord(const v1::TrainerEvent& event, BatchRecord* reco
   return false;  // other types are not stored as job events (yet)
 }
 
+std::vector<LogLine> EventIngester::AdmitLogLines(
+    google::protobuf::RepeatedPtrField<LogLine>* lines, std::vector<BatchRecord>* events,
+    std::set<std::string>* touched) {
+  std::vector<LogLine> kept;
+  kept.reserve(lines->size());
+  for (LogLine& line : *lines) {
+    LogBudget& budget = log_budgets_[line.job_id()];
+    if (budget.stored < 0) {
+      auto stored = jobs_->store()->LogBytes(line.job_id());
+      budget.stored = stored.ok() ? *stored : 0;  // an unknown job: its write fails anyway
+    }
+    const auto bytes = static_cast<int64_t>(line.text().size());
+    if (budget.stored + bytes <= options_.max_job_log_bytes) {
+      budget.stored += bytes;
+      touched->insert(line.job_id());
+      kept.push_back(std::move(line));
+      continue;
+    }
+    if (metrics_ != nullptr) metrics_->dropped.Inc();
+    if (budget.warned) continue;
+    budget.warned = true;
+    TRAINCTL_LOG(WARNING) << line.job_id() << ": stored logs reached --max_job_log_bytes ("
+                          << options_.max_job_log_bytes << " bytes); later lines are dropped";
+    events->push_back(jobs_->WarningRecord(
+        line.job_id(), "coordinator",
+        absl::StrCat("the job's stored logs reached the coordinator's cap of ",
+                     options_.max_job_log_bytes,
+                     " bytes (--max_job_log_bytes): later lines are not stored; each rank's whole "
+                     "output stays in its worker's rank log (worker/tasks/<task>/rank-<r>.log "
+                     "under the worker's --work_dir)")));
+  }
+  return kept;
+}
+
 void EventIngester::Store(std::vector<Item>& batch) {
   std::vector<BatchRecord> logs, events;
+  std::set<std::string> touched;  // jobs whose stored log bytes grew
   // Per item: where its record is (logs or events, index), or -1 when it has none.
   std::vector<std::pair<bool, int>> where(batch.size(), {false, -1});
   std::vector<std::string> types(batch.size());
@@ -231,10 +275,11 @@ void EventIngester::Store(std::vector<Item>& batch) {
     Item& item = batch[i];
     if (failed_sessions_.count(item.session)) continue;
     if (item.message.has_logs()) {
-      auto* lines = item.message.mutable_logs()->mutable_lines();
+      std::vector<LogLine> kept =
+          AdmitLogLines(item.message.mutable_logs()->mutable_lines(), &events, &touched);
+      if (kept.empty()) continue;  // all over the cap: acknowledged, nothing to write
       where[i] = {true, static_cast<int>(logs.size())};
-      logs.push_back(jobs_->LogRecord(std::vector<LogLine>(std::make_move_iterator(lines->begin()),
-                                                           std::make_move_iterator(lines->end()))));
+      logs.push_back(jobs_->LogRecord(std::move(kept)));
     } else if (item.message.has_event()) {
       BatchRecord record;
       if (EventRecord(item.message.event(), &record, &types[i])) {
@@ -254,6 +299,21 @@ void EventIngester::Store(std::vector<Item>& batch) {
   };
   commit(&logs, true);
   commit(&events, false);
+  bool logs_lost = false;  // a transient error: the counts are read from the store again
+  for (const BatchRecord& record : logs) {
+    if (IsTransientStoreError(record.status)) {
+      logs_lost = true;
+    } else if (record.status.ok() && metrics_ != nullptr) {
+      for (const LogLine& line : record.lines) {
+        metrics_->stored_bytes.Inc(static_cast<double>(line.text().size()));
+      }
+    }
+  }
+  if (logs_lost) {
+    for (auto& [job, budget] : log_budgets_) budget.stored = -1;
+  } else {
+    for (const std::string& job : touched) jobs_->ReportLogBytes(job, log_budgets_[job].stored);
+  }
 
   std::vector<Outcome> outcomes;
   outcomes.reserve(batch.size());

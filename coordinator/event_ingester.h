@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,7 +45,13 @@ struct EventIngesterOptions {
   // transaction each).
   size_t max_batch_bytes = 8 << 20;
   int max_batch_messages = 4096;
+  // Log text stored per job (the lines' bytes) at most: lines past it are dropped, counted in
+  // trainctl_log_lines_dropped_total, and the job gets one warning event saying so (per
+  // coordinator run). The worker keeps every rank's whole output in its rank log files. The count
+  // starts from what the store holds (JobStore::LogBytes), so a restart does not reset it.
+  int64_t max_job_log_bytes = int64_t{64} << 20;
   // Optional (nullptr: none): trainctl_events_ingested_total, trainctl_log_lines_ingested_total,
+  // trainctl_log_lines_dropped_total, trainctl_log_bytes_stored_total,
   // trainctl_ingest_queue_depth, trainctl_store_commit_duration_seconds{op=logs|events}.
   metrics::Registry* metrics = nullptr;
 };
@@ -91,8 +98,20 @@ class EventIngester {
     std::function<void()> release;  // set while the sender is held
   };
   struct Metrics;
+  // One job's stored log text, as far as this ingester knows (store_mu_).
+  struct LogBudget {
+    int64_t stored = -1;  // -1: not read from the store yet
+    bool warned = false;  // its dropped-lines warning is recorded
+  };
 
   void Run();
+  // Keeps the lines of `lines` that fit their job's max_job_log_bytes, counting them as stored;
+  // a job's first dropped line adds its warning record to `events`. `touched` gets the jobs whose
+  // count changed.
+  std::vector<LogLine> AdmitLogLines(google::protobuf::RepeatedPtrField<LogLine>* lines,
+                                     std::vector<BatchRecord>* events,
+                                     std::set<std::string>* touched)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
   // Stores `batch` and reports its outcomes.
   void Store(std::vector<Item>& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
   // The record a trainer event becomes, or nothing (an event type the store does not keep, or one
@@ -118,6 +137,7 @@ class EventIngester {
   // Sessions whose message hit a transient store error, with that error: nothing more of theirs is
   // written.
   std::map<int64_t, absl::Status> failed_sessions_ ABSL_GUARDED_BY(store_mu_);
+  std::map<std::string, LogBudget> log_budgets_ ABSL_GUARDED_BY(store_mu_);
   std::thread thread_;
 };
 

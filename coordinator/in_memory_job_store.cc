@@ -168,6 +168,18 @@ absl::StatusOr<std::vector<LogLine>> InMemoryJobStore::ListLogs(absl::string_vie
   return out;
 }
 
+absl::StatusOr<int64_t> InMemoryJobStore::LogBytes(absl::string_view job_id) {
+  ASSIGN_OR_RETURN(int64_t n, ParseJobId(job_id));
+  absl::MutexLock lock(&mu_);
+  if (!jobs_.count(n)) return NotFound(job_id);
+  const std::string id = FormatJobId(n);
+  int64_t bytes = 0;
+  for (const auto& [seq, line] : logs_) {
+    if (line.job_id() == id) bytes += static_cast<int64_t>(line.text().size());
+  }
+  return bytes;
+}
+
 absl::Status InMemoryJobStore::PutNodeTopology(const trainctl::v1::NodeTopology& topology) {
   if (topology.node().empty()) {
     return absl::InvalidArgumentError("a node topology names no node");

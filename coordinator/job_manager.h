@@ -34,6 +34,8 @@ class JobObserver {
   virtual void OnMetric(const Job& /*job*/, const trainctl::v1::MetricSample& /*sample*/) {}
   // A remedy (coordinator/remedy_ladder.h) was recorded for `job`'s next attempt.
   virtual void OnRemedy(const Job& /*job*/, const trainctl::v1::Remedy& /*remedy*/) {}
+  // The job `job_id` has `bytes` of log text stored now (coordinator/event_ingester.h).
+  virtual void OnLogBytes(const std::string& /*job_id*/, int64_t /*bytes*/) {}
 };
 
 struct SubmitResult {
@@ -141,6 +143,10 @@ class JobManager {
 
   // Optional; not owned, must outlive the manager. Set before serving.
   void SetObserver(JobObserver* observer) { observer_ = observer; }
+  // Tells the observer how many bytes of log text the job has stored (the event ingester's count).
+  void ReportLogBytes(const std::string& id, int64_t bytes) {
+    if (observer_ != nullptr) observer_->OnLogBytes(id, bytes);
+  }
 
   JobStore* store() { return store_; }
   JobNotifier* notifier() { return notifier_; }

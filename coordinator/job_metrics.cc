@@ -67,7 +67,11 @@ JobMetrics::JobMetrics(metrics::Registry* registry)
                                    "Step / total steps of a running job.", kJobLabels)),
       eta_(registry->AddGauge("trainctl_job_eta_seconds",
                               "Time a running job needs to finish, from a smoothed step time.",
-                              kJobLabels)) {
+                              kJobLabels)),
+      log_bytes_(registry->AddGauge("trainctl_job_log_bytes",
+                                    "Bytes of rank log text the coordinator stores for a running "
+                                    "job (capped by --max_job_log_bytes).",
+                                    kJobLabels)) {
   for (const SampleGauge& g : SampleGauges()) {
     sample_gauges_.push_back(&registry->AddGauge(g.metric_name, g.help, kJobLabels));
   }
@@ -83,6 +87,17 @@ void JobMetrics::OnRemedy(const Job& /*job*/, const trainctl::v1::Remedy& remedy
   remedies_.WithLabels({remedy.cause()}).Inc();
 }
 
+void JobMetrics::OnLogBytes(const std::string& job_id, int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (ended_.count(job_id) > 0) return;
+  auto it = series_.find(job_id);
+  if (it == series_.end()) {
+    unshown_log_bytes_[job_id] = bytes;
+    return;
+  }
+  log_bytes_.WithLabels(it->second.labels).Set(static_cast<double>(bytes));
+}
+
 void JobMetrics::OnStateChanged(const Job& job, trainctl::v1::JobState /*from*/) {
   const std::string kind = JobKindName(job.spec().kind());
   if (job.state() == trainctl::v1::JOB_STATE_RESTARTING) restarts_.WithLabels({kind}).Inc();
@@ -91,6 +106,7 @@ void JobMetrics::OnStateChanged(const Job& job, trainctl::v1::JobState /*from*/)
     finished_.WithLabels({kind, JobStateName(job.state())}).Inc();
     DropSeries(job.id());
     ended_.insert(job.id());
+    unshown_log_bytes_.erase(job.id());
     return;
   }
   if (series_.count(job.id()) == 0) return;
@@ -149,6 +165,10 @@ JobMetrics::Series& JobMetrics::SeriesFor(const Job& job) {
   if (it != series_.end()) DropSeries(job.id());  // e.g. a restart placed on fewer nodes
   Series& series = series_[job.id()];
   series.labels = std::move(labels);
+  if (auto bytes = unshown_log_bytes_.find(job.id()); bytes != unshown_log_bytes_.end()) {
+    log_bytes_.WithLabels(series.labels).Set(static_cast<double>(bytes->second));
+    unshown_log_bytes_.erase(bytes);
+  }
   return series;
 }
 
@@ -156,7 +176,7 @@ void JobMetrics::DropSeries(const std::string& job_id) {
   auto it = series_.find(job_id);
   if (it == series_.end()) return;
   const std::vector<std::string>& labels = it->second.labels;
-  for (auto* family : {&attempt_, &step_, &total_steps_, &progress_, &eta_}) {
+  for (auto* family : {&attempt_, &step_, &total_steps_, &progress_, &eta_, &log_bytes_}) {
     family->Remove(labels);
   }
   for (auto* family : sample_gauges_) family->Remove(labels);

@@ -34,6 +34,8 @@ class JobMetrics final : public JobObserver {
   void OnStateChanged(const Job& job, trainctl::v1::JobState from) override;
   void OnMetric(const Job& job, const trainctl::v1::MetricSample& sample) override;
   void OnRemedy(const Job& job, const trainctl::v1::Remedy& remedy) override;
+  // trainctl_job_log_bytes: shown once the job has series (its first metric sample).
+  void OnLogBytes(const std::string& job_id, int64_t bytes) override;
 
   // Ids of the jobs that have series now (tests).
   std::vector<std::string> JobsWithSeries();
@@ -68,6 +70,7 @@ class JobMetrics final : public JobObserver {
   metrics::Family<metrics::Gauge>& total_steps_;
   metrics::Family<metrics::Gauge>& progress_;
   metrics::Family<metrics::Gauge>& eta_;
+  metrics::Family<metrics::Gauge>& log_bytes_;
   // One per SampleGauges() entry, in that order.
   std::vector<metrics::Family<metrics::Gauge>*> sample_gauges_;
 
@@ -76,6 +79,8 @@ class JobMetrics final : public JobObserver {
   // Jobs that ended: a sample committed before the end but told after it must not bring their
   // series back. One short string per finished job since the coordinator started.
   std::set<std::string> ended_ ABSL_GUARDED_BY(mu_);
+  // Stored log bytes of jobs that have no series yet, shown when their series is made.
+  std::map<std::string, int64_t> unshown_log_bytes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainctl

@@ -121,6 +121,8 @@ class JobStore {
   // Log lines of one job, oldest first.
   virtual absl::StatusOr<std::vector<LogLine>> ListLogs(absl::string_view job_id,
                                                         const LogQuery& query) = 0;
+  // The bytes of log text stored for one job (the lines' text, UTF-8). NOT_FOUND for no such job.
+  virtual absl::StatusOr<int64_t> LogBytes(absl::string_view job_id) = 0;
 
   // Keeps `topology` as its node's (topology.node, required: INVALID_ARGUMENT without) latest
   // probe, replacing the one before. Kept across restarts (SqliteJobStore), for nodes gone too.

@@ -610,6 +610,18 @@ absl::Status SqliteJobStore::WriteBatch(std::vector<BatchRecord>* records) {
   return written;
 }
 
+absl::StatusOr<int64_t> SqliteJobStore::LogBytes(absl::string_view job_id) {
+  ASSIGN_OR_RETURN(Job job, GetJob(job_id));
+  absl::MutexLock lock(&read_mu_);
+  // LENGTH of a BLOB counts bytes (of TEXT, characters). One pass over the job's rows by index.
+  ASSIGN_OR_RETURN(sqlite::CachedStatement st,
+                   reader_db_->PrepareCached("SELECT COALESCE(SUM(LENGTH(CAST(text AS BLOB))), 0) "
+                                             "FROM log_lines WHERE job_id = ?"));
+  st->Bind(1, ParseJobId(job.id()).value());
+  ASSIGN_OR_RETURN(bool row, st->Step());
+  return row ? st->ColumnInt(0) : 0;
+}
+
 absl::StatusOr<std::vector<LogLine>> SqliteJobStore::ListLogs(absl::string_view job_id,
                                                               const LogQuery& query) {
   ASSIGN_OR_RETURN(Job job, GetJob(job_id));

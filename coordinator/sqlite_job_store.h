@@ -59,6 +59,7 @@ class SqliteJobStore final : public JobStore {
   absl::StatusOr<std::vector<JobEvent>> ListEvents(absl::string_view job_id, int64_t after_seq,
                                                    int limit) override;
   absl::Status AppendLogs(std::vector<LogLine>* lines) override;
+  absl::StatusOr<int64_t> LogBytes(absl::string_view job_id) override;
   absl::StatusOr<std::vector<LogLine>> ListLogs(absl::string_view job_id,
                                                 const LogQuery& query) override;
   // One transaction for the whole batch: every record is written, or none (then each record's

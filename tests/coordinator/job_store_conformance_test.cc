@@ -66,6 +66,7 @@ TEST_P(JobStoreConformanceTest, UnknownAndMalformedIds) {
   EXPECT_EQ(store_->GetJob("").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store_->ListEvents("job-7", 0, 10).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store_->ListLogs("job-7", {}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->LogBytes("job-7").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_P(JobStoreConformanceTest, ListIsNewestFirstWithPagesAndStateFilter) {
@@ -258,6 +259,18 @@ TEST_P(JobStoreConformanceTest, LogsAppendInOrderWithTailAndLimit) {
   auto next = store_->ListLogs("job-1", after);
   ASSERT_EQ(next->size(), 1u);
   EXPECT_EQ((*next)[0].text(), "line 7");
+}
+
+TEST_P(JobStoreConformanceTest, LogBytesCountsTheTextOfOneJobInBytes) {
+  ASSERT_TRUE(store_->CreateJob(PendingJob("a"), "", {}).ok());
+  ASSERT_TRUE(store_->CreateJob(PendingJob("b"), "", {}).ok());
+  EXPECT_EQ(*store_->LogBytes("job-1"), 0);
+  // "\xC3\xA9" is one character of two bytes: bytes are counted, not characters.
+  std::vector<LogLine> lines = {Line("job-1", 0, "caf\xC3\xA9"), Line("job-2", 0, "other"),
+                                Line("job-1", 1, "")};
+  ASSERT_TRUE(store_->AppendLogs(&lines).ok());
+  EXPECT_EQ(*store_->LogBytes("job-1"), 5);
+  EXPECT_EQ(*store_->LogBytes("job-2"), 5);
 }
 
 TEST_P(JobStoreConformanceTest, LogsForAnUnknownJobWriteNothing) {

@@ -3,6 +3,7 @@
 // properly, as any node of the cluster can — that tries to speak for the first node's task.
 #include <signal.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,13 @@ using testing::WaitFor;
 class TrustTest : public RobustnessTest {
  protected:
   // The coordinator with /metrics on a free loopback port.
-  void StartWithMetrics() {
+  void StartWithMetrics(std::vector<std::string> extra = {}) {
     const std::string ready = dir_.path() + "/metrics-ready";
-    StartCoordinator({"--metrics_listen", "127.0.0.1:0", "--metrics_ready_file", ready});
+    for (const char* flag : {"--metrics_listen", "127.0.0.1:0", "--metrics_ready_file"}) {
+      extra.push_back(flag);
+    }
+    extra.push_back(ready);
+    StartCoordinator(extra);
     const std::string bound =
         std::string(absl::StripAsciiWhitespace(testing::ReadFileOrEmpty(ready)));
     const size_t colon = bound.rfind(':');
@@ -227,6 +232,43 @@ TEST_F(TrustTest, ATaskThatEndsBeforeItWasSeenRunningEndsItsJob) {
   job = WaitState(gang, v1::JOB_STATE_FAILED, absl::Seconds(10));
   EXPECT_TRUE(absl::StrContains(job.message(), "ended before it reported its rendezvous port"))
       << job.message();
+}
+
+// Item 4: a rank that floods its output cannot fill the coordinator's disk. The coordinator stores
+// a job's log text up to --max_job_log_bytes, says so once in the job's events, and counts what it
+// dropped; the worker's rank log keeps every line.
+TEST_F(TrustTest, AJobsStoredLogsStopAtItsCapAndTheWorkerKeepsThemAll) {
+  ASSERT_NO_FATAL_FAILURE(StartWithMetrics({"--max_job_log_bytes", "4096"}));
+  // 2000 lines of 100 bytes: 200 kB, of which 4 kB are stored.
+  StartWorker("node-a", 1,
+              Script("flood.sh",
+                     "i=0\nwhile [ $i -lt 2000 ]; do\n  printf '%099d\\n' $i\n"
+                     "  i=$((i+1))\ndone\n"));
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
+  const std::string id = Submit("flood");
+  WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(30));
+
+  int64_t stored = 0;
+  const std::vector<v1::LogLine> lines = StoredLogs(id);
+  for (const v1::LogLine& l : lines) stored += static_cast<int64_t>(l.text().size());
+  EXPECT_LE(stored, 4096);
+  EXPECT_EQ(lines.size(), 4096u / 99);  // every line is 99 bytes without its newline
+  int warnings = 0;
+  for (const v1::JobEvent& e : Events(id)) {
+    if (e.has_warning() &&
+        absl::StrContains(e.warning().message(), "reached the coordinator's cap of 4096 bytes")) {
+      ++warnings;
+    }
+  }
+  EXPECT_EQ(warnings, 1);
+  const std::string scraped = Metrics();
+  EXPECT_TRUE(absl::StrContains(
+      scraped, absl::StrCat("trainctl_log_lines_dropped_total ", 2000 - 4096 / 99)))
+      << scraped;
+  // The worker's own rank log has all 2000 lines.
+  const std::string rank_log =
+      testing::ReadFileOrEmpty(WorkDir("node-a") + "/tasks/" + id + ".0.0/rank-0.log");
+  EXPECT_EQ(std::count(rank_log.begin(), rank_log.end(), '\n'), 2000) << rank_log.size();
 }
 
 }  // namespace

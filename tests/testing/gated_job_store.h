@@ -72,6 +72,9 @@ class GatedJobStore final : public JobStore {
                                                 const LogQuery& query) override {
     return store_.ListLogs(job_id, query);
   }
+  absl::StatusOr<int64_t> LogBytes(absl::string_view job_id) override {
+    return store_.LogBytes(job_id);
+  }
   absl::Status PutNodeTopology(const trainctl::v1::NodeTopology& topology) override {
     return store_.PutNodeTopology(topology);
   }
