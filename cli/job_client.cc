@@ -53,6 +53,15 @@ absl::Status JobClient::Connect() {
   if (channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + connect_timeout_))) {
     return absl::OkStatus();
   }
+  if (tls_without_cert_) {
+    // The channel's last error says more than the timeout (a server that demands a client
+    // certificate closes the socket): a fail-fast call on the failed channel returns it at once.
+    grpc::ClientContext probe;
+    probe.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    trainctl::v1::Job job;
+    const grpc::Status s = stub_->GetJob(&probe, trainctl::v1::GetJobRequest(), &job);
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) return Convert(s);
+  }
   return absl::UnavailableError(absl::StrCat("cannot reach coordinator at ", address_,
                                              ": no connection within ",
                                              absl::FormatDuration(connect_timeout_)));

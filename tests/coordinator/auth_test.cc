@@ -419,6 +419,18 @@ TEST_F(AuthTest, RequiredClientCertificatesAreDemandedAtTheHandshake) {
       absl::StrContains(refused.message(), "this coordinator may require a client certificate"))
       << refused;
   EXPECT_TRUE(absl::StrContains(refused.message(), "--tls_cert")) << refused;
+  {
+    cli::Connection streaming;
+    streaming.address = address;
+    streaming.tls.ca = pki_->ca();
+    streaming.credentials = Tls();
+    v1::StreamLogsRequest logs;
+    logs.set_id("job-1");
+    auto stream = cli::JobClient(std::move(streaming)).Logs(logs, [](const v1::LogLine&) {});
+    EXPECT_TRUE(
+        absl::StrContains(stream.message(), "this coordinator may require a client certificate"))
+        << stream;
+  }
   strict->Shutdown();
   // Nothing listening: the same client is not told about certificates.
   cli::Connection gone;
