@@ -2,14 +2,20 @@
 // (tests/serve/chat_client.cjs) asks about a PNG sent as a data: URL and gets model::Generate's
 // greedy tokens for the prompt `trainctl prepare` builds from the same chat; /v1/models; n with a
 // seed; max_tokens and finish_reason; OpenAI error objects for bad requests; concurrent requests
-// batched into one Generate call with the tokens each gets alone; the verb's binary.
+// batched together with the tokens each gets alone; continuous batching (a short request finishes
+// while a long one generates, rows joining a running batch decode as alone); a client going away
+// cancels its rows; slow clients do not starve the server; the verb's binary (request timeout,
+// graceful SIGTERM).
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
 #include <torch/torch.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "tests/data/qwen_tokenizer.h"
+#include "tests/testing/raw_socket.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/trainer/data/batch.h"
@@ -129,6 +136,21 @@ class ServeTest : public ::testing::Test {
     auto out = model::Generate(*reference_, *inputs, options);
     EXPECT_TRUE(out.ok()) << out.status();
     return out->tokens[0];
+  }
+
+  // The port a `serve` process logging to `log` listens on, once it says; 0 after 60 s.
+  static int WaitForPort(const std::string& log) {
+    int port = 0;
+    trainctl::testing::WaitFor(
+        [&] {
+          const std::string text = trainctl::testing::ReadFileOrEmpty(log);
+          const size_t at = text.find("http://127.0.0.1:");
+          if (at == std::string::npos || text.find('\n', at) == std::string::npos) return false;
+          port = std::stoi(text.substr(at + 17));
+          return true;
+        },
+        absl::Seconds(60));
+    return port;
   }
 
   static json TextChat(const std::string& text, int64_t max_tokens) {
@@ -271,6 +293,8 @@ TEST_F(ServeTest, BadRequestsGetOpenAiErrors) {
       {stream.dump(), "stream"},
       {zero_n.dump(), "n"},
       {hot.dump(), "temperature"},
+      // A number past double's range names its field (it was "the body is not a JSON object").
+      {R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1e400})", "max_tokens"},
   };
   for (const auto& [body, param] : cases) {
     auto res = Post(body);
@@ -282,6 +306,13 @@ TEST_F(ServeTest, BadRequestsGetOpenAiErrors) {
     EXPECT_FALSE(error["error"]["message"].get<std::string>().empty());
     EXPECT_EQ(error["error"]["param"], param) << res->body;
     EXPECT_TRUE(error["error"].contains("code"));
+    // The field is named once in the message, not twice ("p: p: ...").
+    if (param.is_string()) {
+      const std::string message = error["error"]["message"];
+      const std::string twice = param.get<std::string>() + ": " + param.get<std::string>() + ": ";
+      EXPECT_EQ(message.find(twice), std::string::npos) << message;
+      EXPECT_EQ(message.rfind(param.get<std::string>(), 0), 0u) << message;
+    }
   }
   json other_model = TextChat("hi", 2);
   other_model["model"] = "gpt-4o";
@@ -298,6 +329,40 @@ TEST_F(ServeTest, BadRequestsGetOpenAiErrors) {
   auto fine = Post(TextChat("hi", 2).dump());
   ASSERT_TRUE(fine);
   EXPECT_EQ(fine->status, 200) << fine->body;
+}
+
+// A temperature inside OpenAI's range but too small to divide logits by (1e-40 overflowed to a
+// LibTorch error) is greedy.
+TEST_F(ServeTest, TinyTemperatureIsGreedy) {
+  StartServer(16, absl::Milliseconds(2));
+  json chat = TextChat("Tell me a story.", 6);
+  auto greedy = Post(chat.dump());
+  chat["temperature"] = 1e-40;
+  auto tiny = Post(chat.dump());
+  ASSERT_TRUE(greedy && tiny);
+  ASSERT_EQ(tiny->status, 200) << tiny->body;
+  EXPECT_EQ(json::parse(tiny->body)["choices"][0]["token_ids"],
+            json::parse(greedy->body)["choices"][0]["token_ids"]);
+}
+
+// The model throwing (here on an id outside its vocabulary; in production LibTorch or allocator
+// errors) is the server's failure, INTERNAL (500 server_error), not the client's INVALID_ARGUMENT.
+TEST_F(ServeTest, ModelErrorsAreInternal) {
+  GenerationQueue queue(LoadModel(), GenerationQueueOptions{});
+  auto prompt = std::make_shared<ChatPrompt>();
+  prompt->ids = {reference_->config().vocab_size + 5};
+  SamplingParams sampling;
+  sampling.max_tokens = 2;
+  auto result = queue.Submit(prompt, sampling).get();
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInternal) << result.status();
+  EXPECT_NE(result.status().message().find("input_ids"), std::string::npos) << result.status();
+  // The queue still serves.
+  prompt = std::make_shared<ChatPrompt>();
+  prompt->ids = {1, 2, 3};
+  auto fine = queue.Submit(prompt, sampling).get();
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ((*fine)[0].tokens.size(), 2u);
 }
 
 // Four clients at once, max_batch 4, a batch window long enough for all to arrive: one Generate
@@ -331,6 +396,185 @@ TEST_F(ServeTest, ConcurrentRequestsAreBatched) {
   EXPECT_EQ(stats.generate_calls, 1);
   EXPECT_EQ(stats.largest_batch, 4);
   EXPECT_EQ(stats.rows, 4);
+}
+
+// Continuous batching: a request of 30,000 tokens is decoding when a 4-token request arrives; the
+// short one joins the running batch and is answered while the long one still generates (it held
+// the only model thread until its end before). Stopping the server then ends the long one at once
+// with 503 "the server is shutting down".
+TEST_F(ServeTest, ShortRequestFinishesWhileLongOneGenerates) {
+  StartServer(16, absl::Milliseconds(2));
+  std::atomic<bool> long_done{false};
+  std::optional<httplib::Result> long_result;
+  std::thread long_client([&] {
+    long_result.emplace(Post(TextChat("Count to a million, please.", 30000).dump()));
+    long_done = true;
+  });
+  ASSERT_TRUE(trainctl::testing::WaitFor([&] { return queue_->stats().decode_steps >= 2; },
+                                         absl::Seconds(60)));
+  auto request = ParseChatRequest(TextChat("Why?", 4).dump(), {});
+  ASSERT_TRUE(request.ok());
+  auto prompt = BuildChatPrompt(*request, *tokenizer_, {});
+  ASSERT_TRUE(prompt.ok());
+  auto shorter = Post(TextChat("Why?", 4).dump());
+  ASSERT_TRUE(shorter);
+  ASSERT_EQ(shorter->status, 200) << shorter->body;
+  EXPECT_FALSE(long_done.load());
+  EXPECT_TRUE(
+      trainctl::testing::WaitFor([&] { return queue_->running_rows() == 1; }, absl::Seconds(10)));
+  EXPECT_FALSE(long_done.load());
+  EXPECT_EQ(json::parse(shorter->body)["choices"][0]["token_ids"].get<Tokens>(),
+            GenerateAlone(*prompt, 4));
+  const QueueStats stats = queue_->stats();
+  EXPECT_EQ(stats.generate_calls, 2);
+  EXPECT_EQ(stats.largest_batch, 2);
+
+  const auto stop_start = std::chrono::steady_clock::now();
+  server_->Stop();
+  long_client.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - stop_start, std::chrono::seconds(5));
+  ASSERT_TRUE(long_result && *long_result);
+  EXPECT_EQ((*long_result)->status, 503) << (*long_result)->body;
+  const json error = json::parse((*long_result)->body);
+  EXPECT_EQ(error["error"]["type"], "server_error");
+  EXPECT_EQ(error["error"]["message"], "the server is shutting down");
+}
+
+// Rows joining a running batch decode as they would alone: B's prompt is longer than A's cache
+// when it joins (A's rows move right in the merged cache), and once B leaves, A's columns are cut
+// from the left (the cache compacts). Both answers are model::Generate's alone.
+TEST_F(ServeTest, RowsJoiningMidwayDecodeAsAlone) {
+  StartServer(16, absl::Milliseconds(2));
+  std::string story;
+  for (int i = 0; i < 24; ++i) story += "The quick brown fox jumps over the lazy dog. ";
+  const json a = TextChat("Hi", 300), b = TextChat(story + "What did the fox do?", 5);
+  std::vector<Tokens> expected;
+  for (const json& chat : {a, b}) {
+    auto request = ParseChatRequest(chat.dump(), {});
+    ASSERT_TRUE(request.ok());
+    auto prompt = BuildChatPrompt(*request, *tokenizer_, {});
+    ASSERT_TRUE(prompt.ok());
+    expected.push_back(GenerateAlone(*prompt, chat["max_tokens"].get<int64_t>()));
+  }
+  ASSERT_EQ(expected[0].size(), 300u) << "A should not stop early, or B could not join it";
+  std::optional<httplib::Result> first;
+  std::thread a_client([&] { first.emplace(Post(a.dump())); });
+  ASSERT_TRUE(trainctl::testing::WaitFor([&] { return queue_->stats().decode_steps >= 2; },
+                                         absl::Seconds(60)));
+  auto second = Post(b.dump());
+  a_client.join();
+  ASSERT_TRUE(first && *first && second);
+  ASSERT_EQ((*first)->status, 200) << (*first)->body;
+  ASSERT_EQ(second->status, 200) << second->body;
+  EXPECT_EQ(json::parse(second->body)["choices"][0]["token_ids"].get<Tokens>(), expected[1]);
+  EXPECT_EQ(json::parse((*first)->body)["choices"][0]["token_ids"].get<Tokens>(), expected[0]);
+  EXPECT_EQ(queue_->stats().largest_batch, 2) << "B did not join while A was decoding";
+}
+
+// A client that goes away mid-generation: its rows leave the batch at the next step instead of
+// generating to max_tokens for nobody.
+TEST_F(ServeTest, ClientDisconnectCancelsItsRows) {
+  StartServer(16, absl::Milliseconds(2));
+  const std::string body = TextChat("Count to a million, please.", 30000).dump();
+  {
+    trainctl::testing::RawSocket socket(port_);
+    ASSERT_TRUE(socket.connected());
+    ASSERT_TRUE(socket.Send(absl::StrCat(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n",
+        "Content-Type: application/json\r\nContent-Length: ", body.size(), "\r\n\r\n", body)));
+    ASSERT_TRUE(trainctl::testing::WaitFor([&] { return queue_->stats().decode_steps >= 2; },
+                                           absl::Seconds(60)));
+  }  // closed
+  ASSERT_TRUE(
+      trainctl::testing::WaitFor([&] { return queue_->running_rows() == 0; }, absl::Seconds(10)));
+  EXPECT_EQ(queue_->stats().cancelled_rows, 1);
+}
+
+// 24 connections that sent one header byte and then nothing held all 8 HTTP threads: nothing
+// else was answered until they timed out. They take a thread each from a larger pool now.
+TEST_F(ServeTest, SlowClientsDoNotStarveTheServer) {
+  StartServer(16, absl::Milliseconds(2));
+  std::vector<std::unique_ptr<trainctl::testing::RawSocket>> slow;
+  for (int i = 0; i < 24; ++i) {
+    slow.push_back(std::make_unique<trainctl::testing::RawSocket>(port_));
+    ASSERT_TRUE(slow.back()->connected());
+    ASSERT_TRUE(slow.back()->Send("P"));
+  }
+  httplib::Client client("127.0.0.1", port_);
+  client.set_connection_timeout(2);
+  client.set_read_timeout(2);
+  const auto start = std::chrono::steady_clock::now();
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models) << httplib::to_string(models.error());
+  EXPECT_EQ(models->status, 200);
+  auto answer = client.Post("/v1/chat/completions", TextChat("hi", 2).dump(), "application/json");
+  ASSERT_TRUE(answer) << httplib::to_string(answer.error());
+  EXPECT_EQ(answer->status, 200) << answer->body;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+// The binary's request timeout: a request still generating at --request_timeout_s ends with 504
+// server_error, code "timeout", saying how far it got.
+TEST_F(ServeTest, TrainerServeRequestTimeout) {
+  const std::string log = dir_->path() + "/serve_timeout.log";
+  trainctl::testing::Subprocess serve({TRAINCTL_TRAINER_BIN, "serve", "--model", ModelDir(),
+                                       "--listen", "127.0.0.1:0", "--request_timeout_s", "1"},
+                                      log);
+  const int port = WaitForPort(log);
+  ASSERT_GT(port, 0) << trainctl::testing::ReadFileOrEmpty(log);
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(30, 0);
+  const auto start = std::chrono::steady_clock::now();
+  json chat = TextChat("Count to a million.", 30000);
+  chat.erase("model");  // the binary serves "model", its directory's name
+  auto res = client.Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(res->status, 504) << res->body;
+  const json error = json::parse(res->body);
+  EXPECT_EQ(error["error"]["type"], "server_error");
+  EXPECT_EQ(error["error"]["code"], "timeout");
+  EXPECT_NE(error["error"]["message"].get<std::string>().find("request timeout"),
+            std::string::npos);
+  serve.Kill(SIGTERM);
+  ASSERT_TRUE(serve.Wait(absl::Seconds(10)).ok());
+}
+
+// SIGTERM while a 30,000-token request generates: the server stops accepting, the request ends
+// at once with 503 "the server is shutting down", and the process exits 0 within seconds (it
+// used to finish the generation first).
+TEST_F(ServeTest, TrainerServeSigtermEndsRequestsInFlight) {
+  const std::string log = dir_->path() + "/serve_sigterm.log";
+  trainctl::testing::Subprocess serve(
+      {TRAINCTL_TRAINER_BIN, "serve", "--model", ModelDir(), "--listen", "127.0.0.1:0"}, log);
+  const int port = WaitForPort(log);
+  ASSERT_GT(port, 0) << trainctl::testing::ReadFileOrEmpty(log);
+  std::optional<httplib::Result> result;
+  std::thread long_client([&] {
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(120, 0);
+    json chat = TextChat("Count to a million.", 30000);
+    chat.erase("model");  // the binary serves "model", its directory's name
+    result.emplace(client.Post("/v1/chat/completions", chat.dump(), "application/json"));
+  });
+  httplib::Client probe("127.0.0.1", port);
+  ASSERT_TRUE(trainctl::testing::WaitFor(
+      [&] {
+        auto health = probe.Get("/health");
+        return health && health->status == 200 &&
+               json::parse(health->body)["running_rows"].get<int64_t>() == 1;
+      },
+      absl::Seconds(60)));
+  const auto start = std::chrono::steady_clock::now();
+  serve.Kill(SIGTERM);
+  auto code = serve.Wait(absl::Seconds(10));
+  long_client.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << trainctl::testing::ReadFileOrEmpty(log);
+  ASSERT_TRUE(result && *result) << (result ? httplib::to_string(result->error()) : "no result");
+  EXPECT_EQ((*result)->status, 503) << (*result)->body;
+  EXPECT_EQ(json::parse((*result)->body)["error"]["message"], "the server is shutting down");
 }
 
 // The verb itself: listens on a free port, lists its model, stops on SIGTERM with exit code 0.

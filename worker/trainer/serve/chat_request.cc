@@ -23,8 +23,10 @@ using nlohmann::json;
 using tokenizer::ChatPart;
 
 absl::Status Invalid(const std::string& param, absl::string_view message) {
+  // A message that already names the field (DecodeImage's, given the part's path) keeps one copy.
+  const bool named = param.empty() || absl::StartsWith(message, absl::StrCat(param, ": "));
   absl::Status status = absl::InvalidArgumentError(
-      param.empty() ? std::string(message) : absl::StrCat(param, ": ", message));
+      named ? std::string(message) : absl::StrCat(param, ": ", message));
   if (!param.empty()) status.SetPayload(kParamPayload, absl::Cord(param));
   return status;
 }
@@ -35,6 +37,28 @@ absl::Status WithParam(absl::Status status, const std::string& param) {
     return status;
   }
   return Invalid(param, status.message());
+}
+
+// Why a body that nlohmann could not parse is refused: a number out of range names its field
+// (the last key read before it, as "max_tokens" for `"max_tokens": 1e400`), else the syntax error.
+absl::Status NotJson(absl::string_view body) {
+  std::string key;
+  const json::parser_callback_t track = [&key](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && parsed.is_string()) key = parsed.get<std::string>();
+    return true;
+  };
+  try {
+    const json parsed = json::parse(body, track);
+    static_cast<void>(parsed);
+  } catch (const json::out_of_range&) {
+    return Invalid(key, "the number is out of range (not a finite double)");
+  } catch (const json::exception& e) {
+    std::string why = e.what();
+    const size_t at = why.find("] ");  // past "[json.exception.parse_error.101] "
+    if (at != std::string::npos) why = why.substr(at + 2);
+    return Invalid("", absl::StrCat("the body is not valid JSON: ", why));
+  }
+  return Invalid("", "the body is not a JSON object");
 }
 
 absl::StatusOr<std::string> Text(const json& value, const std::string& param) {
@@ -137,7 +161,9 @@ absl::Status ParseSampling(const json& body, const RequestLimits& limits, Sampli
   if (Present(body, "temperature")) {
     absl::StatusOr<double> t = Number(body, "temperature", 0, 2);
     if (!t.ok()) return t.status();
-    s.temperature = *t;
+    // Below kGreedyTemperature the logits / temperature overflow float32 (1e-40 made LibTorch
+    // fail), and sampling that cold is argmax anyway: greedy.
+    s.temperature = *t < kGreedyTemperature ? 0 : *t;
   }
   if (Present(body, "top_p")) {
     absl::StatusOr<double> p = Number(body, "top_p", 0, 1);
@@ -241,9 +267,8 @@ std::string ErrorParam(const absl::Status& status) {
 
 absl::StatusOr<ChatRequest> ParseChatRequest(absl::string_view body, const RequestLimits& limits) {
   const json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return Invalid("", "the body is not a JSON object");
-  }
+  if (doc.is_discarded()) return NotJson(body);
+  if (!doc.is_object()) return Invalid("", "the body is not a JSON object");
   ChatRequest out;
   if (Present(doc, "model")) {
     absl::StatusOr<std::string> model = Text(doc["model"], "model");

@@ -40,9 +40,12 @@ struct RequestLimits {
   data::ImageProcessorOptions image;
 };
 
+// Temperatures below this (inside OpenAI's [0, 2]) are taken as 0, greedy.
+inline constexpr double kGreedyTemperature = 1e-5;
+
 struct SamplingParams {
   int64_t n = 1;
-  double temperature = 1.0;  // OpenAI's default; 0 is greedy
+  double temperature = 1.0;  // OpenAI's default; 0 (or below kGreedyTemperature) is greedy
   double top_p = 1.0;
   int64_t max_tokens = 0;
   std::vector<std::string> stop;

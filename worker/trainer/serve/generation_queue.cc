@@ -1,33 +1,35 @@
 #include "worker/trainer/serve/generation_queue.h"
 
-#include <torch/torch.h>
-
 #include <algorithm>
 #include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/trainer/data/batch.h"
-#include "worker/trainer/model/generation.h"
+#include "absl/time/clock.h"
 
 namespace trainctl::serve {
 
 struct GenerationQueue::Job {
   std::shared_ptr<const ChatPrompt> prompt;
   SamplingParams sampling;
+  std::shared_ptr<const std::atomic<bool>> cancelled;  // may be null
+  absl::Time deadline = absl::InfiniteFuture();
   std::vector<Choice> choices;
   int64_t remaining = 0;
   bool done = false;
   std::promise<absl::StatusOr<std::vector<Choice>>> promise;
+
+  void Fail(const absl::Status& status) {
+    if (done) return;
+    done = true;
+    promise.set_value(status);
+  }
+  bool Cancelled() const { return cancelled != nullptr && cancelled->load(); }
 };
 
 namespace {
 
-// Rows batch together when they sample alike: all greedy rows, or equal temperature and top_p.
-bool SameSampling(const SamplingParams& a, const SamplingParams& b) {
-  if (a.temperature == 0 || b.temperature == 0) return a.temperature == b.temperature;
-  return a.temperature == b.temperature && a.top_p == b.top_p;
-}
+absl::Status ShuttingDown() { return absl::UnavailableError("the server is shutting down"); }
 
 }  // namespace
 
@@ -36,24 +38,26 @@ GenerationQueue::GenerationQueue(std::shared_ptr<model::Qwen2VLForConditionalGen
     : model_(std::move(model)), options_(std::move(options)), thread_([this] { Loop(); }) {}
 
 GenerationQueue::~GenerationQueue() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
+  Shutdown();
   thread_.join();
   absl::MutexLock lock(&mu_);
-  for (Row& row : queue_) {
-    if (row.job->done) continue;
-    row.job->done = true;
-    row.job->promise.set_value(absl::CancelledError("the server is shutting down"));
-  }
+  for (Row& row : queue_) row.job->Fail(ShuttingDown());
+  queue_.clear();
+}
+
+void GenerationQueue::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
 }
 
 std::future<absl::StatusOr<std::vector<Choice>>> GenerationQueue::Submit(
-    std::shared_ptr<const ChatPrompt> prompt, const SamplingParams& sampling) {
+    std::shared_ptr<const ChatPrompt> prompt, const SamplingParams& sampling,
+    std::shared_ptr<const std::atomic<bool>> cancelled) {
   auto job = std::make_shared<Job>();
   job->prompt = std::move(prompt);
   job->sampling = sampling;
+  job->cancelled = std::move(cancelled);
+  job->deadline = absl::Now() + options_.request_timeout;
   job->choices.resize(static_cast<size_t>(sampling.n));
   job->remaining = sampling.n;
   auto future = job->promise.get_future();
@@ -65,6 +69,10 @@ std::future<absl::StatusOr<std::vector<Choice>>> GenerationQueue::Submit(
     base = (uint64_t{device()} << 32) ^ device();
   }
   absl::MutexLock lock(&mu_);
+  if (stopping_) {
+    job->Fail(ShuttingDown());
+    return future;
+  }
   for (int64_t i = 0; i < sampling.n; ++i) {
     queue_.push_back(Row{job, i, base + static_cast<uint64_t>(i)});
   }
@@ -76,117 +84,148 @@ QueueStats GenerationQueue::stats() const {
   return stats_;
 }
 
-std::vector<GenerationQueue::Row> GenerationQueue::NextBatch() {
+int64_t GenerationQueue::running_rows() const {
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](GenerationQueue* q)
-           ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return q->stopping_ || !q->queue_.empty(); },
-      this));
-  if (stopping_) return {};
-  const SamplingParams first = queue_.front().job->sampling;
-  if (options_.batch_window > absl::ZeroDuration()) {
-    struct Wait {
-      GenerationQueue* queue;
-      const SamplingParams* first;
-    } wait{this, &first};
-    auto ready = +[](Wait* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      const auto& q = w->queue->queue_;
-      const auto matching = std::count_if(q.begin(), q.end(), [w](const Row& r) {
-        return SameSampling(r.job->sampling, *w->first);
-      });
-      return w->queue->stopping_ || matching >= w->queue->options_.max_batch;
-    };
-    mu_.AwaitWithTimeout(absl::Condition(ready, &wait), options_.batch_window);
-    if (stopping_) return {};
-  }
-  std::vector<Row> batch;
-  for (auto it = queue_.begin();
-       it != queue_.end() && static_cast<int64_t>(batch.size()) < options_.max_batch;) {
-    if (SameSampling(it->job->sampling, first)) {
-      batch.push_back(std::move(*it));
-      it = queue_.erase(it);
-    } else {
-      ++it;
+  return running_;
+}
+
+int64_t GenerationQueue::queued_rows() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+bool GenerationQueue::Admit(int64_t running, std::vector<Row>& joining) {
+  absl::MutexLock lock(&mu_);
+  running_ = running;
+  if (running == 0) {
+    mu_.Await(absl::Condition(
+        +[](GenerationQueue* q)
+             ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return q->stopping_ || !q->queue_.empty(); },
+        this));
+    if (!stopping_ && options_.batch_window > absl::ZeroDuration()) {
+      mu_.AwaitWithTimeout(absl::Condition(
+                               +[](GenerationQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
+                                 return q->stopping_ || static_cast<int64_t>(q->queue_.size()) >=
+                                                            q->options_.max_batch;
+                               },
+                               this),
+                           options_.batch_window);
     }
   }
-  stats_.generate_calls += 1;
-  stats_.rows += static_cast<int64_t>(batch.size());
-  stats_.largest_batch = std::max<int64_t>(stats_.largest_batch, batch.size());
-  stats_.multi_row_calls += batch.size() > 1;
-  return batch;
+  if (stopping_) return false;
+  const absl::Time now = absl::Now();
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Job& job = *it->job;
+    if (job.Cancelled()) {
+      job.Fail(absl::CancelledError("the client closed the connection"));
+      stats_.cancelled_rows += 1;
+    } else if (now >= job.deadline) {
+      job.Fail(absl::DeadlineExceededError(absl::StrCat(
+          "the request waited past the server's request timeout (",
+          absl::FormatDuration(options_.request_timeout), ", --request_timeout_s) in the queue")));
+      stats_.expired_rows += 1;
+    }
+    it = job.done ? queue_.erase(it) : std::next(it);
+  }
+  while (!queue_.empty() && running + static_cast<int64_t>(joining.size()) < options_.max_batch) {
+    joining.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  if (!joining.empty()) {
+    stats_.generate_calls += 1;
+    stats_.rows += static_cast<int64_t>(joining.size());
+    stats_.multi_row_calls += joining.size() > 1;
+    stats_.largest_batch =
+        std::max<int64_t>(stats_.largest_batch, running + static_cast<int64_t>(joining.size()));
+  }
+  return true;
+}
+
+void GenerationQueue::Join(RunningBatch& batch, std::vector<Row>& active,
+                           std::vector<Row>& joining) {
+  std::vector<NewRow> rows;
+  for (const Row& row : joining) {
+    const SamplingParams& s = row.job->sampling;
+    rows.push_back(NewRow{row.job->prompt, s.temperature, s.top_p, s.max_tokens, row.seed});
+  }
+  const absl::Status status = batch.Join(rows);
+  for (Row& row : joining) {
+    if (!status.ok()) {
+      row.job->Fail(status);
+    } else {
+      active.push_back(std::move(row));
+    }
+  }
+  joining.clear();
+}
+
+void GenerationQueue::Retire(RunningBatch& batch, std::vector<Row>& active) {
+  const absl::Time now = absl::Now();
+  std::vector<bool> keep(active.size(), true);
+  int64_t cancelled = 0, expired = 0;
+  for (size_t b = 0; b < active.size(); ++b) {
+    Job& job = *active[b].job;
+    const BatchRow& row = batch.rows()[b];
+    if (job.done) {
+      keep[b] = false;
+    } else if (row.finished) {
+      keep[b] = false;
+      Choice& choice = job.choices[static_cast<size_t>(active[b].index)];
+      choice.tokens = row.tokens;
+      choice.eos = row.eos;
+      if (--job.remaining == 0) {
+        job.done = true;
+        job.promise.set_value(std::move(job.choices));
+      }
+    } else if (job.Cancelled()) {
+      keep[b] = false;
+      ++cancelled;
+      job.Fail(absl::CancelledError("the client closed the connection"));
+    } else if (now >= job.deadline) {
+      keep[b] = false;
+      ++expired;
+      job.Fail(absl::DeadlineExceededError(absl::StrCat(
+          "the request ran past the server's request timeout (",
+          absl::FormatDuration(options_.request_timeout), ", --request_timeout_s) after ",
+          row.tokens.size(), " of ", row.max_tokens, " tokens")));
+    }
+  }
+  batch.Retain(keep);
+  std::vector<Row> kept;
+  for (size_t b = 0; b < active.size(); ++b) {
+    if (keep[b]) kept.push_back(std::move(active[b]));
+  }
+  active = std::move(kept);
+  absl::MutexLock lock(&mu_);
+  stats_.cancelled_rows += cancelled;
+  stats_.expired_rows += expired;
+  running_ = batch.size();
 }
 
 void GenerationQueue::Loop() {
-  for (;;) {
-    std::vector<Row> batch = NextBatch();
-    if (batch.empty()) return;
-    RunBatch(batch);
-  }
-}
-
-void GenerationQueue::RunBatch(const std::vector<Row>& rows) {
-  std::vector<std::vector<int64_t>> prompts;
-  std::vector<torch::Tensor> pixels;
-  std::vector<int64_t> grids;
-  model::GenerationOptions options;
-  const SamplingParams& sampling = rows.front().job->sampling;
-  options.temperature = sampling.temperature;
-  options.top_p = sampling.top_p;
-  options.eos_token_ids = options_.eos_token_ids;
-  options.pad_token_id = options_.pad_token_id;
-  for (const Row& row : rows) {
-    const ChatPrompt& p = *row.job->prompt;
-    prompts.push_back(p.ids);
-    if (!p.grid_thw.empty()) {
-      const int64_t patches = static_cast<int64_t>(p.pixel_values.size()) / data::kPatchDim;
-      pixels.push_back(torch::from_blob(const_cast<float*>(p.pixel_values.data()),
-                                        {patches, data::kPatchDim}, torch::kFloat32));
-      grids.insert(grids.end(), p.grid_thw.begin(), p.grid_thw.end());
-    }
-    options.row_seeds.push_back(row.seed);
-    options.max_new_tokens = std::max(options.max_new_tokens, row.job->sampling.max_tokens);
-  }
-  absl::StatusOr<model::GenerationOutput> out = absl::InternalError("not run");
-  try {
-    absl::StatusOr<model::ModelInputs> inputs =
-        model::LeftPadPrompts(prompts, options_.pad_token_id);
-    if (!inputs.ok()) {
-      out = inputs.status();
+  RunningBatch batch(model_, options_.eos_token_ids, options_.pad_token_id);
+  std::vector<Row> active;  // aligned with batch.rows()
+  std::vector<Row> joining;
+  while (Admit(batch.size(), joining)) {
+    if (!joining.empty()) Join(batch, active, joining);
+    Retire(batch, active);
+    if (batch.size() == 0) continue;
+    const absl::Status status = batch.Step();
+    if (!status.ok()) {
+      for (Row& row : active) row.job->Fail(status);
+      active.clear();
+      batch.Clear();
     } else {
-      const torch::Device device = model_->parameters().front().device();
-      inputs->input_ids = inputs->input_ids.to(device);
-      inputs->attention_mask = inputs->attention_mask.to(device);
-      if (!pixels.empty()) {
-        inputs->pixel_values = torch::cat(pixels, 0).to(device);
-        inputs->image_grid_thw = torch::tensor(grids, torch::kInt64)
-                                     .view({static_cast<int64_t>(grids.size()) / 3, 3})
-                                     .to(device);
-      }
-      out = model::Generate(*model_, *inputs, options);
+      absl::MutexLock lock(&mu_);
+      stats_.decode_steps += 1;
     }
-  } catch (const std::exception& e) {
-    out = absl::InternalError(absl::StrCat("generation failed: ", e.what()));
+    Retire(batch, active);
   }
-  for (size_t b = 0; b < rows.size(); ++b) {
-    Job& job = *rows[b].job;
-    if (job.done) continue;
-    if (!out.ok()) {
-      job.done = true;
-      job.promise.set_value(out.status());
-      continue;
-    }
-    Choice& choice = job.choices[static_cast<size_t>(rows[b].index)];
-    choice.tokens = out->tokens[b];
-    choice.eos = out->stopped[b];
-    if (static_cast<int64_t>(choice.tokens.size()) > job.sampling.max_tokens) {
-      choice.tokens.resize(static_cast<size_t>(job.sampling.max_tokens));
-      choice.eos = false;
-    }
-    if (--job.remaining == 0) {
-      job.done = true;
-      job.promise.set_value(std::move(job.choices));
-    }
-  }
+  for (Row& row : active) row.job->Fail(ShuttingDown());
+  absl::MutexLock lock(&mu_);
+  for (Row& row : queue_) row.job->Fail(ShuttingDown());
+  queue_.clear();
+  running_ = 0;
 }
 
 }  // namespace trainctl::serve

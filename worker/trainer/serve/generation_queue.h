@@ -1,16 +1,18 @@
-// The server's one model thread and the queue in front of it. Each request becomes n rows (one
-// per choice); the thread takes the oldest row and every queued row with the same temperature and
-// top_p (greedy rows all share one batch), up to max_batch rows, waiting up to batch_window for
-// more to arrive, and runs them as one left-padded model::Generate call. Rows keep their own
-// seeds (row_seeds: the request's seed + the choice's index, else a random one), so a row's tokens
-// do not depend on the batch it ran in; the batch runs to its longest max_tokens and each row is
-// cut to its own.
+// The server's one model thread and the queue in front of it, batching at each decoding step
+// (running_batch.h): each request becomes n rows (one per choice); between two steps, rows that
+// finished, whose request was cancelled (the client went away) or ran past its deadline leave
+// the running batch, and queued rows join it (prefilled together, up to max_batch rows in all),
+// whatever their sampling settings. A short request thus completes while a long one is still
+// generating. While nothing runs, the thread waits up to batch_window after the first row for
+// more to arrive, so a burst starts as one batch. Rows keep their own seeds (the request's seed +
+// the choice's index, else a random one), so a row's tokens do not depend on the batch it ran in.
 //
-// Thread-safe: Submit from any thread (the HTTP handlers). The destructor fails what is queued
-// with CANCELLED and joins the thread.
+// Thread-safe: Submit from any thread (the HTTP handlers). Shutdown() (and the destructor) fails
+// what is queued or running with UNAVAILABLE at the next step and ends the thread.
 #ifndef TRAINCTL_WORKER_TRAINER_SERVE_GENERATION_QUEUE_H_
 #define TRAINCTL_WORKER_TRAINER_SERVE_GENERATION_QUEUE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <future>
@@ -24,12 +26,15 @@
 #include "absl/time/time.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/serve/chat_request.h"
+#include "worker/trainer/serve/running_batch.h"
 
 namespace trainctl::serve {
 
 struct GenerationQueueOptions {
-  int64_t max_batch = 16;                               // rows per Generate call, >= 1
+  int64_t max_batch = 16;                               // rows decoding together, >= 1
   absl::Duration batch_window = absl::Milliseconds(2);  // wait for more rows after the first
+  // From Submit to the last token; a request past it fails with DEADLINE_EXCEEDED.
+  absl::Duration request_timeout = absl::InfiniteDuration();
   std::vector<int64_t> eos_token_ids;
   int64_t pad_token_id = 0;
 };
@@ -40,10 +45,13 @@ struct Choice {
 };
 
 struct QueueStats {
-  int64_t generate_calls = 0;
-  int64_t rows = 0;             // rows generated, over all calls
-  int64_t largest_batch = 0;    // most rows in one call
-  int64_t multi_row_calls = 0;  // calls with more than one row
+  int64_t generate_calls = 0;   // prefill calls (rows joining the running batch together)
+  int64_t rows = 0;             // rows admitted, over all calls
+  int64_t largest_batch = 0;    // most rows decoding together
+  int64_t multi_row_calls = 0;  // prefill calls with more than one row
+  int64_t decode_steps = 0;
+  int64_t cancelled_rows = 0;  // left because the client went away
+  int64_t expired_rows = 0;    // left at their deadline
 };
 
 class GenerationQueue {
@@ -55,12 +63,21 @@ class GenerationQueue {
   GenerationQueue(const GenerationQueue&) = delete;
   GenerationQueue& operator=(const GenerationQueue&) = delete;
 
-  // Queues `sampling.n` rows of `prompt`. The future holds the n choices in order, or the
-  // generator's error (INVALID_ARGUMENT for inputs the model rejects), or CANCELLED at shutdown.
-  std::future<absl::StatusOr<std::vector<Choice>>> Submit(std::shared_ptr<const ChatPrompt> prompt,
-                                                          const SamplingParams& sampling);
+  // Queues `sampling.n` rows of `prompt`. The future holds the n choices in order, or INTERNAL
+  // when the model throws (a LibTorch or allocator error), DEADLINE_EXCEEDED past the request
+  // timeout, CANCELLED once `cancelled` is set (checked at every step), UNAVAILABLE at shutdown.
+  std::future<absl::StatusOr<std::vector<Choice>>> Submit(
+      std::shared_ptr<const ChatPrompt> prompt, const SamplingParams& sampling,
+      std::shared_ptr<const std::atomic<bool>> cancelled = nullptr);
+
+  // Fails every queued and running request with UNAVAILABLE at the model thread's next step
+  // boundary and ends the thread; later Submits fail at once. Idempotent.
+  void Shutdown();
 
   QueueStats stats() const;
+  // Rows decoding now, and rows waiting to join (GET /health reports both).
+  int64_t running_rows() const;
+  int64_t queued_rows() const;
 
  private:
   struct Job;
@@ -71,9 +88,13 @@ class GenerationQueue {
   };
 
   void Loop();
-  // Takes the next batch off the queue (empty when stopping).
-  std::vector<Row> NextBatch();
-  void RunBatch(const std::vector<Row>& rows);
+  // The rows joining a batch of `running` rows (waiting for the first when none runs); false
+  // when stopping. Fails queued rows that were cancelled or expired.
+  bool Admit(int64_t running, std::vector<Row>& joining);
+  // Prefills `joining` into the batch, or fails their requests.
+  void Join(RunningBatch& batch, std::vector<Row>& active, std::vector<Row>& joining);
+  // Removes finished, failed, cancelled and expired rows, completing or failing their requests.
+  void Retire(RunningBatch& batch, std::vector<Row>& active);
 
   const std::shared_ptr<model::Qwen2VLForConditionalGeneration> model_;
   const GenerationQueueOptions options_;
@@ -81,6 +102,7 @@ class GenerationQueue {
   std::deque<Row> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   QueueStats stats_ ABSL_GUARDED_BY(mu_);
+  int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last: started once everything above is set
 };
 

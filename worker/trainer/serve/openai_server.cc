@@ -2,12 +2,14 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/http_server.h"
 #include "nlohmann/json.hpp"
 
 namespace trainctl::serve {
@@ -41,6 +43,9 @@ void SendStatus(httplib::Response& res, const absl::Status& status) {
       SendError(res, 404, std::string(status.message()), "invalid_request_error",
                 ErrorParam(status), "model_not_found");
       break;
+    case absl::StatusCode::kDeadlineExceeded:
+      SendError(res, 504, std::string(status.message()), "server_error", "", "timeout");
+      break;
     case absl::StatusCode::kCancelled:
     case absl::StatusCode::kUnavailable:
       SendError(res, 503, std::string(status.message()), "server_error", "", "");
@@ -68,6 +73,13 @@ std::string ChoiceText(const tokenizer::BpeTokenizer& tokenizer,
   return text.ok() ? *text : std::string();
 }
 
+http::ServerLimits Limits(const OpenAiServerOptions& options) {
+  http::ServerLimits limits;
+  limits.max_threads = options.http_threads;
+  limits.request_read_timeout = options.read_timeout;
+  return limits;
+}
+
 }  // namespace
 
 OpenAiServer::OpenAiServer(const tokenizer::BpeTokenizer* tokenizer, GenerationQueue* queue,
@@ -75,15 +87,13 @@ OpenAiServer::OpenAiServer(const tokenizer::BpeTokenizer* tokenizer, GenerationQ
     : tokenizer_(tokenizer),
       queue_(queue),
       options_(std::move(options)),
-      http_(std::make_unique<httplib::Server>()) {
+      http_(std::make_unique<http::BoundedServer>(Limits(options_))) {
   Route();
 }
 
 OpenAiServer::~OpenAiServer() { Stop(); }
 
 void OpenAiServer::Route() {
-  const int threads = options_.http_threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(options_.max_body_bytes);
   // Without it, Nagle's algorithm holds a keep-alive connection's small responses back ~40 ms.
   http_->set_tcp_nodelay(true);
@@ -112,6 +122,14 @@ void OpenAiServer::Route() {
     res.set_content(Dump(json{{"object", "list"}, {"data", json::array({model})}}), kJson);
   });
 
+  // Liveness and load, as vLLM's /health: rows decoding and rows waiting to join.
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(Dump(json{{"status", "ok"},
+                              {"running_rows", queue_->running_rows()},
+                              {"queued_rows", queue_->queued_rows()}}),
+                    kJson);
+  });
+
   http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<ChatRequest> request = ParseChatRequest(req.body, options_.limits);
     if (!request.ok()) return SendStatus(res, request.status());
@@ -124,8 +142,13 @@ void OpenAiServer::Route() {
     absl::StatusOr<ChatPrompt> prompt = BuildChatPrompt(*request, *tokenizer_, options_.limits);
     if (!prompt.ok()) return SendStatus(res, prompt.status());
     const int64_t prompt_tokens = static_cast<int64_t>(prompt->ids.size());
-    auto future =
-        queue_->Submit(std::make_shared<const ChatPrompt>(*std::move(prompt)), request->sampling);
+    // The client going away (its socket closed) cancels the rows at the next decoding step.
+    auto cancelled = std::make_shared<std::atomic<bool>>(false);
+    auto future = queue_->Submit(std::make_shared<const ChatPrompt>(*std::move(prompt)),
+                                 request->sampling, cancelled);
+    while (future.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      if (!*cancelled && http::BoundedServer::PeerClosed()) *cancelled = true;
+    }
     absl::StatusOr<std::vector<Choice>> choices = future.get();
     if (!choices.ok()) return SendStatus(res, choices.status());
 
@@ -171,13 +194,22 @@ absl::StatusOr<int> OpenAiServer::Start(const std::string& host, int port) {
   if (bound <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port));
   }
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  auto ended = std::make_shared<std::atomic<bool>>(false);
+  thread_ = std::thread([this, ended] {
+    http_->listen_after_bind();
+    *ended = true;
+  });
+  // stop() does nothing until the accept loop runs, so Stop() could not end it before; the socket
+  // already listens, so connections made meanwhile wait in the backlog.
+  while (!http_->is_running() && !*ended)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   return bound;
 }
 
 void OpenAiServer::Stop() {
   if (!thread_.joinable()) return;
-  http_->stop();
+  http_->Shutdown();
+  queue_->Shutdown();
   thread_.join();
 }
 

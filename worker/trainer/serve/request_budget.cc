@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "worker/trainer/data/image_header.h"
 
@@ -10,7 +11,10 @@ namespace trainctl::serve {
 namespace {
 
 absl::Status Invalid(const std::string& param, absl::string_view message) {
-  absl::Status status = absl::InvalidArgumentError(absl::StrCat(param, ": ", message));
+  // ReadImageHeader's messages already start with the part's path: name it once.
+  const bool named = absl::StartsWith(message, absl::StrCat(param, ": "));
+  absl::Status status = absl::InvalidArgumentError(
+      named ? std::string(message) : absl::StrCat(param, ": ", message));
   status.SetPayload(kParamPayload, absl::Cord(param));
   return status;
 }

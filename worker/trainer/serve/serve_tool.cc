@@ -56,6 +56,13 @@ int RunServe(const std::map<std::string, std::string>& flags) {
   if (!PositiveFlag(flags, "max_tokens", &max_tokens)) {
     return Fail(2, "--max_tokens: a positive integer");
   }
+  int64_t request_timeout_s = 600, read_timeout_s = 30;
+  if (!PositiveFlag(flags, "request_timeout_s", &request_timeout_s)) {
+    return Fail(2, "--request_timeout_s: a positive integer (seconds)");
+  }
+  if (!PositiveFlag(flags, "read_timeout_s", &read_timeout_s)) {
+    return Fail(2, "--read_timeout_s: a positive integer (seconds)");
+  }
   // HF's processor semantics: min_pixels/max_pixels bound smart_resize's area (the defaults are
   // Qwen2-VL's preprocessor_config.json values, as trainctl prepare's).
   OpenAiServerOptions options;
@@ -108,6 +115,7 @@ int RunServe(const std::map<std::string, std::string>& flags) {
   queue_options.batch_window = absl::Milliseconds(window_ms);
   queue_options.eos_token_ids = special.eos_token_ids;
   queue_options.pad_token_id = special.pad_token_id;
+  queue_options.request_timeout = absl::Seconds(request_timeout_s);
   GenerationQueue queue(model, queue_options);
 
   options.model_name = Flag(flags, "served_model_name");
@@ -121,10 +129,11 @@ int RunServe(const std::map<std::string, std::string>& flags) {
   options.limits.image_root = Flag(flags, "image_root");
   options.limits.max_tokens_default = max_tokens;
   options.limits.max_context = model->config().max_position_embeddings;
-  // A handler thread waits for its rows, so a full batch needs max_batch of them, and keep-alive
-  // connections hold theirs between requests.
+  // A handler thread waits for its rows, so a full batch needs max_batch of them; keep-alive
+  // connections and slow clients (cut off read_timeout after their first byte) hold one each.
   options.http_threads =
-      static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(8, 2 * max_batch)));
+      static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(64, 4 * max_batch)));
+  options.read_timeout = absl::Seconds(read_timeout_s);
   OpenAiServer server(tokenizer->get(), &queue, options);
   absl::StatusOr<int> bound = server.Start(host, port);
   if (!bound.ok()) return Fail(1, std::string(bound.status().message()));
