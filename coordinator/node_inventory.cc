@@ -2,6 +2,7 @@
 
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -35,15 +36,21 @@ absl::StatusOr<v1::ListNodesResponse> NodeInventory::List(
   }
   const bool with_topology = request.topology() || request.refresh();
   v1::ListNodesResponse response;
+  std::vector<v1::Node> nodes = list_();
+  // A node without a session cannot be probed: it says so at once and sends nothing, so the
+  // throttle is not what to tell the caller.
+  bool connected = false;
+  for (const v1::Node& node : nodes)
+    connected = connected || (node.name() == name && node.state() == "ready");
   if (request.refresh()) {
-    if (std::string throttled = ClaimRefresh(name); !throttled.empty()) {
+    if (std::string throttled = connected ? ClaimRefresh(name) : ""; !throttled.empty()) {
       response.add_warnings(std::move(throttled));
     } else if (absl::Status s = refresh_(name, refresh_timeout_); !s.ok()) {
       response.add_warnings(absl::StrCat("no fresh topology probe from ", name, ": ", s.message(),
                                          "; showing its last probe"));
     }
   }
-  for (v1::Node& node : list_()) {
+  for (v1::Node& node : nodes) {
     if (!name.empty() && node.name() != name) continue;
     *response.add_nodes() = std::move(node);
   }
