@@ -34,6 +34,7 @@
 #include "worker/trainer/model/state_dict_adapter.h"
 #include "worker/trainer/serve/generation_queue.h"
 #include "worker/trainer/serve/openai_server.h"
+#include "worker/trainer/serve/running_batch.h"
 
 namespace trainctl::serve {
 namespace {
@@ -469,6 +470,32 @@ TEST_F(ServeTest, RowsJoiningMidwayDecodeAsAlone) {
   EXPECT_EQ(json::parse(second->body)["choices"][0]["token_ids"].get<Tokens>(), expected[1]);
   EXPECT_EQ(json::parse((*first)->body)["choices"][0]["token_ids"].get<Tokens>(), expected[0]);
   EXPECT_EQ(queue_->stats().largest_batch, 2) << "B did not join while A was decoding";
+}
+
+// RunningBatch itself, step by step: A decodes 3 steps, then B joins with a prompt longer than
+// A's cache (A's row moves right), B leaves after its 4 tokens (A's columns are cut from the left)
+// and A goes on. Both rows' greedy tokens are Generate's for each prompt alone.
+TEST_F(ServeTest, RunningBatchMergesShiftsAndCompacts) {
+  auto a = std::make_shared<ChatPrompt>(), b = std::make_shared<ChatPrompt>();
+  for (int64_t i = 0; i < 5; ++i) a->ids.push_back(100 + 7 * i);
+  for (int64_t i = 0; i < 40; ++i) b->ids.push_back(300 + 11 * i);
+  const Tokens alone_a = GenerateAlone(*a, 30), alone_b = GenerateAlone(*b, 4);
+  ASSERT_EQ(alone_a.size(), 30u);
+  ASSERT_EQ(alone_b.size(), 4u);
+  RunningBatch batch(LoadModel(), {model::kImEndTokenId}, model::kEndOfTextTokenId);
+  ASSERT_TRUE(batch.Join({NewRow{a, 0, 1, 30, 0}}).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(batch.Step().ok());
+  ASSERT_EQ(batch.cache_length(), 8);  // 5 prompt tokens and 3 fed
+  ASSERT_TRUE(batch.Join({NewRow{b, 0, 1, 4, 0}}).ok());
+  EXPECT_EQ(batch.cache_length(), 40);  // A moved right by 32
+  EXPECT_EQ(batch.rows()[0].first, 32);
+  while (!batch.rows()[1].finished) ASSERT_TRUE(batch.Step().ok());
+  EXPECT_EQ(batch.rows()[1].tokens, alone_b);
+  batch.Retain({true, false});
+  EXPECT_EQ(batch.rows()[0].first, 0);  // the 32 columns before A were cut
+  EXPECT_EQ(batch.cache_length(), 43 - 32);
+  while (!batch.rows()[0].finished) ASSERT_TRUE(batch.Step().ok());
+  EXPECT_EQ(batch.rows()[0].tokens, alone_a);
 }
 
 // A client that goes away mid-generation: its rows leave the batch at the next step instead of

@@ -53,7 +53,8 @@ constexpr char kUsage[] =
     "       trainctl-trainer serve --model DIR --listen HOST:PORT [--max_batch N]\n"
     "                              [--batch_window_ms MS] [--served_model_name NAME]\n"
     "                              [--image_root DIR] [--max_tokens N] [--device ..] [--dtype ..]\n"
-    "                              [--min_pixels N] [--max_pixels N] [--max_body_mb N]\n";
+    "                              [--min_pixels N] [--max_pixels N] [--max_body_mb N]\n"
+    "                              [--request_timeout_s S] [--read_timeout_s S]\n";
 
 // `--name value` / `--name=value` / bare `--switch` (value "true").
 absl::StatusOr<std::map<std::string, std::string>> ParseFlags(
