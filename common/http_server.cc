@@ -201,6 +201,11 @@ void BoundedServer::Shutdown() {
   stop();
 }
 
+bool BoundedServer::RaiseBacklog(int backlog) {
+  const socket_t sock = svr_sock_;
+  return sock != INVALID_SOCKET && ::listen(sock, backlog) == 0;
+}
+
 bool BoundedServer::PeerClosed() {
   if (current_socket == INVALID_SOCKET) return false;
   pollfd p{current_socket, static_cast<short>(POLLIN | POLLRDHUP), 0};

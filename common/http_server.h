@@ -47,6 +47,11 @@ class BoundedServer : public httplib::Server {
   // (or reset the connection). False elsewhere.
   static bool PeerClosed();
 
+  // After bind_to_port / bind_to_any_port: raises the listen backlog from cpp-httplib's 5, with
+  // which a burst of connections (more than 5 before the accept loop wakes) lost their SYNs and
+  // waited a second for the retransmission. False when it fails or nothing is bound.
+  bool RaiseBacklog(int backlog = 1024);
+
   // Connections being served now (for tests and metrics).
   int active_connections() const { return active_.load(); }
 

@@ -64,10 +64,10 @@ absl::StatusOr<HostPort> ParseListen(absl::string_view listen) {
 
 // Scrapes come every few seconds from one or two Prometheus servers; a request must arrive whole
 // within 5 s of its first byte, and a few slow or stuck sockets take a thread each from a pool of
-// up to 16 (common/http_server.h), so /metrics and /healthz still answer.
+// up to 64, started as needed (common/http_server.h), so /metrics and /healthz still answer.
 http::ServerLimits MetricsLimits() {
   http::ServerLimits limits;
-  limits.max_threads = 16;
+  limits.max_threads = 64;
   limits.request_read_timeout = absl::Seconds(5);
   limits.idle_timeout = absl::Seconds(5);
   limits.write_timeout = absl::Seconds(5);
@@ -120,6 +120,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(Registry* re
     return absl::UnavailableError(absl::StrCat("cannot listen for metrics on ", listen,
                                                " (address in use, or not a local address)"));
   }
+  impl->http.RaiseBacklog();
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] {
     raw->http.listen_after_bind();

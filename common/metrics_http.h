@@ -1,6 +1,6 @@
 // Serves a metrics::Registry over HTTP with cpp-httplib (Debian's libcpp-httplib-dev): GET
 // /metrics renders it with the exact Content-Type of the text format 0.0.4, GET /healthz answers
-// "ok". Other paths are 404. One listener thread plus a pool of up to 16 connection threads;
+// "ok". Other paths are 404. One listener thread plus a pool of up to 64 connection threads;
 // slow or idle peers are cut off (common/http_server.h).
 #ifndef TRAINCTL_COMMON_METRICS_HTTP_H_
 #define TRAINCTL_COMMON_METRICS_HTTP_H_

@@ -194,6 +194,7 @@ absl::StatusOr<int> OpenAiServer::Start(const std::string& host, int port) {
   if (bound <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port));
   }
+  http_->RaiseBacklog();
   auto ended = std::make_shared<std::atomic<bool>>(false);
   thread_ = std::thread([this, ended] {
     http_->listen_after_bind();
