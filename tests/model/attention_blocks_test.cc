@@ -10,6 +10,7 @@
 #include "tests/model/model_test_util.h"
 #include "worker/trainer/model/attention.h"
 #include "worker/trainer/model/qwen2vl.h"
+#include "worker/trainer/model/text_decoder.h"
 
 namespace trainctl::model {
 namespace {
@@ -80,6 +81,28 @@ TEST(AttentionBlocksTest, BlocksEqualOneMatrix) {
   EXPECT_TRUE(torch::allclose(blocked.second, whole.second, 1e-5, 1e-5));
 }
 
+// A key mask [B, 1, 1, S] with causal is CausalPaddingMask's [B, 1, T, T] matrix without the
+// matrix; with T = 1 (a decoding step over S cached keys) it is the key mask alone.
+TEST(AttentionBlocksTest, KeyMaskWithCausalIsThePaddedCausalMask) {
+  torch::manual_seed(4);
+  const int64_t b = 2, h = 4, hkv = 2, t = 23, d = 8;
+  const torch::Tensor q = torch::randn({b, h, t, d});
+  const torch::Tensor k = torch::randn({b, hkv, t, d});
+  const torch::Tensor v = torch::randn({b, hkv, t, d});
+  torch::Tensor mask = torch::ones({b, t}, torch::kInt64);
+  mask.index_put_({0, torch::indexing::Slice(0, 7)}, 0);
+  const torch::Tensor keys = mask.ne(0).view({b, 1, 1, t});
+  const torch::Tensor full = CausalPaddingMask(mask, b, t, torch::kCPU);
+  for (int64_t budget : {int64_t{1}, b * h * t * 5, kUnlimited}) {
+    SCOPED_TRACE(budget);
+    EXPECT_TRUE(torch::allclose(Attend(q, k, v, keys, true, budget),
+                                Attend(q, k, v, full, true, kUnlimited), 1e-6, 1e-6));
+  }
+  const torch::Tensor step = q.narrow(2, t - 1, 1);
+  EXPECT_TRUE(torch::allclose(Attend(step, k, v, keys, true, kUnlimited),
+                              Attend(step, k, v, keys, false, kUnlimited), 1e-6, 1e-6));
+}
+
 // The tiny model with two images and text: logits with 1-row blocks equal the one-matrix logits.
 TEST(AttentionBlocksTest, TinyModelWithImagesUnchanged) {
   torch::manual_seed(5);
@@ -107,6 +130,31 @@ TEST(AttentionBlocksTest, TinyModelWithImagesUnchanged) {
   }
   EXPECT_TRUE(torch::allclose(blocked, whole, 1e-5, 1e-5))
       << (blocked - whole).abs().max().item<float>();
+}
+
+// A left-padded batch through the model (the key mask path) in 1-row blocks equals one matrix.
+TEST(AttentionBlocksTest, PaddedBatchUnchanged) {
+  torch::manual_seed(6);
+  Qwen2VLForConditionalGeneration model(TinyConfig());
+  model.InitWeights(0.05);
+  model.SetAttentionImpl(AttentionImpl::kEager);
+  model.eval();
+  const ModelInputs inputs{Ids({{0, 0, 0, 5, 6, 7, 8, 9}, {1, 2, 3, 4, 5, 6, 7, 8}}),
+                           Ids({{0, 0, 0, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1, 1, 1}}),
+                           {},
+                           {}};
+  torch::NoGradGuard no_grad;
+  torch::Tensor whole, blocked;
+  {
+    ScopedScoreBudget scope(kUnlimited);
+    whole = model.forward(inputs);
+  }
+  {
+    ScopedScoreBudget scope(1);
+    blocked = model.forward(inputs);
+  }
+  const torch::Tensor real = Ids({{0, 0, 0, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1, 1, 1}}).ne(0);
+  EXPECT_TRUE(torch::allclose(blocked.index({real}), whole.index({real}), 1e-5, 1e-5));
 }
 
 // A 112x112-patch image (12,544 patches, 2 heads) in the vision tower under a budget of 64 rows:

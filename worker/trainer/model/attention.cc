@@ -77,9 +77,11 @@ torch::Tensor EagerAttention(const torch::Tensor& q, const torch::Tensor& k, con
   const int64_t t = q.size(2), s = k.size(2);
   const int64_t rows = AttentionQueryChunk(q.size(0) * q.size(1), t, s);
   auto mask_rows = [&](int64_t start, int64_t n) -> torch::Tensor {
-    if (allowed.defined()) return allowed.size(2) == 1 ? allowed : allowed.narrow(2, start, n);
-    if (causal) return CausalAllowedRows(start, n, s, q.device());
-    return {};
+    if (!allowed.defined()) return causal ? CausalAllowedRows(start, n, s, q.device()) : allowed;
+    if (allowed.size(2) != 1) return allowed.narrow(2, start, n);
+    // A key mask: with `causal`, query t (the last T of S positions) reads keys up to S - T + t.
+    return causal ? allowed.logical_and(CausalAllowedRows(start + s - t, n, s, q.device()))
+                  : allowed;
   };
   if (rows >= t) return EagerRows(q, keys, values, mask_rows(0, t));
   std::vector<torch::Tensor> outs;
@@ -112,6 +114,10 @@ torch::Tensor FusedAttention(const torch::Tensor& q, const torch::Tensor& k, con
   // own position keeps it finite without touching any other row.
   const int64_t t = q.size(2), s = k.size(2);
   torch::Tensor mask = allowed;
+  if (causal && mask.size(2) == 1) {
+    // A key mask with causal: the kernels take one mask, so the two are combined here.
+    mask = mask.logical_and(CausalAllowedRows(s - t, t, s, q.device()));
+  }
   if (t == s) {
     mask =
         mask.logical_or(torch::eye(t, torch::TensorOptions().dtype(torch::kBool).device(q.device()))

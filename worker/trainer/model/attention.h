@@ -50,9 +50,12 @@ AttentionImpl ResolveAttentionImpl(AttentionImpl impl, const torch::Device& devi
 
 // softmax(q k^T / sqrt(d) + mask) v. q [B, H, T, D]; k, v [B, Hkv, S, D] with H a multiple of Hkv
 // (grouped-query attention: query head h reads key/value head h / (H / Hkv)). `allowed`, when
-// defined, is bool [B, 1, T, S] (true where query t may read key s); when undefined, `causal`
-// says whether query t reads keys 0..t (T == S) or every key. A query row with no allowed key (a
-// padding position) gives an arbitrary finite output: callers ignore padding positions.
+// defined, is bool [B, 1, T, S] (true where query t may read key s), or a key mask [B, 1, 1, S]
+// that `causal` then narrows: query t, the last T of S positions, reads the allowed keys up to
+// S - T + t (a padded prefill's mask without its [T, S] matrix; a decoding step, T = 1, reads
+// every allowed key). When `allowed` is undefined, `causal` says whether query t reads keys 0..t
+// (T == S) or every key. A query row with no allowed key (a padding position) gives an arbitrary
+// finite output: callers ignore padding positions.
 // Returns [B, H, T, D] in q's dtype.
 torch::Tensor DotProductAttention(AttentionImpl impl, const torch::Tensor& q,
                                   const torch::Tensor& k, const torch::Tensor& v,

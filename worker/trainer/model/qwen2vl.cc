@@ -517,7 +517,9 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardPrompt(const ModelInputs& 
   if (packed) {
     allowed = PackedCausalMask(inputs.segment_ids, device);
   } else if (padded) {
-    allowed = CausalPaddingMask(inputs.attention_mask, batch, seq, device);
+    // The key mask alone: attention narrows it causally a block of queries at a time, so no
+    // [B, 1, T, T] mask exists (CausalPaddingMask is what it amounts to).
+    allowed = inputs.attention_mask.to(device).ne(0).view({batch, 1, 1, seq});
   }
   if (cache != nullptr) StartCache(inputs.attention_mask, positions, batch, seq, device, *cache);
   for (size_t i = 0; i < language_model->layer_list.size(); ++i) {
