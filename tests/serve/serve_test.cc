@@ -102,6 +102,7 @@ class ServeTest : public ::testing::Test {
     OpenAiServerOptions options;
     options.model_name = kModelName;
     options.limits.image_root = dir_->path() + "/images";
+    options.read_timeout = read_timeout_;
     server_ = std::make_unique<OpenAiServer>(tokenizer_.get(), queue_.get(), options);
     auto port = server_->Start("127.0.0.1", 0);
     ASSERT_TRUE(port.ok()) << port.status();
@@ -168,6 +169,7 @@ class ServeTest : public ::testing::Test {
   std::unique_ptr<GenerationQueue> queue_;
   std::unique_ptr<OpenAiServer> server_;
   int port_ = 0;
+  absl::Duration read_timeout_ = absl::Seconds(30);
 };
 
 testing::TempDir* ServeTest::dir_ = nullptr;
@@ -537,6 +539,26 @@ TEST_F(ServeTest, SlowClientsDoNotStarveTheServer) {
   auto answer = client.Post("/v1/chat/completions", TextChat("hi", 2).dump(), "application/json");
   ASSERT_TRUE(answer) << httplib::to_string(answer.error());
   EXPECT_EQ(answer->status, 200) << answer->body;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+// A body dribbled a byte at a time is cut off read_timeout after the request's first byte (each
+// byte restarted cpp-httplib's own timeout, so it held its thread for as long as it dribbled).
+TEST_F(ServeTest, DribbledBodyIsCutOffAtTheReadTimeout) {
+  read_timeout_ = absl::Milliseconds(500);
+  StartServer(16, absl::Milliseconds(2));
+  trainctl::testing::RawSocket socket(port_);
+  ASSERT_TRUE(socket.connected());
+  ASSERT_TRUE(
+      socket.Send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"));
+  const auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (int i = 0; i < 50 && !closed; ++i) {  // a byte every 100 ms, for up to 5 s
+    socket.Send(" ");
+    closed = socket.ClosedByPeer(100);
+  }
+  EXPECT_TRUE(closed);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
