@@ -74,9 +74,11 @@ std::string ErrorParam(const absl::Status& status);
 // max_tokens is limits.max_tokens_default when absent.
 absl::StatusOr<ChatRequest> ParseChatRequest(absl::string_view body, const RequestLimits& limits);
 
-// Decodes, preprocesses and tokenizes as the file comment says. INVALID_ARGUMENT (with the param
-// payload) for an image that cannot be fetched or decoded, text with vision tokens of its own, or
-// a prompt that with max_tokens exceeds limits.max_context; FAILED_PRECONDITION when the tokenizer
+// Checks before work first (request_budget.h: the images' tokens from their headers and the
+// text's fewest tokens from its bytes against the context), then decodes, preprocesses and
+// tokenizes as the file comment says. INVALID_ARGUMENT (with the param payload) for an image that
+// cannot be fetched or decoded, text with vision tokens of its own, or a prompt that with
+// max_tokens exceeds limits.max_context; FAILED_PRECONDITION when the tokenizer
 // lacks the chat template's special tokens. Thread-safe.
 absl::StatusOr<ChatPrompt> BuildChatPrompt(const ChatRequest& request,
                                            const tokenizer::BpeTokenizer& tokenizer,
