@@ -5,7 +5,8 @@
 // --max_tokens new tokens one after another (the tiny model's random weights rarely emit eos, so
 // each request costs the same).
 //
-// Prints per (max_batch, clients): requests/s, completion tokens/s, mean rows per Generate call;
+// Prints per (max_batch, clients): requests/s, completion tokens/s, mean rows per decoding step
+// (requests join and leave the running batch at every step: generation_queue.h);
 // then per client count the batched / unbatched tokens/s ratio.
 #include <httplib.h>
 #include <torch/torch.h>
@@ -41,7 +42,7 @@ namespace serve = trainctl::serve;
 struct Result {
   double requests_per_s = 0;
   double tokens_per_s = 0;
-  double rows_per_call = 0;
+  double rows_per_step = 0;
   int failures = 0;
 };
 
@@ -92,7 +93,8 @@ Result RunOnce(std::shared_ptr<trainctl::model::Qwen2VLForConditionalGeneration>
   Result out;
   out.requests_per_s = clients * requests / seconds;
   out.tokens_per_s = static_cast<double>(tokens.load()) / seconds;
-  out.rows_per_call = static_cast<double>(stats.rows) / std::max<int64_t>(stats.generate_calls, 1);
+  out.rows_per_step =
+      static_cast<double>(stats.row_steps) / std::max<int64_t>(stats.decode_steps, 1);
   out.failures = failures.load();
   return out;
 }
@@ -123,14 +125,14 @@ int main(int argc, char** argv) {
   std::cout << absl::StrFormat(
       "tiny model, %d requests per client, %d new tokens each, %d threads\n",
       absl::GetFlag(FLAGS_requests), absl::GetFlag(FLAGS_max_tokens), torch::get_num_threads());
-  std::cout << "max_batch clients   req/s   tokens/s  rows/call\n";
+  std::cout << "max_batch clients   req/s   tokens/s  rows/step\n";
   const std::vector<int> client_counts = {1, 4, 16};
   std::vector<double> batched, unbatched;
   for (int max_batch : {16, 1}) {
     for (int clients : client_counts) {
       const Result r = RunOnce(model, **tokenizer, max_batch, clients);
       std::cout << absl::StrFormat("%9d %7d %7.1f %10.1f %10.2f%s\n", max_batch, clients,
-                                   r.requests_per_s, r.tokens_per_s, r.rows_per_call,
+                                   r.requests_per_s, r.tokens_per_s, r.rows_per_step,
                                    r.failures ? absl::StrFormat("  (%d failed)", r.failures) : "");
       (max_batch == 1 ? unbatched : batched).push_back(r.tokens_per_s);
     }

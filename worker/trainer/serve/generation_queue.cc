@@ -210,6 +210,7 @@ void GenerationQueue::Loop() {
     if (!joining.empty()) Join(batch, active, joining);
     Retire(batch, active);
     if (batch.size() == 0) continue;
+    const int64_t rows = batch.size();
     const absl::Status status = batch.Step();
     if (!status.ok()) {
       for (Row& row : active) row.job->Fail(status);
@@ -218,6 +219,7 @@ void GenerationQueue::Loop() {
     } else {
       absl::MutexLock lock(&mu_);
       stats_.decode_steps += 1;
+      stats_.row_steps += rows;
     }
     Retire(batch, active);
   }

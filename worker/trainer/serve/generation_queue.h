@@ -50,6 +50,7 @@ struct QueueStats {
   int64_t largest_batch = 0;    // most rows decoding together
   int64_t multi_row_calls = 0;  // prefill calls with more than one row
   int64_t decode_steps = 0;
+  int64_t row_steps = 0;       // rows over all decoding steps (/ decode_steps: mean batch)
   int64_t cancelled_rows = 0;  // left because the client went away
   int64_t expired_rows = 0;    // left at their deadline
 };
