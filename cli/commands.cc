@@ -37,6 +37,7 @@
 #include "cli/watch_view.h"
 #include "common/job_spec.h"
 #include "common/json_proto.h"
+#include "common/rank_env.h"
 #include "common/remedies_spec.h"
 #include "common/seed_flags.h"
 #include "google/protobuf/util/time_util.h"
@@ -184,7 +185,10 @@ int Validate(Context& c) {
   auto built = BuildSpec(c.args);
   if (!built.ok()) return Fail(c.err, built.status());
   PrintWarnings(c.err, built->warnings);
-  auto validated = ValidateJobSpec(built->spec, built->errors);
+  // The env allowlist as a cluster has it by default (an operator may allow more).
+  std::vector<std::string> errors = RankEnvErrors(built->spec.env(), RankEnvPolicy(), "spec.env");
+  errors.insert(errors.begin(), built->errors.begin(), built->errors.end());
+  auto validated = ValidateJobSpec(built->spec, errors);
   if (!validated.ok()) return Fail(c.err, validated.status());
   PrintWarnings(c.err, validated->warnings);
   if (validated->resolved_deepspeed_config_json.empty()) {

@@ -2,14 +2,13 @@
 
 #include <openssl/evp.h>
 
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/credential_file.h"
 
 namespace trainctl {
 
@@ -76,14 +75,13 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
 }
 
 absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadCredentialFile(path);
+  if (!text.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--tokens_file: cannot read ", path, " (missing or not readable)"));
+        absl::StrCat("--tokens_file: cannot read ", path,
+                     " (missing or not readable): ", text.status().message()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  auto table = Parse(text.str(), path);
+  auto table = Parse(*text, path);
   if (!table.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--tokens_file: ", table.status().message()));
   }
@@ -105,13 +103,13 @@ absl::StatusOr<TokenHolder> TokenTable::Authenticate(absl::string_view token) co
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadCredentialFile(path);
+  if (!text.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot read the token file ", path, " (missing or not readable)"));
+        absl::StrCat("cannot read the token file ", path,
+                     " (missing or not readable): ", text.status().message()));
   }
-  std::string line;
-  while (std::getline(in, line)) {
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     absl::string_view token = absl::StripAsciiWhitespace(line);
     if (!token.empty()) return std::string(token);
   }

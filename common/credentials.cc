@@ -7,11 +7,11 @@
 #include <openssl/x509v3.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/credential_file.h"
 #include "common/status_macros.h"
 
 namespace trainctl {
@@ -40,15 +40,12 @@ Cert FirstCertificate(const std::string& pem) {
 }
 
 absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": cannot read ", path, " (missing or not readable)"));
+  absl::StatusOr<std::string> text = ReadCredentialFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": cannot read ", path, " (missing or not readable): ", text.status().message()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
-  std::string pem = text.str();
+  std::string pem = *std::move(text);
   if (!absl::StrContains(pem, "-----BEGIN ")) {
     return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file"));
   }

@@ -1,10 +1,10 @@
 // The size limits of a job spec (common/job_spec.h) and its maps' keys, checked field by field.
 #include <string>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/internal/spec_checker.h"
 #include "common/job_spec.h"
+#include "common/rank_env.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 
@@ -14,17 +14,19 @@ namespace {
 using trainctl::v1::JobSpec;
 
 // Set by the worker for every rank; a job may not override them.
-constexpr const char* kReservedEnv[] = {
-    "RANK",        "LOCAL_RANK",  "WORLD_SIZE",           "LOCAL_WORLD_SIZE", "NODE_RANK",
-    "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "TRAINCTL_EVENT_FD"};
-
-bool IsEnvName(const std::string& name) {
-  if (name.empty() || absl::ascii_isdigit(name[0])) return false;
-  for (char ch : name) {
-    if (!absl::ascii_isalnum(ch) && ch != '_') return false;
-  }
-  return true;
-}
+constexpr const char* kReservedEnv[] = {"RANK",
+                                        "LOCAL_RANK",
+                                        "WORLD_SIZE",
+                                        "LOCAL_WORLD_SIZE",
+                                        "NODE_RANK",
+                                        "MASTER_ADDR",
+                                        "MASTER_PORT",
+                                        "CUDA_VISIBLE_DEVICES",
+                                        "TRAINCTL_EVENT_FD",
+                                        "TRAINCTL_NODE_ADDR",
+                                        "TRAINCTL_JOB_ID",
+                                        "TRAINCTL_TASK_ID",
+                                        "TRAINCTL_ATTEMPT"};
 
 // Every string field of `msg` (nested messages included) but `exempt` within kMaxSpecStringBytes.
 void CheckStringSizes(const google::protobuf::Message& msg, const std::string& path,

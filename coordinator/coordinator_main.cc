@@ -27,6 +27,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
+#include "common/rank_env.h"
 #include "common/service_loop_reporter.h"
 #include "common/service_notifier.h"
 #include "common/thread_pool.h"
@@ -79,6 +80,10 @@ ABSL_FLAG(std::string, tokens_file, "",
           "bearer tokens with roles, one 'SUBJECT ROLE SHA256-HEX' per line (roles: admin, user, "
           "viewer, worker); empty: no authentication. Read again on SIGHUP (systemctl reload): "
           "a file that does not parse leaves the tokens in force");
+ABSL_FLAG(std::string, rank_env_allow, "",
+          "environment variables a job's env may set in its ranks besides the default allowlist "
+          "(README, Security: NCCL_*, CUDA_*, TORCH_*, ...): comma-separated exact names and "
+          "PREFIX_* patterns; give the coordinator and every worker the same list");
 ABSL_FLAG(int64_t, max_job_log_bytes, int64_t{64} << 20,
           "rank log text stored per job at most (bytes); later lines are dropped with a warning "
           "event (workers keep every rank's whole output in their rank log files)");
@@ -224,6 +229,11 @@ int Run() {
     tokens_loaded = tokens->size();
     auth_options.tokens = *std::move(tokens);
   }
+  auto rank_env = RankEnvPolicy::WithExtra(absl::GetFlag(FLAGS_rank_env_allow));
+  if (!rank_env.ok()) {
+    TRAINCTL_LOG(ERROR) << "--rank_env_allow: " << rank_env.status().message();
+    return 2;
+  }
   RpcAuthorizer authorizer(std::move(auth_options));
 
   if (absl::GetFlag(FLAGS_max_job_log_bytes) < 0) {
@@ -268,6 +278,7 @@ int Run() {
   TokenReloader token_reloader(tokens_file, &authorizer, &registry, tokens_loaded);
   JobManager jobs(store->get(), &clock, &notifier);
   jobs.SetObserver(&job_metrics);
+  jobs.SetRankEnvPolicy(*std::move(rank_env));
   ThreadPool executor(std::max(1, absl::GetFlag(FLAGS_rpc_threads)));
   JobServiceImpl job_service(&jobs, &executor);
   job_service.SetAuthorizer(&authorizer);

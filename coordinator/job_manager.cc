@@ -149,7 +149,9 @@ JobMutation TaggedWithStage(JobMutation mutate) {
 absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spec,
                                                 const std::string& request_id,
                                                 const std::string& owner) {
-  ASSIGN_OR_RETURN(ValidatedJobSpec validated, ValidateJobSpec(spec));
+  // The env allowlist's refusals listed with the spec's own problems.
+  ASSIGN_OR_RETURN(ValidatedJobSpec validated,
+                   ValidateJobSpec(spec, RankEnvErrors(spec.env(), rank_env_, "spec.env")));
   const auto now = ToProto(clock_->Now());
   Job job;
   *job.mutable_spec() = std::move(validated.spec);

@@ -7,11 +7,13 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/clock.h"
+#include "common/rank_env.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_store.h"
 #include "trainctl/v1/job.pb.h"
@@ -147,6 +149,9 @@ class JobManager {
   void ReportLogBytes(const std::string& id, int64_t bytes) {
     if (observer_ != nullptr) observer_->OnLogBytes(id, bytes);
   }
+  // What a job's env may set in its ranks (common/rank_env.h); Submit refuses other names.
+  // Default: the default allowlist. Set before serving.
+  void SetRankEnvPolicy(RankEnvPolicy policy) { rank_env_ = std::move(policy); }
 
   JobStore* store() { return store_; }
   JobNotifier* notifier() { return notifier_; }
@@ -161,6 +166,7 @@ class JobManager {
   JobNotifier* const notifier_;
   std::function<void(const std::string& job_id)> listener_;
   JobObserver* observer_ = nullptr;
+  RankEnvPolicy rank_env_;
 };
 
 }  // namespace trainctl

@@ -270,7 +270,7 @@ TEST_F(ControlPlaneTest, KillNineDuringConcurrentSubmitsLosesNoAcknowledgedJob) 
     spec->mutable_training()->set_gradient_accumulation_steps(4);
     spec->mutable_training()->set_bf16(true);
     spec->mutable_resources()->set_slots_per_node(8);
-    (*spec->mutable_env())["SEQ"] = absl::StrCat(i);
+    (*spec->mutable_env())["TRAINCTL_TEST_SEQ"] = absl::StrCat(i);
     request.set_request_id(absl::StrCat("kill9-", i));
     return request;
   };

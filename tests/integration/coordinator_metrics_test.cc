@@ -156,7 +156,7 @@ TEST_F(CoordinatorMetricsTest, JobsNodesRpcsAndARunningJobsSeriesPromtoolClean) 
       "fake", dir_.path() + "/out-fake", {},
       {{"resources", {{"nodes", 1}, {"slots_per_node", 1}}},
        {"env",
-        {{"FAKE_LINES", "100000"}, {"FAKE_PERIOD_MS", "20"}, {"FAKE_TRAINER_METRICS", "1"}}}}));
+        {{"TRAINCTL_FAKE_LINES", "100000"}, {"TRAINCTL_FAKE_PERIOD_MS", "20"}, {"TRAINCTL_FAKE_TRAINER_METRICS", "1"}}}}));
   ASSERT_FALSE(id.empty());
   const std::string labels =
       absl::StrCat(R"({job=")", id, R"(",name="fake",kind="sft",nodes="1"})");

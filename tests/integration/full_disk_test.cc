@@ -113,7 +113,7 @@ class FullDiskTest : public ::testing::Test {
         {"model_name_or_path", "tiny"},
         {"data_path", dir_.path() + "/data"},
         {"output_dir", dir_.path() + "/out-" + name},
-        {"env", {{"FAKE_LINES", absl::StrCat(lines)}, {"FAKE_PERIOD_MS", "10"}}}};
+        {"env", {{"TRAINCTL_FAKE_LINES", absl::StrCat(lines)}, {"TRAINCTL_FAKE_PERIOD_MS", "10"}}}};
     return dir_.Write(name + ".json", spec.dump());
   }
 

@@ -200,7 +200,7 @@ TEST_F(SecureClusterTest, AJobRunsOverMutualTlsWithTokensAndRecordsItsOwner) {
                                {"data_path", dir_.path() + "/data"},
                                {"output_dir", dir_.path() + "/out"},
                                {"resources", {{"nodes", 1}, {"slots_per_node", 2}}},
-                               {"env", {{"FAKE_LINES", "3"}, {"FAKE_PERIOD_MS", "5"}}}};
+                               {"env", {{"TRAINCTL_FAKE_LINES", "3"}, {"TRAINCTL_FAKE_PERIOD_MS", "5"}}}};
   RunResult submitted = Trainctl({"submit", dir_.Write("job.json", spec.dump()), "-o", "json"});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err << Logs();
   auto reply = nlohmann::json::parse(submitted.out, nullptr, false);

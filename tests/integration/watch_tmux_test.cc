@@ -84,9 +84,9 @@ class WatchTmuxTest : public ::testing::Test {
                            {"data_path", dir_.path() + "/data"},
                            {"output_dir", dir_.path() + "/out"},
                            {"env",
-                            {{"FAKE_LINES", absl::StrCat(kSteps)},
-                             {"FAKE_PERIOD_MS", "150"},
-                             {"FAKE_TRAINER_METRICS", "1"}}}};
+                            {{"TRAINCTL_FAKE_LINES", absl::StrCat(kSteps)},
+                             {"TRAINCTL_FAKE_PERIOD_MS", "150"},
+                             {"TRAINCTL_FAKE_TRAINER_METRICS", "1"}}}};
     RunResult submit = Trainctl({"submit", dir_.Write("spec.json", spec.dump()), "-o", "json"});
     EXPECT_EQ(submit.exit_code, 0) << submit.err;
     return nlohmann::json::parse(submit.out, nullptr, false).value("id", "");

@@ -209,7 +209,7 @@ TEST_F(WorkerMetricsTest, ServesGpuRankAndSessionSeriesWhileAJobRunsPromtoolClea
       << body;
 
   // A two-rank job: each rank's CPU time and resident set while it runs.
-  const std::string id = Submit({{"FAKE_LINES", "100000"}, {"FAKE_PERIOD_MS", "5"}});
+  const std::string id = Submit({{"TRAINCTL_FAKE_LINES", "100000"}, {"TRAINCTL_FAKE_PERIOD_MS", "5"}});
   ASSERT_FALSE(id.empty());
   auto rank = [&](int r) {
     return absl::StrCat(R"({node="node-gpu",job=")", id, R"(",task=")", id, R"(.0.0",rank=")", r,

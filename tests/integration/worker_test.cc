@@ -302,11 +302,11 @@ TEST_F(WorkerTest, FailingRankFailsTheWholeJobWithItsReason) {
   ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
   // Rank 1 exits 3 after its lines; rank 0 would hang forever and ignores SIGTERM.
   const std::string id = Submit(FakeSpec("fail", 1, 2,
-                                         {{"FAKE_LINES", "3"},
-                                          {"FAKE_FAIL_RANK", "1"},
-                                          {"FAKE_EXIT_CODE", "3"},
-                                          {"FAKE_HANG", "1"},
-                                          {"FAKE_IGNORE_TERM", "1"}}));
+                                         {{"TRAINCTL_FAKE_LINES", "3"},
+                                          {"TRAINCTL_FAKE_FAIL_RANK", "1"},
+                                          {"TRAINCTL_FAKE_EXIT_CODE", "3"},
+                                          {"TRAINCTL_FAKE_HANG", "1"},
+                                          {"TRAINCTL_FAKE_IGNORE_TERM", "1"}}));
   const v1::Job job = WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(30));
   EXPECT_TRUE(absl::StrContains(job.message(), "rank 1 on node-a exited with code 3"))
       << job.message();
@@ -482,7 +482,7 @@ TEST_F(NetnsTest, TwoNodeJobRendezvousesAcrossHostsAndSurvivesAWorkerKill) {
   workers_.clear();
   StartHosts(FAKE_RANK_BIN);
   ASSERT_TRUE(HostsReady()) << Logs();
-  const std::string hang = Submit(FakeSpec("hang", 2, 1, {{"FAKE_HANG", "1"}}, /*max_restarts=*/1));
+  const std::string hang = Submit(FakeSpec("hang", 2, 1, {{"TRAINCTL_FAKE_HANG", "1"}}, /*max_restarts=*/1));
   WaitState(hang, v1::JOB_STATE_RUNNING, absl::Seconds(30));
   ASSERT_EQ(RankProcesses(hang).size(), 2u);
   const absl::Time killed = absl::Now();

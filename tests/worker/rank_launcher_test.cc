@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -13,11 +14,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -25,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
+#include "worker/daemon/rank_user.h"
 
 namespace trainctl::worker {
 namespace {
@@ -514,6 +519,91 @@ TEST_F(RankLauncherTest, GangsStartConcurrentlyFromManyThreads) {
   }
   for (std::thread& thread : threads) thread.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(ok[t]) << "thread " << t;
+}
+
+// The worker's token is its credential (worker_main reads $TRAINCTL_TOKEN), not its ranks'.
+TEST_F(RankLauncherTest, RanksDoNotInheritTheWorkersToken) {
+  ASSERT_EQ(setenv("TRAINCTL_TOKEN", "worker-secret", 1), 0);
+  auto gang = StartGang({Sh(0, "echo \"token=${TRAINCTL_TOKEN-unset}\"")});
+  ASSERT_NE(gang, nullptr);
+  ASSERT_TRUE(gang->Wait(kDeadline));
+  unsetenv("TRAINCTL_TOKEN");
+  EXPECT_THAT(recorder_.Lines(0, "stdout"), ElementsAre("token=unset"));
+}
+
+// --rank_user: the rank runs as that user with its groups only, and a 0600 file of the daemon's
+// user (its token file, its TLS key) is out of its reach.
+TEST_F(RankLauncherTest, RankRunsAsAnotherUserAndCannotReadTheDaemonsCredentials) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  auto nobody = LookUpRankUser("nobody");
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  ASSERT_TRUE(CheckCanRunAs(*nobody).ok());
+  const std::string token = tmp_.path() + "/token";
+  { std::ofstream(token) << "worker-secret\n"; }
+  ASSERT_EQ(chmod(token.c_str(), 0600), 0);
+  ASSERT_EQ(chmod(tmp_.path().c_str(), 0755), 0);
+  RankSpec spec = Sh(
+      0, "id -u; id -G; echo \"$HOME $USER\"; cat " + token + " 2>/dev/null || echo cannot-read");
+  spec.user = *nobody;
+  auto gang = StartGang({spec});
+  ASSERT_NE(gang, nullptr);
+  ASSERT_TRUE(gang->Wait(kDeadline));
+  EXPECT_THAT(recorder_.Lines(0, "stdout"),
+              ElementsAre(absl::StrCat(nobody->uid), absl::StrCat(nobody->gid),
+                          absl::StrCat(nobody->home, " nobody"), "cannot-read"));
+}
+
+// A daemon without the privilege to switch users says so, at start-up (CheckCanRunAs) and at
+// Gang::Start, rather than running the rank as itself.
+TEST_F(RankLauncherTest, SwitchingUsersWithoutThePrivilegeIsAClearError) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to become an unprivileged user first";
+  auto nobody = LookUpRankUser("nobody");
+  auto root = LookUpRankUser("0");
+  ASSERT_TRUE(nobody.ok() && root.ok());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // As nobody, try to run a rank as root. Exit codes say what went wrong.
+    if (setgroups(0, nullptr) != 0 || setgid(nobody->gid) != 0 || setuid(nobody->uid) != 0) {
+      _exit(10);
+    }
+    const absl::Status check = CheckCanRunAs(*root);
+    if (check.code() != absl::StatusCode::kPermissionDenied ||
+        !absl::StrContains(check.message(), "cannot run ranks as user root") ||
+        !absl::StrContains(check.message(), "CAP_SETUID")) {
+      _exit(11);
+    }
+    RankSpec spec = Sh(0, "exit 0");
+    spec.user = *root;
+    auto gang = Gang::Start({spec}, {}, absl::Seconds(1));
+    if (gang.ok() || gang.status().code() != absl::StatusCode::kPermissionDenied ||
+        !absl::StrContains(gang.status().message(),
+                           "switch to user root (uid 0, gid 0) for rank 0")) {
+      _exit(12);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// The output directories the worker creates for a rank user are that user's; existing ones are
+// left to their owner.
+TEST_F(RankLauncherTest, OutputDirectoriesAreMadeForTheRankUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "chown needs root";
+  auto nobody = LookUpRankUser("nobody");
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  const std::string dir = tmp_.path() + "/out/job/stage";
+  ASSERT_TRUE(MakeRankOutputDir(dir, *nobody).ok());
+  struct stat st {};
+  for (const std::string& d : {tmp_.path() + "/out", tmp_.path() + "/out/job", dir}) {
+    ASSERT_EQ(stat(d.c_str(), &st), 0) << d;
+    EXPECT_EQ(st.st_uid, nobody->uid) << d;
+  }
+  ASSERT_EQ(stat(tmp_.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, geteuid());
 }
 
 }  // namespace

@@ -31,18 +31,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/utf8.h"
-
-extern char** environ;
+#include "worker/daemon/rank_child.h"
 
 namespace trainctl::worker {
 namespace {
 
-// The child's fds 0..4: stdin, stdout, stderr, the event fd, and the exec-failure report (CLOEXEC,
-// so that a successful exec closes it). Everything from kFirstClosedFd up is closed.
-constexpr int kReportFd = 4;
-constexpr int kChildFds = 5;
-constexpr int kFirstClosedFd = 5;
-static_assert(kRankEventFd == 3, "the child fd layout above");
+using internal::ChildFailure;
+using internal::ChildPlan;
+using internal::kReportFd;
+using internal::ScopedFd;
 
 // How often the supervisor looks again when it has nothing to poll() on: a group that outlives
 // its leader (there is no fd that tells when a process group empties), and rank exits when the
@@ -53,191 +50,8 @@ constexpr absl::Duration kExitPollInterval = absl::Milliseconds(20);
 // process group can still be writing then, and it must not hold the gang open.
 constexpr int kMaxDrainReads = 64;
 
-class ScopedFd {
- public:
-  ScopedFd() = default;
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(ScopedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  ScopedFd& operator=(ScopedFd&& other) noexcept {
-    reset(std::exchange(other.fd_, -1));
-    return *this;
-  }
-  ~ScopedFd() { reset(); }
-
-  int get() const { return fd_; }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// ---------------------------------------------------------------------------------------------
-// The spawner thread.
-
-// The one thread that forks ranks: PR_SET_PDEATHSIG fires when the forking thread exits, and this
-// one never does. It runs with every signal blocked, so that no handler runs in it and a child
-// starts with every signal blocked until it has reset the dispositions.
-class Spawner {
- public:
-  // This process's spawner, started on first use. A process forked (without exec) from one that
-  // had a spawner has no spawner thread: it gets its own; the inherited one is leaked.
-  static Spawner& Get() {
-    static absl::Mutex* const mu = new absl::Mutex;
-    static Spawner* spawner = nullptr;
-    absl::MutexLock lock(mu);
-    if (spawner == nullptr || spawner->owner_pid_ != getpid()) spawner = new Spawner;
-    return *spawner;
-  }
-
-  // Runs `work` on the spawner thread; returns once it has run.
-  void Run(const std::function<void()>& work) {
-    Job job{&work};
-    absl::MutexLock lock(&mu_);
-    queue_.push_back(&job);
-    cv_.SignalAll();
-    while (!job.done) cv_.Wait(&mu_);
-  }
-
- private:
-  struct Job {
-    const std::function<void()>* work;
-    bool done = false;  // guarded by mu_
-  };
-
-  Spawner() : owner_pid_(getpid()) {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);  // the new thread inherits this mask
-    std::thread([this] { Loop(); }).detach();
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  }
-
-  void Loop() {
-    while (true) {
-      Job* job = nullptr;
-      {
-        absl::MutexLock lock(&mu_);
-        while (queue_.empty()) cv_.Wait(&mu_);
-        job = queue_.front();
-        queue_.pop_front();
-      }
-      (*job->work)();
-      absl::MutexLock lock(&mu_);
-      job->done = true;
-      cv_.SignalAll();
-    }
-  }
-
-  const pid_t owner_pid_;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
-  std::deque<Job*> queue_ ABSL_GUARDED_BY(mu_);
-};
-
-// ---------------------------------------------------------------------------------------------
-// The child, between fork and exec: async-signal-safe calls only, on data prepared before fork.
-
-struct ChildPlan {
-  std::vector<std::string> argv_strings;
-  std::vector<std::string> env_strings;
-  std::vector<char*> argv;  // into argv_strings, null-terminated
-  std::vector<char*> envp;  // into env_strings, null-terminated
-  std::string cwd;
-  int fds[kChildFds] = {-1, -1, -1, -1, -1};  // become the child's fds 0..4
-};
-
-enum ChildStep : int { kSetsid = 1, kDeathSignal, kMoveFds, kChdir, kExec };
-
-// What the child writes to the report pipe when it cannot exec.
-struct ChildFailure {
-  int step = 0;
-  int error = 0;
-};
-
-[[noreturn]] void FailChild(int report_fd, ChildStep step) {
-  const ChildFailure failure{step, errno};
-  if (write(report_fd, &failure, sizeof(failure)) < 0) {
-    // Nobody to tell: the parent sees EOF and exit status 127.
-  }
-  _exit(127);
-}
-
-void CloseFrom(int first, int max_fd) {
-#ifdef SYS_close_range
-  if (syscall(SYS_close_range, static_cast<unsigned>(first), ~0U, 0U) == 0) return;
-#endif
-  for (int fd = first; fd < max_fd; ++fd) close(fd);
-}
-
-// Default dispositions (handlers would be reset by exec anyway, SIG_IGN would not) and an empty
-// mask: the spawner thread blocks everything and the daemon blocks SIGINT/SIGTERM for sigwait.
-void ResetSignals() {
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);  // EINVAL for glibc's own
-  }
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-}
-
-[[noreturn]] void RunChild(const ChildPlan& plan, pid_t parent, int max_fd) {
-  int report = plan.fds[kReportFd];
-  // Its own session and process group, so that a signal to the group reaches all it starts.
-  if (setsid() < 0) FailChild(report, kSetsid);
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) FailChild(report, kDeathSignal);
-  if (getppid() != parent) _exit(127);  // the daemon died before prctl; nobody reads the report
-  // Every source above the targets first, so that no dup2 overwrites a source still needed.
-  int high[kChildFds];
-  for (int i = 0; i < kChildFds; ++i) {
-    high[i] = fcntl(plan.fds[i], F_DUPFD, kFirstClosedFd);
-    if (high[i] < 0) FailChild(report, kMoveFds);
-  }
-  report = high[kReportFd];
-  for (int i = 0; i < kChildFds; ++i) {
-    if (dup2(high[i], i) < 0) FailChild(report, kMoveFds);
-  }
-  report = kReportFd;
-  if (fcntl(kReportFd, F_SETFD, FD_CLOEXEC) < 0) FailChild(report, kMoveFds);
-  CloseFrom(kFirstClosedFd, max_fd);
-  if (!plan.cwd.empty() && chdir(plan.cwd.c_str()) != 0) FailChild(report, kChdir);
-  ResetSignals();
-  execve(plan.argv[0], plan.argv.data(), plan.envp.data());
-  FailChild(report, kExec);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Preparing a rank, in the daemon.
-
-int MaxFd() {
-  constexpr rlim_t kCap = 1 << 20;  // the close() loop's bound when close_range is missing
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return kCap;
-  return static_cast<int>(std::min(limit.rlim_cur, kCap));
-}
-
-std::vector<std::string> RankEnvironment(const std::map<std::string, std::string>& extra) {
-  std::map<std::string, std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string_view text(*entry);
-    const size_t eq = text.find('=');
-    if (eq != std::string_view::npos) {
-      env.emplace(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
-    }
-  }
-  // systemd talks to the daemon, not to its ranks (common/service_notifier.h).
-  env.erase("NOTIFY_SOCKET");
-  for (const auto& [key, value] : extra) env[key] = value;
-  env["TRAINCTL_EVENT_FD"] = std::to_string(kRankEventFd);
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [key, value] : env) out.push_back(absl::StrCat(key, "=", value));
-  return out;
-}
 
 absl::StatusOr<ScopedFd> OpenLog(const std::string& path) {
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
@@ -253,52 +67,6 @@ absl::StatusOr<ScopedFd> OpenLog(const std::string& path) {
   ScopedFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (fd.get() < 0) return absl::ErrnoToStatus(errno, absl::StrCat("open log file ", path));
   return fd;
-}
-
-// A pipe whose ends are both CLOEXEC (the child dup2s its end onto a fixed fd).
-absl::Status MakePipe(ScopedFd* read_end, ScopedFd* write_end) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return absl::ErrnoToStatus(errno, "pipe2");
-  read_end->reset(fds[0]);
-  write_end->reset(fds[1]);
-  return absl::OkStatus();
-}
-
-size_t ReadFully(int fd, void* data, size_t size) {
-  size_t got = 0;
-  while (got < size) {
-    const ssize_t n = read(fd, static_cast<char*>(data) + got, size - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  return got;
-}
-
-int PidfdOpen(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));  // CLOEXEC by definition
-#else
-  (void)pid;
-  return -1;
-#endif
-}
-
-std::string DescribeChildStep(int step, const RankSpec& spec) {
-  const std::string rank = absl::StrCat(" for rank ", spec.rank);
-  switch (step) {
-    case kSetsid:
-      return "setsid" + rank;
-    case kDeathSignal:
-      return "prctl(PR_SET_PDEATHSIG)" + rank;
-    case kMoveFds:
-      return "set up fds" + rank;
-    case kChdir:
-      return absl::StrCat("chdir to ", spec.cwd, rank);
-    case kExec:
-      return absl::StrCat("exec ", spec.argv[0], rank);
-  }
-  return absl::StrCat("start", rank, " (step ", step, ")");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -711,7 +479,8 @@ absl::Status PrepareRank(const RankSpec& spec, int stdin_fd, RankState* state, C
   plan->fds[0] = stdin_fd;
   for (int s = 0; s < kStreams; ++s) {
     ScopedFd write_end;
-    if (absl::Status status = MakePipe(&state->pipes[s], &write_end); !status.ok()) return status;
+    if (absl::Status status = internal::MakePipe(&state->pipes[s], &write_end); !status.ok())
+      return status;
     if (fcntl(state->pipes[s].get(), F_SETFL, O_NONBLOCK) != 0) {
       return absl::ErrnoToStatus(errno, "fcntl(O_NONBLOCK)");
     }
@@ -719,17 +488,18 @@ absl::Status PrepareRank(const RankSpec& spec, int stdin_fd, RankState* state, C
     child_ends->push_back(std::move(write_end));
   }
   ScopedFd report_write;
-  if (absl::Status status = MakePipe(report, &report_write); !status.ok()) return status;
+  if (absl::Status status = internal::MakePipe(report, &report_write); !status.ok()) return status;
   plan->fds[kReportFd] = report_write.get();
   child_ends->push_back(std::move(report_write));
 
   plan->argv_strings = spec.argv;
-  plan->env_strings = RankEnvironment(spec.env);
+  plan->env_strings = internal::RankEnvironment(spec.env, spec.user);
   for (std::string& arg : plan->argv_strings) plan->argv.push_back(arg.data());
   plan->argv.push_back(nullptr);
   for (std::string& entry : plan->env_strings) plan->envp.push_back(entry.data());
   plan->envp.push_back(nullptr);
   plan->cwd = spec.cwd;
+  plan->user = spec.user;
   return absl::OkStatus();
 }
 
@@ -761,14 +531,14 @@ absl::StatusOr<std::unique_ptr<Gang>> Gang::Start(std::vector<RankSpec> specs, C
   }
 
   const pid_t parent = getpid();
-  const int max_fd = MaxFd();
+  const int max_fd = internal::MaxFd();
   std::vector<pid_t> pids;
   pids.reserve(specs.size());
   int fork_error = 0;
-  Spawner::Get().Run([&] {
+  internal::RunOnSpawner([&] {
     for (const ChildPlan& plan : plans) {
       const pid_t pid = fork();
-      if (pid == 0) RunChild(plan, parent, max_fd);
+      if (pid == 0) internal::RunChild(plan, parent, max_fd);
       if (pid < 0) {
         fork_error = errno;
         return;
@@ -784,11 +554,13 @@ absl::StatusOr<std::unique_ptr<Gang>> Gang::Start(std::vector<RankSpec> specs, C
   }
   for (size_t i = 0; i < pids.size(); ++i) {
     ranks[i].pid = pids[i];
-    ranks[i].pidfd.reset(PidfdOpen(pids[i]));
+    ranks[i].pidfd.reset(internal::PidfdOpen(pids[i]));
     ChildFailure failure;
     // Blocks until the child has exec'd (EOF) or says why it could not.
-    if (ReadFully(reports[i].get(), &failure, sizeof(failure)) == sizeof(failure) && status.ok()) {
-      status = absl::ErrnoToStatus(failure.error, DescribeChildStep(failure.step, specs[i]));
+    if (internal::ReadFully(reports[i].get(), &failure, sizeof(failure)) == sizeof(failure) &&
+        status.ok()) {
+      status =
+          absl::ErrnoToStatus(failure.error, internal::DescribeChildStep(failure.step, specs[i]));
     }
   }
   ranks.resize(pids.size());

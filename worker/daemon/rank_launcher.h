@@ -20,7 +20,8 @@
 //    process groups (waitid(P_PGID)). Members that are zombies of another parent count as gone.
 //    A rank reaped by someone else (SIGCHLD set to SIG_IGN, a waitpid(-1) elsewhere) is reported
 //    as failed with exit_code -1 and signal 0.
-//  - In the child between fork and exec only async-signal-safe calls are made; the child gets
+//  - In the child between fork and exec only async-signal-safe calls are made (rank_child.h); it
+//  gets
 //    /dev/null as stdin, pipes as stdout, stderr and fd 3 (the event fd), no other inherited fd,
 //    an empty signal mask and default dispositions (the daemon blocks SIGINT/SIGTERM for sigwait
 //    and ignores SIGPIPE; ranks must not inherit that).
@@ -51,12 +52,23 @@ inline constexpr size_t kMaxRankLineBytes = 64 * 1024;
 // How many of a rank's last stdout/stderr lines RankExit::last_lines keeps.
 inline constexpr size_t kRankTailLines = 20;
 
+// Another user a rank runs as (the worker's --rank_user): set in the child before exec, so the
+// rank cannot read what only the daemon's user can (its token file, its TLS key).
+struct RankUser {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary groups (initgroups' list for the user)
+  std::string home;           // the rank's $HOME
+};
+
 struct RankSpec {
   int rank = 0;                            // global rank (for reporting)
   std::vector<std::string> argv;           // argv[0] is an absolute path, exec'd directly
   std::map<std::string, std::string> env;  // added to (and overriding) the daemon's environment
   std::string log_path;  // stdout+stderr lines are appended here (dirs created); "" = no log file
   std::string cwd;       // "" = inherit
+  std::optional<RankUser> user;  // none: the daemon's own user
 };
 
 struct RankExit {
@@ -93,7 +105,8 @@ class Gang {
   // Forks and execs every rank (on the spawner thread) and starts supervising them. Returns once
   // every rank has exec'd. Errors: INVALID_ARGUMENT for no ranks, an empty argv or a relative
   // argv[0]; the errno-derived code (NOT_FOUND, PERMISSION_DENIED, ...) with the path and errno
-  // text when a log file cannot be opened or a rank cannot be exec'd (or chdir'd); then no rank
+  // text when a log file cannot be opened or a rank cannot be exec'd (or chdir'd, or switched to
+  // its user: PERMISSION_DENIED when the daemon lacks the privilege); then no rank
   // is left running and no callback is called. Any callback may be empty.
   static absl::StatusOr<std::unique_ptr<Gang>> Start(std::vector<RankSpec> ranks,
                                                      Callbacks callbacks,

@@ -17,9 +17,11 @@
 #include "common/access_tokens.h"
 #include "common/json_proto.h"
 #include "common/logging.h"
+#include "common/rank_env.h"
 #include "common/utf8.h"
 #include "common/worker_limits.h"
 #include "google/protobuf/util/time_util.h"
+#include "worker/daemon/rank_user.h"
 
 namespace trainctl::worker {
 namespace {
@@ -450,6 +452,17 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
   if (absl::Status s = output_roots_.Check(launch.spec()); !s.ok()) {
     return fail(task, std::string(s.message()));
   }
+  // Again here: the spec may come from a coordinator that allows more, or checks nothing.
+  if (auto refused = RankEnvErrors(launch.spec().env(), options_.rank_env, "spec.env");
+      !refused.empty()) {
+    return fail(task, absl::StrCat("refused by this worker: ", absl::StrJoin(refused, "; ")));
+  }
+  if (options_.rank_user.has_value() && !launch.spec().output_dir().empty()) {
+    if (absl::Status s = MakeRankOutputDir(launch.spec().output_dir(), *options_.rank_user);
+        !s.ok()) {
+      return fail(task, std::string(s.message()));
+    }
+  }
   const int slots = std::max(1, launch.slots());
   if (!options_.gpus.empty()) {
     if (static_cast<int>(free_gpus_.size()) < slots) {
@@ -510,6 +523,7 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
     rank.env["TRAINCTL_TASK_ID"] = id;
     rank.env["TRAINCTL_ATTEMPT"] = absl::StrCat(launch.attempt());
     rank.log_path = (dir / absl::StrCat("rank-", rank.rank, ".log")).string();
+    rank.user = options_.rank_user;
     ranks.push_back(std::move(rank));
   }
 

@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/rank_env.h"
 #include "trainctl/v1/worker.grpc.pb.h"
 #include "worker/daemon/outbox.h"
 #include "worker/daemon/output_roots.h"
@@ -57,6 +59,12 @@ struct WorkerOptions {
   std::vector<trainctl::v1::GpuInfo> gpus;  // empty: a CPU node with cpu_slots slots
   int cpu_slots = 1;
   std::string trainer_bin;  // what each rank runs: `<trainer_bin> train --spec SPEC`
+  // Which variables a job's env may set in its ranks (common/rank_env.h); a launch whose env sets
+  // another fails, naming it. The coordinator checks this at submit; the worker checks again.
+  RankEnvPolicy rank_env;
+  // The user ranks run as (--rank_user); none: the daemon's own, which can read its credentials.
+  // The job's output_dir is created for that user (rank_user.h).
+  std::optional<RankUser> rank_user;
   // Absolute directories a job may write under (its output_dir and its stages'); a launch whose
   // paths resolve (symlinks and "..", relative to this process's working directory) elsewhere
   // fails. Empty: work_dir.

@@ -37,11 +37,13 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
+#include "common/rank_env.h"
 #include "common/service_loop_reporter.h"
 #include "common/service_notifier.h"
 #include "common/worker_limits.h"
 #include "worker/daemon/gpu_discovery.h"
 #include "worker/daemon/node_metrics.h"
+#include "worker/daemon/rank_user.h"
 #include "worker/daemon/topology_probe.h"
 #include "worker/daemon/worker.h"
 
@@ -87,6 +89,13 @@ ABSL_FLAG(std::string, token_file, "",
           "file holding this worker's bearer token (role worker), when the coordinator has "
           "--tokens_file; read again before every session, so a rotated token is used from the "
           "next reconnect; default: $TRAINCTL_TOKEN");
+ABSL_FLAG(std::string, rank_env_allow, "",
+          "environment variables a job's env may set in its ranks besides the default allowlist "
+          "(README, Security: NCCL_*, CUDA_*, TORCH_*, ...): comma-separated exact names and "
+          "PREFIX_* patterns; give the coordinator and every worker the same list");
+ABSL_FLAG(std::string, rank_user, "",
+          "run ranks as this user (name or uid), so they cannot read the worker's token file and "
+          "TLS key; needs root or CAP_SETUID+CAP_SETGID. Default: the worker's own user");
 ABSL_FLAG(std::string, sysfs_root, "/sys",
           "where the topology probe reads class/infiniband (RDMA ports) and class/net");
 ABSL_FLAG(std::string, proc_modules, "/proc/modules",
@@ -156,6 +165,34 @@ absl::Status SetUpCredentials(WorkerOptions* options) {
     options->token_file = path;  // read again before each session: a rotated token needs no restart
   } else if (const char* env = std::getenv("TRAINCTL_TOKEN"); env != nullptr) {
     options->token = std::string(absl::StripAsciiWhitespace(env));
+  }
+  return absl::OkStatus();
+}
+
+// What the ranks may be given and who they run as: --rank_env_allow, --rank_user (tried now, so
+// that a worker without the privilege fails at start-up rather than on every task).
+absl::Status SetUpRanks(WorkerOptions* options) {
+  auto policy = RankEnvPolicy::WithExtra(absl::GetFlag(FLAGS_rank_env_allow));
+  if (!policy.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank_env_allow: ", policy.status().message()));
+  }
+  options->rank_env = *std::move(policy);
+  if (const std::string name = absl::GetFlag(FLAGS_rank_user); !name.empty()) {
+    auto user = LookUpRankUser(name);
+    if (!user.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--rank_user: ", user.status().message()));
+    if (absl::Status s = CheckCanRunAs(*user); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--rank_user: ", s.message()));
+    }
+    options->rank_user = *std::move(user);
+  } else if (!options->token.empty() || !absl::GetFlag(FLAGS_tls_key).empty()) {
+    TRAINCTL_LOG(WARNING) << "ranks run as this worker's user and can read its credentials ("
+                          << (options->token_file.empty() ? "token" : options->token_file)
+                          << (absl::GetFlag(FLAGS_tls_key).empty()
+                                  ? ""
+                                  : absl::StrCat(", ", absl::GetFlag(FLAGS_tls_key)))
+                          << "); set --rank_user to run them as another user";
   }
   return absl::OkStatus();
 }
@@ -261,6 +298,10 @@ int Run() {
   options.kill_grace = absl::GetFlag(FLAGS_kill_grace);
   options.reconnect_max = absl::GetFlag(FLAGS_reconnect_max);
   if (absl::Status s = SetUpCredentials(&options); !s.ok()) {
+    TRAINCTL_LOG(ERROR) << s.message();
+    return 2;
+  }
+  if (absl::Status s = SetUpRanks(&options); !s.ok()) {
     TRAINCTL_LOG(ERROR) << s.message();
     return 2;
   }
