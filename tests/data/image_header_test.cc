@@ -5,12 +5,14 @@
 
 #include <stb/stb_image_write.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/trainer/data/preprocessor_config.h"
 
 namespace trainctl::data {
 namespace {
@@ -123,6 +125,42 @@ TEST(ImageHeaderTest, TokenCountIsThePreprocessorsCount) {
   EXPECT_EQ(*ImageTokenCount(4000, 4000, {}), 16384);
   EXPECT_EQ(*ImageTokenCount(4000, 4000, {3136, 401408}), 22 * 22);
   EXPECT_FALSE(ImageTokenCount(10, 4000, {}).ok());  // a side under 28
+}
+
+// preprocessor_config.json as transformers reads it: size's edges, overridden by the top-level
+// min/max_pixels; no file keeps the defaults; bad values name the file and the field.
+TEST(PreprocessorConfigTest, SizeThenTopLevelPixels) {
+  const std::string dir = ::testing::TempDir() + "/preprocessor_config_test";
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& text) {
+    std::ofstream(dir + "/preprocessor_config.json") << text;
+  };
+  std::filesystem::remove(dir + "/preprocessor_config.json");
+  auto none = ReadPreprocessorConfig(dir);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->min_pixels, kDefaultMinPixels);
+  EXPECT_EQ(none->max_pixels, kDefaultMaxPixels);
+
+  write(R"({"size": {"shortest_edge": 1000, "longest_edge": 2000}})");
+  auto size = ReadPreprocessorConfig(dir);
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(size->min_pixels, 1000);
+  EXPECT_EQ(size->max_pixels, 2000);
+
+  write(R"({"size": {"shortest_edge": 1000, "longest_edge": 2000}, "max_pixels": 401408})");
+  auto both = ReadPreprocessorConfig(dir);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->min_pixels, 1000);
+  EXPECT_EQ(both->max_pixels, 401408);
+
+  write(R"({"min_pixels": 0})");
+  EXPECT_THAT(ReadPreprocessorConfig(dir).status().message(),
+              HasSubstr("preprocessor_config.json: min_pixels: expected a positive integer"));
+  write(R"({"size": {"shortest_edge": 5000, "longest_edge": 4000}})");
+  EXPECT_THAT(ReadPreprocessorConfig(dir).status().message(),
+              HasSubstr("max_pixels 4000 is below min_pixels 5000"));
+  write("{");
+  EXPECT_THAT(ReadPreprocessorConfig(dir).status().message(), HasSubstr("not a JSON object"));
 }
 
 }  // namespace

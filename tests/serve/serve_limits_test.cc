@@ -204,8 +204,8 @@ TEST_F(ServeLimitsTest, MinPixelsDecideAnImagesTokens) {
 }
 
 // The binary: bad pixel flags exit 2 naming the flag before any model is loaded; a server started
-// with --max_body_mb 1 answers a 2 MiB body with 413 and OpenAI's error object, and its
-// --max_pixels decides what the header check allows.
+// with --max_body_mb 1 answers a 2 MiB body with 413 and OpenAI's error object, and the model's
+// preprocessor_config.json decides what the header check allows.
 TEST_F(ServeLimitsTest, TrainerServeFlags) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
       {{"--min_pixels", "0"}, "--min_pixels: a positive integer"},
@@ -223,11 +223,14 @@ TEST_F(ServeLimitsTest, TrainerServeFlags) {
     EXPECT_NE(run.err.find(expected), std::string::npos) << run.err;
   }
 
+  // The model's preprocessor_config.json sets the bounds as AutoProcessor reads them (size's
+  // longest_edge here; the flags would override it).
+  dir_->Write("model/preprocessor_config.json",
+              json{{"size", {{"shortest_edge", 3136}, {"longest_edge", 28 * 28 * 256}}}}.dump());
   const std::string log = dir_->path() + "/serve-limits.log";
-  trainctl::testing::Subprocess serve(
-      {TRAINCTL_TRAINER_BIN, "serve", "--model", ModelDir(), "--listen", "127.0.0.1:0",
-       "--max_body_mb", "1", "--max_pixels", std::to_string(28 * 28 * 256)},
-      log);
+  trainctl::testing::Subprocess serve({TRAINCTL_TRAINER_BIN, "serve", "--model", ModelDir(),
+                                       "--listen", "127.0.0.1:0", "--max_body_mb", "1"},
+                                      log);
   ASSERT_TRUE(trainctl::testing::WaitFor(
       [&] {
         const std::string text = trainctl::testing::ReadFileOrEmpty(log);
@@ -242,7 +245,7 @@ TEST_F(ServeLimitsTest, TrainerServeFlags) {
   ASSERT_TRUE(big);
   EXPECT_EQ(big->status, 413);
   EXPECT_EQ(json::parse(big->body)["error"]["type"], "invalid_request_error") << big->body;
-  // 16 headers of 13000x13000 at 256 tokens each under --max_pixels: 4,096 tokens, and with
+  // 16 headers of 13000x13000 at 256 tokens each under longest_edge: 4,096 tokens, and with
   // 30,000 new ones over the 32,768-token context.
   json parts = json::array();
   for (int i = 0; i < 16; ++i) parts.push_back(ImagePart(HeaderOnlyPng(13000)));

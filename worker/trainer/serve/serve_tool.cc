@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "worker/trainer/data/preprocessor_config.h"
 #include "worker/trainer/generate_tool.h"
 #include "worker/trainer/model/forward_tool.h"
 #include "worker/trainer/model/state_dict_adapter.h"
@@ -63,9 +64,13 @@ int RunServe(const std::map<std::string, std::string>& flags) {
   if (!PositiveFlag(flags, "read_timeout_s", &read_timeout_s)) {
     return Fail(2, "--read_timeout_s: a positive integer (seconds)");
   }
-  // HF's processor semantics: min_pixels/max_pixels bound smart_resize's area (the defaults are
-  // Qwen2-VL's preprocessor_config.json values, as trainctl prepare's).
+  // HF's processor semantics: min_pixels/max_pixels bound smart_resize's area; the model's
+  // preprocessor_config.json sets them as AutoProcessor.from_pretrained reads it (else Qwen2-VL's
+  // 3136 and 12845056, as trainctl prepare's), and the flags override it as the kwargs do.
   OpenAiServerOptions options;
+  absl::StatusOr<data::ImageProcessorOptions> processor = data::ReadPreprocessorConfig(model_dir);
+  if (!processor.ok()) return Fail(2, std::string(processor.status().message()));
+  options.limits.image = *processor;
   data::ImageProcessorOptions& image = options.limits.image;
   if (!PositiveFlag(flags, "min_pixels", &image.min_pixels)) {
     return Fail(2, "--min_pixels: a positive integer");
