@@ -11,6 +11,9 @@
 namespace trainctl {
 namespace {
 
+// How much of the allowlist a refusal quotes (an operator's list may be long).
+constexpr size_t kMaxListBytes = 256;
+
 bool Matches(absl::string_view pattern, absl::string_view name) {
   if (absl::EndsWith(pattern, "*")) {
     return absl::StartsWith(name, pattern.substr(0, pattern.size() - 1));
@@ -87,20 +90,36 @@ std::string RankEnvPolicy::Refusal(absl::string_view name) const {
                   [&](const std::string& p) { return Matches(p, name); })) {
     return "";
   }
-  return absl::StrCat("not in the ranks' environment allowlist (", absl::StrJoin(patterns_, ", "),
+  std::string list = absl::StrJoin(patterns_, ", ");
+  if (list.size() > kMaxListBytes) list = list.substr(0, kMaxListBytes) + ", ...";
+  return absl::StrCat("not in the ranks' environment allowlist (", list,
                       "); an operator can extend it with --rank_env_allow");
 }
 
 std::vector<std::string> RankEnvErrors(const google::protobuf::Map<std::string, std::string>& env,
                                        const RankEnvPolicy& policy, absl::string_view path) {
+  // A bounded message however many names a spec refuses (an error status travels in gRPC
+  // trailers, which have a size limit): kMaxListed lines, then one that counts the rest.
+  constexpr size_t kMaxListed = 8;
   std::vector<std::string> names;  // a protobuf Map's order is unspecified
   for (const auto& entry : env) names.push_back(entry.first);
   std::sort(names.begin(), names.end());
   std::vector<std::string> errors;
+  std::string first_unlisted;  // the summary line's path is a variable's, not `path` itself
+  size_t unlisted = 0;
   for (const std::string& name : names) {
-    if (std::string why = policy.Refusal(name); !why.empty()) {
-      errors.push_back(absl::StrCat(path, ".", name, ": ", why));
+    std::string why = policy.Refusal(name);
+    if (why.empty()) continue;
+    const std::string shown = name.size() > 40 ? name.substr(0, 37) + "..." : name;
+    if (errors.size() < kMaxListed) {
+      errors.push_back(absl::StrCat(path, ".", shown, ": ", why));
+    } else if (unlisted++ == 0) {
+      first_unlisted = shown;
     }
+  }
+  if (unlisted > 0) {
+    errors.push_back(absl::StrCat(path, ".", first_unlisted, ": refused likewise, with ",
+                                  unlisted - 1, " more variables after it"));
   }
   return errors;
 }

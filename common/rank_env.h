@@ -54,7 +54,10 @@ class RankEnvPolicy {
 // [A-Za-z_][A-Za-z0-9_]*.
 bool IsEnvName(absl::string_view name);
 
-// One error per refused name of `env`, "<path>.<NAME>: <refusal>", in name order.
+// One error per refused name of `env`, "<path>.<NAME>: <refusal>", in name order: the first 8,
+// then "<path>.<NAME>: refused likewise, with N more variables after it", so that the message
+// stays small. Names over
+// 40 bytes are shown cut ("...").
 std::vector<std::string> RankEnvErrors(const google::protobuf::Map<std::string, std::string>& env,
                                        const RankEnvPolicy& policy, absl::string_view path);
 

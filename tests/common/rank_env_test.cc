@@ -89,6 +89,20 @@ TEST(RankEnvErrorsTest, OneLinePerRefusedNameInNameOrder) {
   EXPECT_THAT(RankEnvErrors(env, RankEnvPolicy(), "spec.env"), IsEmpty());
 }
 
+// However many names are refused, the message stays small: it travels in gRPC trailers.
+TEST(RankEnvErrorsTest, ManyRefusedNamesAreCountedNotListed) {
+  google::protobuf::Map<std::string, std::string> env;
+  for (int i = 0; i < 200; ++i) env[absl::StrCat("V", 1000 + i)] = "1";
+  env[std::string(128, 'K')] = "1";
+  const std::vector<std::string> errors = RankEnvErrors(env, RankEnvPolicy(), "spec.env");
+  ASSERT_EQ(errors.size(), 9u);
+  EXPECT_THAT(errors[0], HasSubstr("spec.env.KKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKK...: not in"));
+  EXPECT_EQ(errors[8], "spec.env.V1007: refused likewise, with 192 more variables after it");
+  size_t bytes = 0;
+  for (const std::string& e : errors) bytes += e.size();
+  EXPECT_LT(bytes, 4096u);
+}
+
 TEST(IsEnvNameTest, Identifiers) {
   EXPECT_TRUE(IsEnvName("_A1"));
   EXPECT_TRUE(IsEnvName("a"));
