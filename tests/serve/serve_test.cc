@@ -401,16 +401,20 @@ TEST_F(ServeTest, ConcurrentRequestsAreBatched) {
   EXPECT_EQ(stats.rows, 4);
 }
 
-// Continuous batching: a request of 30,000 tokens is decoding when a 4-token request arrives; the
-// short one joins the running batch and is answered while the long one still generates (it held
-// the only model thread until its end before). Stopping the server then ends the long one at once
-// with 503 "the server is shutting down".
+// Continuous batching: a request of 16 choices of 30,000 tokens is decoding when a 4-token request
+// arrives; the short one joins the running batch and is answered while the long one still
+// generates (it held the only model thread until its end before). The long request's rows take 12
+// of the 16 slots: the last quarter is for requests with no row running, so a large n cannot fill
+// the batch. Stopping the server then ends the long one at once with 503 "the server is shutting
+// down".
 TEST_F(ServeTest, ShortRequestFinishesWhileLongOneGenerates) {
   StartServer(16, absl::Milliseconds(2));
   std::atomic<bool> long_done{false};
   std::optional<httplib::Result> long_result;
   std::thread long_client([&] {
-    long_result.emplace(Post(TextChat("Count to a million, please.", 30000).dump()));
+    json chat = TextChat("Count to a million, please.", 30000);
+    chat["n"] = 16;
+    long_result.emplace(Post(chat.dump()));
     long_done = true;
   });
   ASSERT_TRUE(trainctl::testing::WaitFor([&] { return queue_->stats().decode_steps >= 2; },
@@ -424,13 +428,14 @@ TEST_F(ServeTest, ShortRequestFinishesWhileLongOneGenerates) {
   ASSERT_EQ(shorter->status, 200) << shorter->body;
   EXPECT_FALSE(long_done.load());
   EXPECT_TRUE(
-      trainctl::testing::WaitFor([&] { return queue_->running_rows() == 1; }, absl::Seconds(10)));
+      trainctl::testing::WaitFor([&] { return queue_->running_rows() == 12; }, absl::Seconds(10)));
   EXPECT_FALSE(long_done.load());
   EXPECT_EQ(json::parse(shorter->body)["choices"][0]["token_ids"].get<Tokens>(),
             GenerateAlone(*prompt, 4));
   const QueueStats stats = queue_->stats();
   EXPECT_EQ(stats.generate_calls, 2);
-  EXPECT_EQ(stats.largest_batch, 2);
+  EXPECT_EQ(stats.largest_batch, 13);
+  EXPECT_EQ(queue_->queued_rows(), 4);  // the long request's last 4 rows
 
   const auto stop_start = std::chrono::steady_clock::now();
   server_->Stop();

@@ -16,6 +16,7 @@ struct GenerationQueue::Job {
   absl::Time deadline = absl::InfiniteFuture();
   std::vector<Choice> choices;
   int64_t remaining = 0;
+  int64_t running = 0;  // rows in the batch or joining it (model thread only)
   bool done = false;
   std::promise<absl::StatusOr<std::vector<Choice>>> promise;
 
@@ -127,9 +128,19 @@ bool GenerationQueue::Admit(int64_t running, std::vector<Row>& joining) {
     }
     it = job.done ? queue_.erase(it) : std::next(it);
   }
-  while (!queue_.empty() && running + static_cast<int64_t>(joining.size()) < options_.max_batch) {
-    joining.push_back(std::move(queue_.front()));
-    queue_.pop_front();
+  // The last quarter of the batch is for requests with no row running yet, so one request's
+  // many rows (a large n) cannot fill the batch and hold a short request back until they end.
+  const int64_t reserved = options_.max_batch / 4;
+  int64_t total = running;
+  for (auto it = queue_.begin(); it != queue_.end() && total < options_.max_batch;) {
+    if (it->job->running > 0 && total >= options_.max_batch - reserved) {
+      ++it;
+      continue;
+    }
+    it->job->running += 1;
+    total += 1;
+    joining.push_back(std::move(*it));
+    it = queue_.erase(it);
   }
   if (!joining.empty()) {
     stats_.generate_calls += 1;
@@ -151,6 +162,7 @@ void GenerationQueue::Join(RunningBatch& batch, std::vector<Row>& active,
   const absl::Status status = batch.Join(rows);
   for (Row& row : joining) {
     if (!status.ok()) {
+      row.job->running -= 1;
       row.job->Fail(status);
     } else {
       active.push_back(std::move(row));
@@ -193,7 +205,11 @@ void GenerationQueue::Retire(RunningBatch& batch, std::vector<Row>& active) {
   batch.Retain(keep);
   std::vector<Row> kept;
   for (size_t b = 0; b < active.size(); ++b) {
-    if (keep[b]) kept.push_back(std::move(active[b]));
+    if (keep[b]) {
+      kept.push_back(std::move(active[b]));
+    } else {
+      active[b].job->running -= 1;
+    }
   }
   active = std::move(kept);
   absl::MutexLock lock(&mu_);

@@ -3,9 +3,11 @@
 // finished, whose request was cancelled (the client went away) or ran past its deadline leave
 // the running batch, and queued rows join it (prefilled together, up to max_batch rows in all),
 // whatever their sampling settings. A short request thus completes while a long one is still
-// generating. While nothing runs, the thread waits up to batch_window after the first row for
-// more to arrive, so a burst starts as one batch. Rows keep their own seeds (the request's seed +
-// the choice's index, else a random one), so a row's tokens do not depend on the batch it ran in.
+// generating. The last quarter of max_batch is kept for requests with no row running yet, so a
+// request with a large n does not fill the batch (its other rows join as slots free up). While
+// nothing runs, the thread waits up to batch_window after the first row for more to arrive, so a
+// burst starts as one batch. Rows keep their own seeds (the request's seed + the choice's index,
+// else a random one), so a row's tokens do not depend on the batch it ran in.
 //
 // Thread-safe: Submit from any thread (the HTTP handlers). Shutdown() (and the destructor) fails
 // what is queued or running with UNAVAILABLE at the next step and ends the thread.
