@@ -196,5 +196,24 @@ TEST_F(RankEnvTest, RanksRunAsTheRankUserAndCannotReadTheWorkersToken) {
   EXPECT_EQ(st.st_uid, nobody->pw_uid);
 }
 
+// A worker that cannot switch users says so at start-up, naming what it needs, and does not start.
+TEST_F(RankEnvTest, AWorkerWithoutThePrivilegeRefusesToStartWithARankUser) {
+  if (geteuid() != 0 || !std::filesystem::exists("/usr/bin/setpriv")) {
+    GTEST_SKIP() << "needs root and setpriv to start the worker as an unprivileged user";
+  }
+  RunResult r =
+      testing::Run({"/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                    TRAINCTL_WORKER_BIN, "--rank_user", "root", "--coordinator", "127.0.0.1:1",
+                    "--nvidia_smi", "/nonexistent/nvidia-smi", "--trainer", "/bin/true",
+                    "--work_dir", dir_.path() + "/work-unprivileged"},
+                   {});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err,
+                                "--rank_user: cannot run ranks as user root (uid 0, gid 0): "
+                                "Operation not permitted; the worker needs to run as root, or "
+                                "with CAP_SETUID and CAP_SETGID"))
+      << r.err;
+}
+
 }  // namespace
 }  // namespace trainctl
