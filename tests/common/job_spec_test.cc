@@ -512,12 +512,14 @@ TEST(ValidateJobSpecTest, BothPrecisionsIsAnError) {
 }
 
 TEST(ValidateJobSpecTest, ReservedEnvironmentVariablesAreRejected) {
-  absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(
-      std::string(kMinimalSpec) + "env:\n  RANK: 3\n  MASTER_PORT: 1\n  NCCL_DEBUG: INFO\n");
+  absl::StatusOr<ValidatedJobSpec> v =
+      ValidateYaml(std::string(kMinimalSpec) +
+                   "env:\n  RANK: 3\n  MASTER_PORT: 1\n  NCCL_DEBUG: INFO\n  TRAINCTL_JOB_ID: j\n");
   EXPECT_THAT(
       ErrorLines(v.status()),
       UnorderedElementsAre("spec.env.MASTER_PORT: set by the worker for each rank; remove it",
-                           "spec.env.RANK: set by the worker for each rank; remove it"));
+                           "spec.env.RANK: set by the worker for each rank; remove it",
+                           "spec.env.TRAINCTL_JOB_ID: set by the worker for each rank; remove it"));
 }
 
 TEST(ValidateJobSpecTest, MaxStepsOverridesEpochs) {
