@@ -271,5 +271,44 @@ TEST_F(TrustTest, AJobsStoredLogsStopAtItsCapAndTheWorkerKeepsThemAll) {
   EXPECT_EQ(std::count(rank_log.begin(), rank_log.end(), '\n'), 2000) << rank_log.size();
 }
 
+// Item 4, the worker's side: a rank's output reaches the coordinator at --rank_log_rate after a
+// burst; the rest stays in the rank's log file, which itself stops at --max_rank_log_bytes. The
+// job's stream says how many lines were held back, and its events say it once.
+TEST_F(TrustTest, ARanksForwardedOutputIsRateLimitedAndItsLogFileBounded) {
+  StartCoordinator();
+  // 2000 lines of 99 characters and a newline.
+  StartWorker(
+      "node-a", 1,
+      Script("flood.sh",
+             "i=0\nwhile [ $i -lt 2000 ]; do\n  printf '%099d\\n' $i\n"
+             "  i=$((i+1))\ndone\n"),
+      {"--rank_log_rate", "1", "--rank_log_burst", "65536", "--max_rank_log_bytes", "100000"});
+  ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
+  const std::string id = Submit("flood");
+  WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(30));
+
+  const std::vector<v1::LogLine> lines = StoredLogs(id);
+  const size_t forwarded = 65536 / 99;  // the burst; 1 byte/s adds no line within the test
+  ASSERT_EQ(lines.size(), forwarded + 1);
+  EXPECT_EQ(lines.back().stream(), "stderr");
+  EXPECT_TRUE(absl::StrContains(
+      lines.back().text(),
+      absl::StrCat(2000 - forwarded, " lines (", (2000 - forwarded) * 99,
+                   " bytes) of rank 0's output were not sent to the coordinator")))
+      << lines.back().text();
+  int warnings = 0;
+  for (const v1::JobEvent& e : Events(id)) {
+    warnings += e.has_warning() &&
+                absl::StrContains(e.warning().message(), "writes faster than the worker forwards");
+  }
+  EXPECT_EQ(warnings, 1);
+  // The file keeps 1000 whole lines (100000 bytes), then says why it stops.
+  const std::string rank_log =
+      testing::ReadFileOrEmpty(WorkDir("node-a") + "/tasks/" + id + ".0.0/rank-0.log");
+  EXPECT_EQ(std::count(rank_log.begin(), rank_log.end(), '\n'), 1001) << rank_log.size();
+  EXPECT_TRUE(absl::StrContains(rank_log, "reached the worker's --max_rank_log_bytes (100000"))
+      << rank_log.substr(rank_log.size() > 300 ? rank_log.size() - 300 : 0);
+}
+
 }  // namespace
 }  // namespace trainctl

@@ -168,8 +168,10 @@ struct RankState {
   int rank = 0;
   pid_t pid = -1;  // also its process group id
   ScopedFd log;
-  ScopedFd pidfd;            // -1 without pidfd_open, or once reaped
-  ScopedFd pipes[kStreams];  // read ends, non-blocking; -1 after EOF
+  int64_t max_log_bytes = 0;  // RankSpec::max_log_bytes
+  int64_t log_written = 0;    // bytes this run appended to `log`
+  ScopedFd pidfd;             // -1 without pidfd_open, or once reaped
+  ScopedFd pipes[kStreams];   // read ends, non-blocking; -1 after EOF
   LineSplitter lines[kStreams];
   std::deque<std::string> tail;  // last kRankTailLines lines of stdout and stderr
   bool reaped = false;
@@ -415,18 +417,32 @@ class Gang::Supervisor {
     }
   }
 
+  // Best effort: a full disk must not stop supervision. At max_log_bytes the file gets one last
+  // line saying so and is closed.
+  static void AppendToLog(RankState& r, const std::string& line) {
+    std::string text = line;
+    const auto bytes = static_cast<int64_t>(line.size()) + 1;
+    bool last = false;
+    if (r.max_log_bytes > 0 && r.log_written + bytes > r.max_log_bytes) {
+      text = absl::StrCat(
+          "[trainctl-worker] this rank log reached the worker's --max_rank_log_bytes (",
+          r.max_log_bytes, " bytes); later output is not kept here");
+      last = true;
+    }
+    char newline = '\n';
+    iovec parts[2] = {{text.data(), text.size()}, {&newline, 1}};
+    if (writev(r.log.get(), parts, 2) < 0) {
+    }
+    r.log_written += bytes;
+    if (last) r.log.reset();
+  }
+
   void Deliver(RankState& r, int stream, std::string line) {
     if (stream == kEvents) {
       if (!quiet_ && callbacks_.on_event) callbacks_.on_event(r.rank, std::move(line));
       return;
     }
-    if (r.log.get() >= 0) {
-      // Best effort: a full disk must not stop supervision.
-      char newline = '\n';
-      iovec parts[2] = {{line.data(), line.size()}, {&newline, 1}};
-      if (writev(r.log.get(), parts, 2) < 0) {
-      }
-    }
+    if (r.log.get() >= 0) AppendToLog(r, line);
     r.tail.push_back(line);
     if (r.tail.size() > kRankTailLines) r.tail.pop_front();
     if (!quiet_ && callbacks_.on_log)
@@ -475,6 +491,7 @@ absl::Status PrepareRank(const RankSpec& spec, int stdin_fd, RankState* state, C
     absl::StatusOr<ScopedFd> log = OpenLog(spec.log_path);
     if (!log.ok()) return log.status();
     state->log = *std::move(log);
+    state->max_log_bytes = spec.max_log_bytes;
   }
   plan->fds[0] = stdin_fd;
   for (int s = 0; s < kStreams; ++s) {

@@ -67,7 +67,10 @@ struct RankSpec {
   std::vector<std::string> argv;           // argv[0] is an absolute path, exec'd directly
   std::map<std::string, std::string> env;  // added to (and overriding) the daemon's environment
   std::string log_path;  // stdout+stderr lines are appended here (dirs created); "" = no log file
-  std::string cwd;       // "" = inherit
+  // > 0: the log file grows to at most this many bytes (of this run), then says so in one last
+  // line and keeps nothing more; the lines still reach on_log.
+  int64_t max_log_bytes = 0;
+  std::string cwd;               // "" = inherit
   std::optional<RankUser> user;  // none: the daemon's own user
 };
 

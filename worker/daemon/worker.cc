@@ -30,8 +30,6 @@ namespace v1 = trainctl::v1;
 namespace fs = std::filesystem;
 using google::protobuf::util::TimeUtil;
 
-constexpr int kLogBatchLines = 512;
-static_assert(kLogBatchLines <= kMaxLogBatchLines);
 static_assert(kMaxRankLineBytes <= kMaxLineBytes && kRankTailLines <= kMaxStatusTailLines);
 // Sessions in a row that may end with the same message unacknowledged before it is set aside.
 constexpr int kPoisonSessions = 3;
@@ -196,9 +194,8 @@ void Worker::ProbeLoop() {
   while (!closing_) {
     {
       absl::MutexLock lock(&mu_);
-      auto asked = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return probe_requested_ || closing_;
-      };
+      auto asked = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return probe_requested_ || closing_; };
       // closing_ is not under mu_: the timeout bounds how long a Stop goes unnoticed.
       mu_.AwaitWithTimeout(absl::Condition(&asked), absl::Milliseconds(200));
       if (!probe_requested_ || closing_) continue;
@@ -214,15 +211,6 @@ void Worker::ProbeLoop() {
     topology_ = std::move(topology);
     outbox_.Push(std::move(message));
   }
-}
-
-void Worker::FlushLogsLocked() {
-  if (logs_.empty()) return;
-  v1::WorkerMessage message;
-  for (v1::LogLine& line : logs_) *message.mutable_logs()->add_lines() = std::move(line);
-  logs_.clear();
-  logs_bytes_ = 0;
-  outbox_.Push(std::move(message));
 }
 
 v1::WorkerMessage Worker::MakeRegister() {
@@ -523,6 +511,7 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
     rank.env["TRAINCTL_TASK_ID"] = id;
     rank.env["TRAINCTL_ATTEMPT"] = absl::StrCat(launch.attempt());
     rank.log_path = (dir / absl::StrCat("rank-", rank.rank, ".log")).string();
+    rank.max_log_bytes = options_.max_rank_log_bytes;
     rank.user = options_.rank_user;
     ranks.push_back(std::move(rank));
   }
@@ -619,26 +608,16 @@ void Worker::HandleAck(int64_t through_seq) {
   finished.clear();  // joins their supervisor threads, outside mu_
 }
 
-void Worker::OnLog(const std::string& job_id, int rank, const std::string& stream,
-                   std::string line) {
-  v1::LogLine log;
-  log.set_job_id(job_id);
-  log.set_rank(rank);
-  log.set_stream(stream);
-  *log.mutable_time() = NowProto();
-  // Rank output is bytes; a protobuf string must be UTF-8 (the coordinator cannot parse it else).
-  log.set_text(ToValidUtf8(line));
-  absl::MutexLock lock(&mu_);
-  if (logs_bytes_ + log.text().size() > kMaxLogBatchBytes) FlushLogsLocked();
-  logs_bytes_ += log.text().size();
-  logs_.push_back(std::move(log));
-  if (logs_.size() >= kLogBatchLines) FlushLogsLocked();
-}
-
 void Worker::OnExit(const std::string& task_id, const GangResult& result) {
   absl::MutexLock lock(&mu_);
-  FlushLogsLocked();  // a task's lines reach the coordinator before its end
   auto it = tasks_.find(task_id);
+  if (it != tasks_.end()) {
+    const v1::LaunchTask& launch = it->second.launch;
+    for (const RankExit& exit : result.exits) {
+      ReportHeldBackLocked(launch.job_id(), exit.rank, /*ended=*/true);
+    }
+  }
+  FlushLogsLocked();  // a task's lines reach the coordinator before its end
   if (it == tasks_.end()) return;
   Task& task = it->second;
   v1::TaskStatus status;

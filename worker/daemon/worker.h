@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "common/rank_env.h"
 #include "trainctl/v1/worker.grpc.pb.h"
+#include "worker/daemon/log_rate.h"
 #include "worker/daemon/outbox.h"
 #include "worker/daemon/output_roots.h"
 #include "worker/daemon/rank_launcher.h"
@@ -74,6 +75,13 @@ struct WorkerOptions {
   absl::Duration reconnect_min = absl::Milliseconds(100);
   absl::Duration reconnect_max = absl::Seconds(5);
   absl::Duration log_flush_interval = absl::Milliseconds(100);
+  // Each rank's output is forwarded to the coordinator at this many bytes per second at most,
+  // after a burst of rank_log_burst_bytes (log_rate.h; <= 0: no limit). Lines over it stay in the
+  // rank's log file only; the rank's stream then says how many, and the job gets one warning.
+  double rank_log_rate_bytes = 1 << 20;
+  double rank_log_burst_bytes = 8 << 20;
+  // Each rank's log file (tasks/<task>/rank-<r>.log) keeps at most this many bytes; <= 0: all.
+  int64_t max_rank_log_bytes = int64_t{4} << 30;
   size_t outbox_memory_bytes = size_t{64} << 20;
   // Optional: runs on Run()'s thread on every pass of its loops (every 100 ms at most while a
   // session is open, every 20 ms while waiting to reconnect), so it stops when that loop hangs
@@ -131,6 +139,12 @@ class Worker {
   void CountStrike(int64_t sent_through, bool registered, const std::string& why);
   void OnLog(const std::string& job_id, int rank, const std::string& stream, std::string line);
   void OnExit(const std::string& task_id, const GangResult& result);
+  // Queues `log` for the coordinator (flushing a full batch first).
+  void AppendLogLocked(trainctl::v1::LogLine log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // If the rank held lines back since it last said so: a line of its own saying how many, and
+  // the job's one warning. `ended`: the rank's limiter is dropped after.
+  void ReportHeldBackLocked(const std::string& job_id, int rank, bool ended)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushStatus(const Task& task, trainctl::v1::TaskStatus status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushLogsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -152,13 +166,19 @@ class Worker {
   std::set<int> free_gpus_ ABSL_GUARDED_BY(mu_);
   int free_cpu_slots_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<trainctl::v1::LogLine> logs_ ABSL_GUARDED_BY(mu_);
-  size_t logs_bytes_ ABSL_GUARDED_BY(mu_) = 0;                   // text bytes in logs_
+  size_t logs_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // text bytes in logs_
+  // What each rank of a running task (by job id and rank) may still forward (options_'s rate).
+  struct RankForwarding {
+    LogRateLimiter limiter;
+    bool warned = false;  // the job has heard that lines are held back
+  };
+  std::map<std::pair<std::string, int>, RankForwarding> forwarding_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the live session
   // The latest topology probe, sent with every register; a probe asked for and not yet run.
   trainctl::v1::NodeTopology topology_ ABSL_GUARDED_BY(mu_);
   bool probe_requested_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<bool> stopping_{false};                            // Stop() began: no new tasks
-  std::atomic<bool> closing_{false};  // Stop() is done with the ranks: end the session
+  std::atomic<bool> stopping_{false};  // Stop() began: no new tasks
+  std::atomic<bool> closing_{false};   // Stop() is done with the ranks: end the session
   // For Stats(): the coordinator accepted the live session; how many sessions it accepted.
   std::atomic<bool> connected_{false};
   std::atomic<int64_t> sessions_registered_{0};

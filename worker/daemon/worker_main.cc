@@ -70,6 +70,14 @@ ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(10),
 ABSL_FLAG(absl::Duration, reconnect_max, absl::Seconds(5),
           "longest wait between attempts to reach the coordinator (exponential back-off)");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
+ABSL_FLAG(int64_t, rank_log_rate, int64_t{1} << 20,
+          "bytes per second of each rank's output forwarded to the coordinator, after a burst of "
+          "--rank_log_burst (0: no limit); the rest stays in the rank's log file");
+ABSL_FLAG(int64_t, rank_log_burst, int64_t{8} << 20,
+          "bytes of a rank's output forwarded at once before --rank_log_rate applies");
+ABSL_FLAG(int64_t, max_rank_log_bytes, int64_t{4} << 30,
+          "bytes each rank's log file (<work_dir>/tasks/<task>/rank-<r>.log) keeps at most "
+          "(0: no limit)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics on HOST:PORT (GET /metrics); empty: off. The documented port "
           "is 9402");
@@ -296,6 +304,18 @@ int Run() {
   options.trainer_bin = std::filesystem::absolute(options.trainer_bin).string();
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.kill_grace = absl::GetFlag(FLAGS_kill_grace);
+  if (absl::GetFlag(FLAGS_rank_log_rate) < 0 || absl::GetFlag(FLAGS_rank_log_burst) < 65536 ||
+      absl::GetFlag(FLAGS_max_rank_log_bytes) < 0) {
+    TRAINCTL_LOG(ERROR) << "--rank_log_rate and --max_rank_log_bytes must be at least 0 and "
+                           "--rank_log_burst at least 65536 (a whole line), got "
+                        << absl::GetFlag(FLAGS_rank_log_rate) << ", "
+                        << absl::GetFlag(FLAGS_max_rank_log_bytes) << " and "
+                        << absl::GetFlag(FLAGS_rank_log_burst);
+    return 1;
+  }
+  options.rank_log_rate_bytes = static_cast<double>(absl::GetFlag(FLAGS_rank_log_rate));
+  options.rank_log_burst_bytes = static_cast<double>(absl::GetFlag(FLAGS_rank_log_burst));
+  options.max_rank_log_bytes = absl::GetFlag(FLAGS_max_rank_log_bytes);
   options.reconnect_max = absl::GetFlag(FLAGS_reconnect_max);
   if (absl::Status s = SetUpCredentials(&options); !s.ok()) {
     TRAINCTL_LOG(ERROR) << s.message();
