@@ -197,6 +197,12 @@ class Cluster {
   void HandleMessage(int64_t session, trainctl::v1::WorkerMessage message, absl::Status checked,
                      absl::Time arrived, std::function<void()> done);
   void HandleRegister(int64_t session, const trainctl::v1::RegisterWorker& reg);
+  // Register's reconciling, one task the worker reports: adopted (a recovering run placed it on
+  // this node), stopped (another node's, or one the coordinator no longer runs), or left running.
+  void ReconcileReported(WorkerNode& node, const trainctl::v1::RunningTask& rt);
+  // Register's reconciling, the tasks the node should hold and its worker did not report (it
+  // restarted): they fail, and recovering runs stop waiting for them.
+  void EndTasksGoneFrom(WorkerNode& node, const std::set<std::string>& reported);
   // A task status or warning whose turn came: applies it, then acknowledges it, or leaves it for a
   // resend (RetryLater) when its effects could not be stored.
   void ApplyOnLoop(WorkerNode& node, int64_t session, const trainctl::v1::WorkerMessage& message);
@@ -237,6 +243,10 @@ class Cluster {
   void Place(const std::string& job_id, const std::vector<std::string>& nodes);
   void LaunchTask(Run& run, Task& task);
   void SendCancel(const Task& task, const std::string& reason);
+  // Tells `node` to stop a task the coordinator does not run there; its `slots` (0: none known)
+  // count as used until the worker reports it ended.
+  void StopStale(WorkerNode& node, const std::string& task_id, int slots,
+                 const std::string& reason);
   // Marks the run failing (first reason wins) and stops its live tasks.
   void FailRun(Run& run, const std::string& reason);
   void CancelRun(Run& run, const std::string& reason);

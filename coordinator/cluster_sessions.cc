@@ -285,6 +285,15 @@ void Cluster::RetryLater(WorkerNode& node, int64_t seq, const std::string& what,
   registry_.Detach(node);
 }
 
+void Cluster::StopStale(WorkerNode& node, const std::string& task_id, int slots,
+                        const std::string& reason) {
+  Task stale;
+  stale.id = task_id;
+  stale.node = node.name;
+  SendCancel(stale, reason);
+  if (slots > 0) node.draining[task_id] = slots;
+}
+
 void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   std::shared_ptr<WorkerChannel> channel = registry_.SessionChannel(session);
   if (channel == nullptr) return;  // already disconnected
@@ -320,85 +329,85 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
   node.draining.clear();
   for (const v1::RunningTask& rt : reg.running_tasks()) {
     reported.insert(rt.task_id());
-    Task* task = FindTask(rt.task_id());
-    if (task != nullptr && task->node != node.name) {
-      // Another node's task: this worker may not speak for it. Whatever it runs under that id is
-      // not the coordinator's, so it is stopped there, and only there.
-      TRAINCTL_LOG(WARNING) << "worker " << node.name << " reported task " << rt.task_id()
-                            << ", placed on " << task->node << ": ignored";
-      CountRejected(absl::PermissionDeniedError("another node's task"));
-      if (!TaskEnded(rt.state())) {
-        Task stale;
-        stale.id = rt.task_id();
-        stale.node = node.name;
-        SendCancel(stale, "the coordinator placed this task on another node");
-        node.draining[rt.task_id()] = rt.slots();
-      }
-      continue;
-    }
-    if (task != nullptr && TaskEnded(task->state) && !TaskEnded(rt.state())) {
-      // Given up on (its node was lost) while it kept running: stop it.
-      SendCancel(*task, "the coordinator counted this task as failed");
-      node.draining[rt.task_id()] = rt.slots();
-      continue;
-    }
-    if (task != nullptr && !TaskEnded(task->state) && !TaskEnded(rt.state())) {
-      // A stop sent while the worker was away may have been lost: send it again.
-      const Run& run = runs_.at(task->job_id);
-      if (run.failing || run.cancel_requested) {
-        SendCancel(*task, run.cancel_requested ? run.job.message() : run.failure);
-      }
-      continue;
-    }
-    if (task == nullptr) {
-      auto run_it = runs_.find(rt.job_id());
-      // By id: it names the attempt and, for a pipeline, the stage (an ended task of an earlier
-      // stage, still in the worker's outbox, is not the current stage's).
-      const bool adoptable = run_it != runs_.end() &&
-                             run_it->second.job.attempt() == rt.attempt() &&
-                             rt.task_id() == TaskIdOf(run_it->second.job, rt.node_rank()) &&
-                             run_it->second.recover_until > clock_->Now() && rt.node_rank() >= 0 &&
-                             rt.node_rank() < static_cast<int>(run_it->second.task_ids.size()) &&
-                             run_it->second.task_ids[rt.node_rank()].empty() &&
-                             (run_it->second.nodes.empty() ||
-                              (rt.node_rank() < static_cast<int>(run_it->second.nodes.size()) &&
-                               run_it->second.nodes[rt.node_rank()] == node.name));
-      if (!adoptable) {
-        if (!TaskEnded(rt.state())) {
-          Task stale;
-          stale.id = rt.task_id();
-          stale.node = node.name;
-          SendCancel(stale, "the coordinator no longer runs this task");
-          node.draining[rt.task_id()] = rt.slots();
-        }
-        continue;
-      }
-      Run& run = run_it->second;
-      Task& t = tasks_[rt.task_id()];
-      t.id = rt.task_id();
-      t.job_id = rt.job_id();
-      t.node = node.name;
-      t.attempt = rt.attempt();
-      t.node_rank = rt.node_rank();
-      t.slots = rt.slots();
-      // An ended task's final status is still in the worker's outbox (it is reported until
-      // acknowledged) and is replayed after this, behind the task's last logs and events.
-      t.state = TaskEnded(rt.state()) ? v1::TASK_STATE_RUNNING : rt.state();
-      t.launched = true;
-      t.launched_at = clock_->Now();
-      run.task_ids[rt.node_rank()] = t.id;
-      if (rt.node_rank() == 0) {
-        run.master_addr = node.address;
-        run.master_port = rt.master_port();
-      }
-      node.tasks.insert(t.id);
-      TRAINCTL_LOG(INFO) << "adopted task " << t.id << " on " << node.name;
-      bool complete = true;
-      for (const std::string& id : run.task_ids) complete = complete && !id.empty();
-      if (complete) run.recover_until = absl::InfinitePast();
-      if (run.cancel_requested && !TaskEnded(t.state)) SendCancel(t, "job cancelled");
-    }
+    ReconcileReported(node, rt);
   }
+  EndTasksGoneFrom(node, reported);
+  schedule_needed_ = true;
+}
+
+void Cluster::ReconcileReported(WorkerNode& node, const v1::RunningTask& rt) {
+  Task* task = FindTask(rt.task_id());
+  if (task != nullptr && task->node != node.name) {
+    // Another node's task: this worker may not speak for it. Whatever it runs under that id is
+    // not the coordinator's, so it is stopped there, and only there.
+    TRAINCTL_LOG(WARNING) << "worker " << node.name << " reported task " << rt.task_id()
+                          << ", placed on " << task->node << ": ignored";
+    CountRejected(absl::PermissionDeniedError("another node's task"));
+    if (!TaskEnded(rt.state())) {
+      StopStale(node, rt.task_id(), rt.slots(), "the coordinator placed this task on another node");
+    }
+    return;
+  }
+  if (task != nullptr && TaskEnded(task->state) && !TaskEnded(rt.state())) {
+    // Given up on (its node was lost) while it kept running: stop it.
+    SendCancel(*task, "the coordinator counted this task as failed");
+    node.draining[rt.task_id()] = rt.slots();
+    return;
+  }
+  if (task != nullptr && !TaskEnded(task->state) && !TaskEnded(rt.state())) {
+    // A stop sent while the worker was away may have been lost: send it again.
+    const Run& run = runs_.at(task->job_id);
+    if (run.failing || run.cancel_requested) {
+      SendCancel(*task, run.cancel_requested ? run.job.message() : run.failure);
+    }
+    return;
+  }
+  if (task == nullptr) {
+    auto run_it = runs_.find(rt.job_id());
+    // By id: it names the attempt and, for a pipeline, the stage (an ended task of an earlier
+    // stage, still in the worker's outbox, is not the current stage's).
+    const bool adoptable = run_it != runs_.end() && run_it->second.job.attempt() == rt.attempt() &&
+                           rt.task_id() == TaskIdOf(run_it->second.job, rt.node_rank()) &&
+                           run_it->second.recover_until > clock_->Now() && rt.node_rank() >= 0 &&
+                           rt.node_rank() < static_cast<int>(run_it->second.task_ids.size()) &&
+                           run_it->second.task_ids[rt.node_rank()].empty() &&
+                           (run_it->second.nodes.empty() ||
+                            (rt.node_rank() < static_cast<int>(run_it->second.nodes.size()) &&
+                             run_it->second.nodes[rt.node_rank()] == node.name));
+    if (!adoptable) {
+      if (!TaskEnded(rt.state())) {
+        StopStale(node, rt.task_id(), rt.slots(), "the coordinator no longer runs this task");
+      }
+      return;
+    }
+    Run& run = run_it->second;
+    Task& t = tasks_[rt.task_id()];
+    t.id = rt.task_id();
+    t.job_id = rt.job_id();
+    t.node = node.name;
+    t.attempt = rt.attempt();
+    t.node_rank = rt.node_rank();
+    t.slots = rt.slots();
+    // An ended task's final status is still in the worker's outbox (it is reported until
+    // acknowledged) and is replayed after this, behind the task's last logs and events.
+    t.state = TaskEnded(rt.state()) ? v1::TASK_STATE_RUNNING : rt.state();
+    t.launched = true;
+    t.launched_at = clock_->Now();
+    run.task_ids[rt.node_rank()] = t.id;
+    if (rt.node_rank() == 0) {
+      run.master_addr = node.address;
+      run.master_port = rt.master_port();
+    }
+    node.tasks.insert(t.id);
+    TRAINCTL_LOG(INFO) << "adopted task " << t.id << " on " << node.name;
+    bool complete = true;
+    for (const std::string& id : run.task_ids) complete = complete && !id.empty();
+    if (complete) run.recover_until = absl::InfinitePast();
+    if (run.cancel_requested && !TaskEnded(t.state)) SendCancel(t, "job cancelled");
+  }
+}
+
+void Cluster::EndTasksGoneFrom(WorkerNode& node, const std::set<std::string>& reported) {
   // Recovering runs placed on this node whose task its worker does not report: the worker
   // restarted (or never got the launch) while the coordinator was away, so the task is gone. No
   // need to wait out the recovery grace.
@@ -433,7 +442,6 @@ void Cluster::HandleRegister(int64_t session, const v1::RegisterWorker& reg) {
       MaybeFinish(task.job_id);
     }
   }
-  schedule_needed_ = true;
 }
 
 absl::Status Cluster::HandleTaskStatus(WorkerNode& node, const v1::TaskStatus& status) {
@@ -443,10 +451,7 @@ absl::Status Cluster::HandleTaskStatus(WorkerNode& node, const v1::TaskStatus& s
   }
   if (task == nullptr) {
     if (!TaskEnded(status.state())) {
-      Task stale;
-      stale.id = status.task_id();
-      stale.node = node.name;
-      SendCancel(stale, "the coordinator no longer runs this task");
+      StopStale(node, status.task_id(), 0, "the coordinator no longer runs this task");
     }
     return absl::OkStatus();
   }
