@@ -312,7 +312,7 @@ TEST_F(ZeroTest, ExportedWeightsReloadToIdenticalLogits) {
   ASSERT_TRUE(fs::exists(out + "/model.safetensors"));
   ASSERT_TRUE(fs::exists(out + "/config.json"));
 
-  const std::string request = R"({"input_ids": [[1, 2, 3, 4, 5, 6]]})";
+  const std::string request = dir_.Write("request.json", R"({"input_ids": [[1, 2, 3, 4, 5, 6]]})");
   for (const std::string& model : {out, checkpoint}) {
     testing::RunResult f = testing::Run({TRAINCTL_TRAINER_BIN, "forward", "--model", model,
                                          "--request", request, "--out", model + "/logits.st"});
