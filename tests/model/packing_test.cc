@@ -6,9 +6,11 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/model/model_test_util.h"
+#include "worker/trainer/model/attention.h"
 #include "worker/trainer/model/qwen2vl.h"
 
 namespace trainctl::model {
@@ -138,6 +140,53 @@ TEST(PackingTest, PositionsRestartAtEverySampleAndPaddingHoldsOne) {
   EXPECT_FALSE(allowed[0][0][4][2].item<bool>());  // sample 2 never sees sample 1
   EXPECT_TRUE(allowed[0][0][8][8].item<bool>());   // padding: itself only
   EXPECT_FALSE(allowed[0][0][8][7].item<bool>());
+}
+
+// Per-sample attention (the varlen form) equals one masked attention over the whole rows under
+// PackedCausalMask, values and gradients, with grouped-query heads, two rows, padding between and
+// after samples; and it never builds a score matrix wider than its longest sample.
+TEST(PackingTest, PerSampleAttentionEqualsTheBlockDiagonalMaskWithoutItsScores) {
+  torch::manual_seed(3);
+  const torch::Tensor segments = Ids({{1, 1, 1, 1, 1, 2, 2, 0, 3, 3, 3, 0},
+                                      {1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2}});
+  const PackedSamples samples = PackedSamplesOf(segments);
+  ASSERT_EQ(samples.size(), 5u);
+  EXPECT_EQ(samples.row, (std::vector<int64_t>{0, 0, 0, 1, 1}));
+  EXPECT_EQ(samples.start, (std::vector<int64_t>{0, 5, 8, 0, 9}));
+  EXPECT_EQ(samples.length, (std::vector<int64_t>{5, 2, 3, 9, 3}));
+  EXPECT_EQ(samples.longest(), 9);
+
+  auto leaf = [](std::vector<int64_t> shape) { return torch::randn(shape).requires_grad_(); };
+  const torch::Tensor q = leaf({2, 4, 12, 8}), k = leaf({2, 2, 12, 8}), v = leaf({2, 2, 12, 8});
+  const torch::Tensor token = segments.ne(0).view({2, 1, 12, 1});
+  const torch::Tensor probe = torch::randn({2, 4, 12, 8});
+
+  ResetLargestAttentionScores();
+  const torch::Tensor packed = PackedCausalAttention(AttentionImpl::kEager, q, k, v, samples);
+  EXPECT_LE(LargestAttentionScores(), 4 * 9 * 9);
+  auto [dq, dk, dv] = [&] {
+    auto g = torch::autograd::grad({(packed * probe).sum()}, {q, k, v});
+    return std::make_tuple(g[0], g[1], g[2]);
+  }();
+  const torch::Tensor masked = DotProductAttention(
+      AttentionImpl::kEager, q, k, v, PackedCausalMask(segments, torch::kCPU), /*causal=*/true);
+  // Padding positions: zeros in the per-sample form, arbitrary in the masked one.
+  EXPECT_TRUE(packed.masked_select(token.logical_not().expand_as(packed)).eq(0).all().item<bool>());
+  EXPECT_LE((packed - masked).mul(token).abs().max().item<double>(), 1e-6);
+  auto g = torch::autograd::grad({(masked * probe * token).sum()}, {q, k, v});
+  EXPECT_LE((dq - g[0]).abs().max().item<double>(), 1e-5);
+  EXPECT_LE((dk - g[1]).abs().max().item<double>(), 1e-5);
+  EXPECT_LE((dv - g[2]).abs().max().item<double>(), 1e-5);
+}
+
+TEST(PackingTest, SamplesThatOverlapOrLeaveTheRowAreRefused) {
+  const torch::Tensor q = torch::randn({1, 2, 6, 4}), kv = torch::randn({1, 2, 6, 4});
+  PackedSamples overlap{{0, 0}, {0, 2}, {3, 3}};
+  EXPECT_THROW(PackedCausalAttention(AttentionImpl::kEager, q, kv, kv, overlap), c10::Error);
+  PackedSamples past_end{{0}, {4}, {3}};
+  EXPECT_THROW(PackedCausalAttention(AttentionImpl::kEager, q, kv, kv, past_end), c10::Error);
+  PackedSamples no_such_row{{1}, {0}, {2}};
+  EXPECT_THROW(PackedCausalAttention(AttentionImpl::kEager, q, kv, kv, no_such_row), c10::Error);
 }
 
 }  // namespace

@@ -201,4 +201,63 @@ torch::Tensor DotProductAttention(AttentionImpl impl, const torch::Tensor& q,
   return EagerAttention(q, k, v, allowed, causal);
 }
 
+int64_t PackedSamples::longest() const {
+  return length.empty() ? 0 : *std::max_element(length.begin(), length.end());
+}
+
+PackedSamples PackedSamplesOf(const torch::Tensor& segment_ids) {
+  TORCH_CHECK(segment_ids.dim() == 2, "segment_ids must be [batch, seq], got ",
+              segment_ids.sizes());
+  const torch::Tensor seg = segment_ids.to(torch::kCPU, torch::kInt64).contiguous();
+  const auto s = seg.accessor<int64_t, 2>();
+  PackedSamples out;
+  for (int64_t b = 0; b < seg.size(0); ++b) {
+    for (int64_t j = 0; j < seg.size(1);) {
+      int64_t end = j + 1;
+      while (end < seg.size(1) && s[b][end] == s[b][j]) ++end;
+      if (s[b][j] != 0) {
+        out.row.push_back(b);
+        out.start.push_back(j);
+        out.length.push_back(end - j);
+      }
+      j = end;
+    }
+  }
+  return out;
+}
+
+torch::Tensor PackedCausalAttention(AttentionImpl impl, const torch::Tensor& q,
+                                    const torch::Tensor& k, const torch::Tensor& v,
+                                    const PackedSamples& samples) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(2) == k.size(2),
+              "packed attention: q [B, H, T, D] and k, v [B, Hkv, T, D], got ", q.sizes(), ", ",
+              k.sizes(), ", ", v.sizes());
+  const int64_t batch = q.size(0), t = q.size(2);
+  auto padding = [&q](int64_t n) {
+    return torch::zeros({1, q.size(1), n, q.size(3)}, q.options());
+  };
+  // Each row is its samples' outputs and its padding's zeros, in position order.
+  std::vector<torch::Tensor> rows;
+  rows.reserve(static_cast<size_t>(batch));
+  size_t i = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<torch::Tensor> pieces;
+    int64_t at = 0;
+    for (; i < samples.size() && samples.row[i] == b; ++i) {
+      const int64_t start = samples.start[i], n = samples.length[i];
+      TORCH_CHECK(start >= at && start + n <= t, "packed attention: sample ", i, " of row ", b,
+                  " at [", start, ", ", start + n, ") overlaps another or leaves the row");
+      if (start > at) pieces.push_back(padding(start - at));
+      auto take = [&](const torch::Tensor& x) { return x.narrow(0, b, 1).narrow(2, start, n); };
+      pieces.push_back(DotProductAttention(impl, take(q), take(k), take(v), {}, /*causal=*/true));
+      at = start + n;
+    }
+    if (at < t) pieces.push_back(padding(t - at));
+    rows.push_back(pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 2));
+  }
+  TORCH_CHECK(i == samples.size(), "packed attention: samples out of row order or past row ",
+              batch - 1);
+  return batch == 1 ? rows[0] : torch::cat(rows, 0);
+}
+
 }  // namespace trainctl::model

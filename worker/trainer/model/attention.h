@@ -13,7 +13,9 @@
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -60,6 +62,36 @@ AttentionImpl ResolveAttentionImpl(AttentionImpl impl, const torch::Device& devi
 torch::Tensor DotProductAttention(AttentionImpl impl, const torch::Tensor& q,
                                   const torch::Tensor& k, const torch::Tensor& v,
                                   const torch::Tensor& allowed, bool causal);
+
+// The samples of packed rows (padding-free packing): sample i holds positions
+// [start[i], start[i] + length[i]) of row `row[i]`, in row then position order; positions no
+// sample covers are padding.
+struct PackedSamples {
+  std::vector<int64_t> row;
+  std::vector<int64_t> start;
+  std::vector<int64_t> length;
+
+  size_t size() const { return row.size(); }
+  int64_t longest() const;
+};
+
+// The samples of `segment_ids` [B, T] (read on the host): each run of one non-zero id.
+PackedSamples PackedSamplesOf(const torch::Tensor& segment_ids);
+
+// Causal attention inside each sample of packed rows, never across them (FlashAttention's
+// variable-length form, cu_seqlens): every sample is attended on its own, so the cost is
+// sum(length^2) per head, not T^2, and no [T, T] mask exists. q [B, H, T, D]; k, v [B, Hkv, T, D].
+// Padding positions come out as zeros. Returns [B, H, T, D] in q's dtype.
+torch::Tensor PackedCausalAttention(AttentionImpl impl, const torch::Tensor& q,
+                                    const torch::Tensor& k, const torch::Tensor& v,
+                                    const PackedSamples& samples);
+
+// What a decoder layer's queries may read: `allowed` as DotProductAttention takes it, or with
+// `packed` set the samples of packed rows (PackedCausalAttention; `allowed` is then unused).
+struct AttentionMask {
+  torch::Tensor allowed;
+  std::shared_ptr<const PackedSamples> packed;
+};
 
 }  // namespace trainctl::model
 

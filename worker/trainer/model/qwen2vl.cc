@@ -176,6 +176,12 @@ torch::Tensor GetRopeIndex(const Qwen2VLConfig& config, const torch::Tensor& inp
   return out.to(device);
 }
 
+torch::Tensor ToDeviceAsync(const torch::Tensor& t, const torch::Device& device) {
+  if (!t.defined() || t.device() == device) return t;
+  if (t.is_cpu() && device.is_cuda()) return t.pin_memory().to(device, /*non_blocking=*/true);
+  return t.to(device);
+}
+
 torch::Tensor PackedCausalMask(const torch::Tensor& segment_ids, const torch::Device& device) {
   const torch::Tensor seg = segment_ids.to(device, torch::kInt64);
   const int64_t batch = seg.size(0), seq = seg.size(1);
@@ -439,8 +445,8 @@ torch::Tensor Qwen2VLForConditionalGeneration::DecodeStepAt(const torch::Tensor&
   // Every shape below is the cache's capacity, whatever the step.
   const int64_t capacity = cache.layers[0].key.size(2);
   cache.attention_mask.index_fill_(1, cache.step_position, 1);
-  const torch::Tensor allowed =
-      cache.attention_mask.narrow(1, 0, capacity).ne(0).view({batch, 1, 1, capacity});
+  const AttentionMask mask{
+      cache.attention_mask.narrow(1, 0, capacity).ne(0).view({batch, 1, 1, capacity}), nullptr};
   const torch::Tensor positions =
       (cache.rope_deltas + cache.step_position).view({1, batch, 1}).expand({3, batch, 1});
   const RotaryTables rope = MultimodalRotary(config_, positions, h.scalar_type());
@@ -450,8 +456,8 @@ torch::Tensor Qwen2VLForConditionalGeneration::DecodeStepAt(const torch::Tensor&
     layer_cache->write_at = cache.step_position;
     h = RunUnit(
         first_decoder_unit_ + i,
-        [layer, rope, allowed, layer_cache](const torch::Tensor& x) {
-          return layer->forward(x, rope, allowed, layer_cache);
+        [layer, rope, mask, layer_cache](const torch::Tensor& x) {
+          return layer->forward(x, rope, mask, layer_cache);
         },
         h, /*checkpoint=*/false);
   }
@@ -473,10 +479,16 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardPrompt(const ModelInputs& 
                 inputs.attention_mask.sizes(), " but input_ids has ", ids.sizes());
   }
   const torch::Device device = language_model->embed_tokens->weight.device();
-  const torch::Tensor ids_dev = ids.to(device, torch::kInt64);
+  // What is read on the host (the ids' range, the image tokens, the positions, the padding and
+  // the packing) is read from host tensors when the caller gives them: no device
+  // synchronisation, and the ids reach the device by one asynchronous copy.
+  const torch::Tensor ids_host = ids.is_cpu() ? ids.to(torch::kInt64) : torch::Tensor();
+  const torch::Tensor ids_dev =
+      ids_host.defined() ? ToDeviceAsync(ids_host, device) : ids.to(device, torch::kInt64);
+  const torch::Tensor& ids_read = ids_host.defined() ? ids_host : ids_dev;
   {
-    const int64_t lo = ids_dev.min().item<int64_t>();
-    const int64_t hi = ids_dev.max().item<int64_t>();
+    const int64_t lo = ids_read.min().item<int64_t>();
+    const int64_t hi = ids_read.max().item<int64_t>();
     TORCH_CHECK(lo >= 0 && hi < config_.vocab_size, "input_ids must lie in [0, ",
                 config_.vocab_size, "), got values in [", lo, ", ", hi, "]");
   }
@@ -490,7 +502,7 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardPrompt(const ModelInputs& 
     TORCH_CHECK(inputs.image_grid_thw.defined(), "pixel_values given without image_grid_thw");
     const torch::Tensor image = EncodeImages(inputs.pixel_values, inputs.image_grid_thw);
     const torch::Tensor is_image = ids_dev.eq(config_.image_token_id);
-    const int64_t tokens = is_image.sum().item<int64_t>();
+    const int64_t tokens = ids_read.eq(config_.image_token_id).sum().item<int64_t>();
     TORCH_CHECK(tokens == image.size(0), "image features and image tokens do not match: ", tokens,
                 " <|image_pad|> tokens, ", image.size(0), " features");
     h = h.masked_scatter(is_image.unsqueeze(-1).expand_as(h), image.to(h.scalar_type()));
@@ -505,21 +517,24 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardPrompt(const ModelInputs& 
 
   const bool packed = inputs.segment_ids.defined();
   TORCH_CHECK(!packed || cache == nullptr, "a packed batch (segment_ids) cannot start decoding");
-  const torch::Tensor positions = GetRopeIndex(config_, ids_dev, inputs.image_grid_thw,
-                                               inputs.attention_mask, inputs.segment_ids);
+  const torch::Tensor positions =
+      ToDeviceAsync(GetRopeIndex(config_, ids_read, inputs.image_grid_thw, inputs.attention_mask,
+                                 inputs.segment_ids),
+                    device);
   const RotaryTables rope = MultimodalRotary(config_, positions, h.scalar_type());
   // Without padding, attention is plainly causal: no mask tensor, so fused kernels take their
   // fastest path. The padding check reads the mask where it is (a host mask costs no device
-  // synchronisation).
+  // synchronisation; a batch's mask is one, see ToModelInputs).
   const bool padded =
       !packed && inputs.attention_mask.defined() && inputs.attention_mask.eq(0).any().item<bool>();
-  torch::Tensor allowed;
+  AttentionMask mask;
   if (packed) {
-    allowed = PackedCausalMask(inputs.segment_ids, device);
+    // Each sample attends on its own (sum of length^2, not T^2; no [B, 1, T, T] mask).
+    mask.packed = std::make_shared<const PackedSamples>(PackedSamplesOf(inputs.segment_ids));
   } else if (padded) {
     // The key mask alone: attention narrows it causally a block of queries at a time, so no
     // [B, 1, T, T] mask exists (CausalPaddingMask is what it amounts to).
-    allowed = inputs.attention_mask.to(device).ne(0).view({batch, 1, 1, seq});
+    mask.allowed = ToDeviceAsync(inputs.attention_mask, device).ne(0).view({batch, 1, 1, seq});
   }
   if (cache != nullptr) StartCache(inputs.attention_mask, positions, batch, seq, device, *cache);
   for (size_t i = 0; i < language_model->layer_list.size(); ++i) {
@@ -527,8 +542,8 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardPrompt(const ModelInputs& 
     LayerKvCache* layer_cache = cache != nullptr ? &cache->layers[i] : nullptr;
     h = RunUnit(
         first_decoder_unit_ + i,
-        [layer, rope, allowed, layer_cache](const torch::Tensor& x) {
-          return layer->forward(x, rope, allowed, layer_cache);
+        [layer, rope, mask, layer_cache](const torch::Tensor& x) {
+          return layer->forward(x, rope, mask, layer_cache);
         },
         h, checkpointing_.decoder_layers && cache == nullptr);
   }

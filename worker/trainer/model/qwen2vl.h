@@ -33,7 +33,8 @@ struct ModelInputs {
   // [B, T] int64, a packed batch's samples: 1, 2, ... for the samples of a row in order, 0 on
   // padding; may be undefined (one sample per row). Samples of a row never attend to each other
   // and their positions (M-RoPE included) restart at 0, so a packed row computes what its samples
-  // would alone. Not for Prefill. (Initialised so that brace-initialising the fields above leaves
+  // would alone: each sample is attended on its own (PackedCausalAttention, sum of length^2
+  // rather than T^2 scores). Not for Prefill. (Initialised so that brace-initialising the fields above leaves
   // it out without a missing-initializer warning.)
   torch::Tensor segment_ids = {};
 };
@@ -50,8 +51,13 @@ torch::Tensor GetRopeIndex(const Qwen2VLConfig& config, const torch::Tensor& inp
                            const torch::Tensor& image_grid_thw, const torch::Tensor& attention_mask,
                            const torch::Tensor& segment_ids = {});
 
+// `t` on `device`; from the host to a GPU through pinned memory without waiting for the copy
+// (a plain copy from pageable memory synchronises the host with the device).
+torch::Tensor ToDeviceAsync(const torch::Tensor& t, const torch::Device& device);
+
 // The attention mask of a packed batch, [B, 1, T, T] bool (true = may attend): causal within a
 // sample (same non-zero segment id), never across; a padding position attends to itself only.
+// What per-sample attention amounts to; the model does not build it (tests compare with it).
 torch::Tensor PackedCausalMask(const torch::Tensor& segment_ids, const torch::Device& device);
 
 // A group of parameters that runs as one step of the forward: the granularity at which a ZeRO-3

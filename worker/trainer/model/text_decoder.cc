@@ -125,7 +125,7 @@ Qwen2VLAttention::Qwen2VLAttention(const Qwen2VLConfig& config)
 }
 
 torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& x, const RotaryTables& rope,
-                                        const torch::Tensor& allowed, LayerKvCache* cache) {
+                                        const AttentionMask& mask, LayerKvCache* cache) {
   const int64_t batch = x.size(0);
   const int64_t seq = x.size(1);
   torch::Tensor q = q_proj->forward(x).view({batch, seq, num_heads_, head_dim_}).transpose(1, 2);
@@ -137,14 +137,19 @@ torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& x, const RotaryTabl
   q = q * cos + RotateHalf(q) * sin;
   k = k * cos + RotateHalf(k) * sin;
 
-  if (cache != nullptr) {
-    TORCH_CHECK(allowed.defined() || cache->length == 0,
-                "attention over a non-empty KV cache needs an explicit mask");
-    std::tie(k, v) = cache->Append(k, v);
+  torch::Tensor out;
+  if (mask.packed) {
+    TORCH_CHECK(cache == nullptr, "packed rows take no KV cache");
+    out = PackedCausalAttention(attention, q, k, v, *mask.packed);
+  } else {
+    if (cache != nullptr) {
+      TORCH_CHECK(mask.allowed.defined() || cache->length == 0,
+                  "attention over a non-empty KV cache needs an explicit mask");
+      std::tie(k, v) = cache->Append(k, v);
+    }
+    out = DotProductAttention(attention, q, k, v, mask.allowed, /*causal=*/true);
   }
-  const torch::Tensor out = DotProductAttention(attention, q, k, v, allowed, /*causal=*/true)
-                                .transpose(1, 2)
-                                .reshape({batch, seq, num_heads_ * head_dim_});
+  out = out.transpose(1, 2).reshape({batch, seq, num_heads_ * head_dim_});
   return o_proj->forward(out);
 }
 
@@ -174,8 +179,8 @@ Qwen2VLDecoderLayer::Qwen2VLDecoderLayer(const Qwen2VLConfig& config) {
 }
 
 torch::Tensor Qwen2VLDecoderLayer::forward(const torch::Tensor& x, const RotaryTables& rope,
-                                           const torch::Tensor& allowed, LayerKvCache* cache) {
-  const torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rope, allowed, cache);
+                                           const AttentionMask& mask, LayerKvCache* cache) {
+  const torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rope, mask, cache);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 

@@ -69,14 +69,15 @@ class Qwen2RMSNorm : public torch::nn::Module {
 class Qwen2VLAttention : public torch::nn::Module {
  public:
   explicit Qwen2VLAttention(const Qwen2VLConfig& config);
-  // `x` [B, T, hidden]; `allowed` bool [B, 1, T, T] (true where query may attend to key), or
-  // undefined for plain causal attention (no padding).
+  // `x` [B, T, hidden]; `mask.allowed` bool [B, 1, T, T] (true where query may attend to key),
+  // a key mask [B, 1, 1, T] narrowed causally, or undefined for plain causal attention (no
+  // padding); or `mask.packed`, the samples of packed rows, each attended causally on its own.
   //
   // With `cache`, the new keys and values are appended to it and the queries read every cached
-  // position: `allowed` is then [B, 1, T, cache length + T], and may be undefined only while the
-  // cache is empty (causal over the T new tokens).
-  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope,
-                        const torch::Tensor& allowed, LayerKvCache* cache = nullptr);
+  // position: `mask.allowed` is then [B, 1, T or 1, cache length + T], and may be undefined only
+  // while the cache is empty (causal over the T new tokens). Packed rows take no cache.
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const AttentionMask& mask,
+                        LayerKvCache* cache = nullptr);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   AttentionImpl attention = AttentionImpl::kAuto;
@@ -100,8 +101,8 @@ class Qwen2VLDecoderLayer : public torch::nn::Module {
  public:
   explicit Qwen2VLDecoderLayer(const Qwen2VLConfig& config);
   // As Qwen2VLAttention::forward, `cache` included.
-  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope,
-                        const torch::Tensor& allowed, LayerKvCache* cache = nullptr);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const AttentionMask& mask,
+                        LayerKvCache* cache = nullptr);
 
   std::shared_ptr<Qwen2VLAttention> self_attn;
   std::shared_ptr<Qwen2MLP> mlp;

@@ -5,9 +5,11 @@
 namespace trainctl::trainer {
 
 model::ModelInputs ToModelInputs(const data::Batch& b, const torch::Device& device) {
+  // The integer tensors stay on the host: the model reads them there (positions, padding,
+  // packing, image tokens) without a device synchronisation and copies the ids over itself.
   auto i32 = [&](const std::vector<int32_t>& v, std::vector<int64_t> shape) {
     return torch::from_blob(const_cast<int32_t*>(v.data()), shape, torch::kInt32)
-        .to(device, torch::kInt64);
+        .to(torch::kInt64);
   };
   model::ModelInputs in;
   in.input_ids = i32(b.input_ids, {b.batch_size, b.seq_len});
@@ -19,9 +21,9 @@ model::ModelInputs ToModelInputs(const data::Batch& b, const torch::Device& devi
   }
   if (!b.image_grid_thw.empty()) {
     const int64_t patches = static_cast<int64_t>(b.pixel_values.size()) / data::kPatchDim;
-    in.pixel_values = torch::from_blob(const_cast<float*>(b.pixel_values.data()),
-                                       {patches, data::kPatchDim}, torch::kFloat32)
-                          .to(device, torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+    const torch::Tensor pixels = torch::from_blob(const_cast<float*>(b.pixel_values.data()),
+                                                  {patches, data::kPatchDim}, torch::kFloat32);
+    in.pixel_values = device.is_cpu() ? pixels.clone() : model::ToDeviceAsync(pixels, device);
     in.image_grid_thw =
         i32(b.image_grid_thw, {static_cast<int64_t>(b.image_grid_thw.size()) / 3, 3});
   }
@@ -29,9 +31,11 @@ model::ModelInputs ToModelInputs(const data::Batch& b, const torch::Device& devi
 }
 
 torch::Tensor ShiftedLabels(const data::Batch& b, const torch::Device& device) {
-  auto labels = torch::from_blob(const_cast<int32_t*>(b.labels.data()), {b.batch_size, b.seq_len},
-                                 torch::kInt32)
-                    .to(device, torch::kInt64);
+  auto labels = model::ToDeviceAsync(
+      torch::from_blob(const_cast<int32_t*>(b.labels.data()), {b.batch_size, b.seq_len},
+                       torch::kInt32)
+          .to(torch::kInt64),
+      device);
   return labels.slice(1, 1, b.seq_len);
 }
 

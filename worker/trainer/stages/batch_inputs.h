@@ -9,10 +9,13 @@
 
 namespace trainctl::trainer {
 
-// Copies to `device` (int32 ids become int64); `batch` need not outlive the result.
+// The batch as model inputs: pixel values on `device`, the integer tensors (int64) on the host,
+// where the model reads them without synchronising with the device and from where it copies them
+// over itself. `batch` need not outlive the result.
 model::ModelInputs ToModelInputs(const data::Batch& batch, const torch::Device& device);
 
-// Labels for next-token prediction, [batch, seq_len - 1] int64: position i predicts token i + 1.
+// Labels for next-token prediction on `device`, [batch, seq_len - 1] int64: position i predicts
+// token i + 1.
 torch::Tensor ShiftedLabels(const data::Batch& batch, const torch::Device& device);
 
 }  // namespace trainctl::trainer

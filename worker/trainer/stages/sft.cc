@@ -27,7 +27,9 @@ class SftStage final : public Stage {
     StageStep out;
     out.tokens = micro.tokens;
     out.samples = micro.samples;
-    double loss_value = 0;
+    // Summed where it is computed and read once after the last micro-batch: reading each
+    // micro-batch's loss would make the host wait for the device between micro-batches.
+    torch::Tensor loss_sum;
     for (const data::Batch& batch : micro.batches) {
       torch::Tensor loss;
       try {
@@ -41,9 +43,9 @@ class SftStage final : public Stage {
         return absl::UnavailableError(e.what());
       }
       RETURN_IF_ERROR(ctx.engine->Backward(loss));
-      loss_value += loss.item<double>();
+      loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
     }
-    torch::Tensor total = torch::tensor({loss_value}, torch::kFloat64);
+    torch::Tensor total = loss_sum.to(torch::kCPU, torch::kFloat64).reshape({1});
     RETURN_IF_ERROR(ctx.comm.AllReduceSum(total, "loss"));
     out.loss = total.item<double>();
     return out;

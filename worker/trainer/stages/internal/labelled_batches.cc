@@ -67,9 +67,11 @@ absl::StatusOr<MicroBatches> NextMicroBatches(StageContext& ctx, data::Loader& l
 }
 
 TrainedPositions Trained(const StageContext& ctx, const data::Batch& batch) {
+  // Found on the host (nonzero on a device waits for it), then copied over without waiting.
+  const torch::Tensor labels = ShiftedLabels(batch, torch::kCPU).reshape({-1});
   TrainedPositions t;
-  t.labels = ShiftedLabels(batch, ctx.device).reshape({-1});
-  t.positions = t.labels.ne(-100).nonzero().squeeze(1);
+  t.labels = model::ToDeviceAsync(labels, ctx.device);
+  t.positions = model::ToDeviceAsync(labels.ne(-100).nonzero().squeeze(1), ctx.device);
   return t;
 }
 
