@@ -7,7 +7,9 @@
 //              (ForwardHidden + Head on the trained positions + summed cross-entropy + backward
 //              + AdamW, as the SFT stage does), after --warmup steps.
 // Ratio delivered / consumed > 1: the loader keeps up. Then SFT's real (non-padding) tokens/s on
-// padded batches against packed rows of --pack_length tokens, same shards, same steps.
+// padded batches against packed rows of --pack_length tokens, same shards, same steps: on the
+// shapes shards (short samples of nearly one length) and on mixed-length shards (the shapes
+// samples plus text samples made of consecutive lines of --corpus, 3 to ~4000 characters).
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -46,6 +49,9 @@ ABSL_FLAG(int, loader_epochs, 2, "epochs the loader is timed over");
 ABSL_FLAG(int, warmup, 2, "unmeasured training steps");
 ABSL_FLAG(int, steps, 8, "measured training steps");
 ABSL_FLAG(int64_t, pack_length, 2048, "tokens per packed row (the packed/padded comparison)");
+ABSL_FLAG(std::string, corpus, TRAINCTL_SOURCE_DIR "/tests/tokenizer/parity_corpus.txt",
+          "a JSON string per line: the text samples of the mixed-length shards (problem = line "
+          "2k, solution = line 2k + 1)");
 
 namespace {
 
@@ -96,6 +102,54 @@ absl::StatusOr<double> RealTokensPerSecond(const std::shared_ptr<const data::Sha
     for (int32_t m : batches[static_cast<size_t>(i)].attention_mask) tokens += m;
   }
   return tokens / Seconds(start);
+}
+
+struct PackedVsPadded {
+  double padded = 0;
+  double packed = 0;
+};
+
+// SFT real tokens/s on `shards`: batches of options.batch_size padded samples against rows of
+// --pack_length tokens holding whole samples (padding-free packing: segment ids keep the samples
+// apart), the same steps on the same shards.
+absl::StatusOr<PackedVsPadded> MeasurePacking(
+    const std::shared_ptr<const data::ShardReader>& shards, const data::LoaderOptions& options,
+    const std::function<void(const data::Batch&)>& step, int warmup, int steps) {
+  data::LoaderOptions packed_options = options;
+  packed_options.batch_size = 1;
+  packed_options.pack_length = absl::GetFlag(FLAGS_pack_length);
+  auto padded = RealTokensPerSecond(shards, options, step, warmup, steps);
+  if (!padded.ok()) return padded.status();
+  auto packed = RealTokensPerSecond(shards, packed_options, step, warmup, steps);
+  if (!packed.ok()) return packed.status();
+  return PackedVsPadded{*padded, *packed};
+}
+
+// Mixed-length shards in `out_dir`: the shapes records of `shapes_jsonl` (one image each, a short
+// question and answer) and a text record for every two lines of the corpus, one JSONL beside the
+// shapes' images so their relative paths resolve. Returns the manifest's token count.
+absl::StatusOr<int64_t> PrepareMixed(const std::string& shapes_jsonl, const std::string& out_dir) {
+  std::ifstream corpus(absl::GetFlag(FLAGS_corpus));
+  if (!corpus) return absl::NotFoundError("cannot read --corpus " + absl::GetFlag(FLAGS_corpus));
+  const std::string mixed = fs::path(shapes_jsonl).replace_filename("mixed.jsonl").string();
+  {
+    std::ifstream shapes(shapes_jsonl);
+    std::ofstream out(mixed);
+    out << shapes.rdbuf();
+    // Each corpus line is a JSON string already, so it goes into the record as it is.
+    std::string problem, solution;
+    while (std::getline(corpus, problem) && std::getline(corpus, solution)) {
+      out << "{\"problem\": " << problem << ", \"solution\": " << solution << "}\n";
+    }
+    if (!out) return absl::InternalError("cannot write " + mixed);
+  }
+  data::PrepareOptions options;
+  options.inputs = {mixed};
+  options.out_dir = out_dir;
+  options.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  auto manifest = data::PrepareDataset(options);
+  if (!manifest.ok()) return manifest.status();
+  return manifest->num_tokens;
 }
 
 // One linear script (generate, prepare, time the loader, time training, print), as the header
@@ -192,16 +246,17 @@ int main(int argc, char** argv) {
   const double train_s = Seconds(start);
   const double consumed = consumed_samples / train_s;
 
-  // Packed against padded: real (non-padding) tokens/s of the same SFT steps on the same shards,
-  // batches of --batch padded samples against rows of --pack_length tokens holding whole samples
-  // (padding-free packing: segment ids keep the samples apart).
-  data::LoaderOptions packed_options = loader_options;
-  packed_options.batch_size = 1;
-  packed_options.pack_length = absl::GetFlag(FLAGS_pack_length);
-  auto padded_rate = RealTokensPerSecond(shared, loader_options, step, warmup, steps);
-  auto packed_rate = RealTokensPerSecond(shared, packed_options, step, warmup, steps);
-  if (!padded_rate.ok()) return Fail(padded_rate.status());
-  if (!packed_rate.ok()) return Fail(packed_rate.status());
+  // Packed against padded, on the shapes shards and on mixed-length ones.
+  auto shapes_rates = MeasurePacking(shared, loader_options, step, warmup, steps);
+  if (!shapes_rates.ok()) return Fail(shapes_rates.status());
+  const std::string mixed_dir = (tmp.path / "mixed").string();
+  auto mixed_tokens = PrepareMixed(raw + "/" + data::kShapesJsonl, mixed_dir);
+  if (!mixed_tokens.ok()) return Fail(mixed_tokens.status());
+  auto mixed_reader = data::ShardReader::Open(mixed_dir);
+  if (!mixed_reader.ok()) return Fail(mixed_reader.status());
+  std::shared_ptr<const data::ShardReader> mixed(std::move(*mixed_reader));
+  auto mixed_rates = MeasurePacking(mixed, loader_options, step, warmup, steps);
+  if (!mixed_rates.ok()) return Fail(mixed_rates.status());
 
   std::cout << absl::StrFormat(
       "data: %d shapes samples (generated in %.2f s, prepared in %.2f s), %d tokens, %d "
@@ -219,10 +274,19 @@ int main(int argc, char** argv) {
                                consumed_samples, train_s, consumed);
   std::cout << absl::StrFormat("\nratio loader/consumption: %.1fx (> 1: the loader keeps up)\n",
                                delivered / consumed);
-  std::cout << absl::StrFormat(
-      "\nSFT real tokens/s: padded (batch %d) %.0f, packed (rows of %d tokens) %.0f; packed / "
-      "padded = %.2fx\n",
-      batch_size, *padded_rate, absl::GetFlag(FLAGS_pack_length), *packed_rate,
-      *packed_rate / *padded_rate);
+  std::cout << absl::StrFormat("\nSFT real tokens/s, padded batches of %d against packed rows of %d "
+                               "tokens:\n",
+                               batch_size, absl::GetFlag(FLAGS_pack_length));
+  auto print_rates = [](const std::string& what, const PackedVsPadded& r) {
+    std::cout << absl::StrFormat("  %-52s padded %6.0f  packed %6.0f  packed / padded = %.2fx\n",
+                                 what, r.padded, r.packed, r.packed / r.padded);
+  };
+  print_rates(absl::StrFormat("shapes (%d samples, %d tokens)", manifest->num_samples,
+                              manifest->num_tokens),
+              *shapes_rates);
+  print_rates(absl::StrFormat("mixed lengths (shapes + %s text, %d tokens)",
+                              fs::path(absl::GetFlag(FLAGS_corpus)).filename().string(),
+                              *mixed_tokens),
+              *mixed_rates);
   return 0;
 }

@@ -98,9 +98,42 @@ struct Run {
 struct Report {
   double median_step_s = 0;
   double bytes_per_step = 0;
+  double wait_per_step_s = 0;         // blocked in collectives' waits (not hidden by compute)
+  double collectives_alone_s = 0;     // the step's collectives with nothing else running
   double text_params = 0;
   double peak_rss = 0;
 };
+
+// A stage-3 step's collectives with no compute beside them: every unit's weights all-gathered
+// twice (forward, backward) and its gradients reduce-scattered once, unit by unit as the engine
+// issues them (text units only), median of three rounds.
+double CollectivesAlone(Comm& comm, Engine& e) {
+  const int64_t world = comm.world_size();
+  std::vector<double> rounds;
+  for (int round = 0; round < 3; ++round) {
+    comm.Barrier("collectives alone");
+    const auto start = std::chrono::steady_clock::now();
+    for (int pass = 0; pass < 3; ++pass) {
+      for (const auto& unit : e.Layout()) {
+        // The vision tower never runs on these text batches.
+        if (unit["unit"].get<std::string>().rfind("visual.", 0) == 0) continue;
+        const int64_t numel = unit["numel"].get<int64_t>();
+        const int64_t shard = (numel + world - 1) / world;
+        torch::Tensor full = torch::zeros({shard * world});
+        torch::Tensor part = torch::zeros({shard});
+        if (pass < 2) {
+          comm.AllGather(part, full, "alone").Wait();
+        } else {
+          comm.ReduceScatter(full, part, "alone").Wait();
+        }
+      }
+    }
+    rounds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[1];
+}
 
 Report RankMain(const trainctl::model::Qwen2VLConfig& config, const Run& run, int rank, int port) {
   if (const int threshold = absl::GetFlag(FLAGS_mmap_threshold); threshold > 0) {
@@ -133,8 +166,12 @@ Report RankMain(const trainctl::model::Qwen2VLConfig& config, const Run& run, in
   const double global_tokens = static_cast<double>(run.batch) * run.world * (seq - 1);
   std::vector<double> times;
   uint64_t bytes_before = 0;
+  double wait_before = 0;
   for (int step = 0; step <= run.steps; ++step) {
-    if (step == 1) bytes_before = (*comm)->bytes_sent();
+    if (step == 1) {
+      bytes_before = (*comm)->bytes_sent();
+      wait_before = (*comm)->wait_seconds();
+    }
     // Each rank draws its own slice of the same global batch.
     torch::manual_seed(1000 + step * 64 + rank);
     const torch::Tensor ids = torch::randint(11, config.vocab_size, {run.batch, seq});
@@ -157,6 +194,8 @@ Report RankMain(const trainctl::model::Qwen2VLConfig& config, const Run& run, in
   report.median_step_s = times.empty() ? 0 : times[times.size() / 2];
   report.bytes_per_step =
       run.steps > 0 ? static_cast<double>((*comm)->bytes_sent() - bytes_before) / run.steps : 0;
+  report.wait_per_step_s = run.steps > 0 ? ((*comm)->wait_seconds() - wait_before) / run.steps : 0;
+  if (run.stage == 3 && run.world > 1) report.collectives_alone_s = CollectivesAlone(**comm, e);
   report.peak_rss = static_cast<double>(trainctl::PeakRssBytes());
   return report;
 }
@@ -235,6 +274,12 @@ void StepMode() {
                MaxOf(s3, &Report::median_step_s) / MaxOf(s0, &Report::median_step_s));
   absl::PrintF("  ratio stage 3 (2 ranks) / 1 rank:  %.2f\n",
                MaxOf(s3, &Report::median_step_s) / one[0].median_step_s);
+  absl::PrintF(
+      "  2 ranks, stage 3: blocked in collectives %.3f s per step; the same collectives alone "
+      "%.3f s (exposed / alone %.2f); stage 0's all-reduce wait %.3f s\n",
+      MaxOf(s3, &Report::wait_per_step_s), MaxOf(s3, &Report::collectives_alone_s),
+      MaxOf(s3, &Report::wait_per_step_s) / MaxOf(s3, &Report::collectives_alone_s),
+      MaxOf(s0, &Report::wait_per_step_s));
   const double theory = 3.0 * p * 4 * (2 - 1) / 2;
   absl::PrintF(
       "bytes sent per step per rank at stage 3: %.1f MB; theoretical 3*P*(W-1)/W: %.1f MB;"

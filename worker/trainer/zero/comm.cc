@@ -294,6 +294,7 @@ void Handle::Wait() {
   if (comm_ == nullptr) return;
   const Comm* comm = std::exchange(comm_, nullptr);
   if (work_) {
+    const auto waiting = std::chrono::steady_clock::now();
     bool ok = false;
     std::string cause;
     try {
@@ -315,6 +316,9 @@ void Handle::Wait() {
       }
     }
     work_.reset();
+    comm->wait_ns_ += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::steady_clock::now() - waiting)
+                                                .count());
     if (!ok) comm->Fail(what_, cause, started_);
   }
   if (finish_) std::exchange(finish_, nullptr)();

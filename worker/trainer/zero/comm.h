@@ -115,6 +115,9 @@ class Comm {
   // Bytes this rank has sent, counted as a ring algorithm sends them: (W-1)/W of the buffer for an
   // all-gather or reduce-scatter, twice that for an all-reduce (what a fallback issues is counted).
   uint64_t bytes_sent() const { return bytes_sent_.load(); }
+  // Seconds the host has spent blocked in Handle::Wait: the collectives' time that compute did not
+  // hide (stream-ordered NCCL waits return at once and count nothing).
+  double wait_seconds() const { return static_cast<double>(wait_ns_.load()) * 1e-9; }
 
   // True once any collective has failed. A failed collective can leave the process group's
   // threads waiting on a dead peer, and destroying the group would wait for them: owners about to
@@ -140,6 +143,7 @@ class Comm {
   std::string backend_ = "local";
   std::unique_ptr<Impl> impl_;
   mutable std::atomic<uint64_t> bytes_sent_{0};
+  mutable std::atomic<uint64_t> wait_ns_{0};
   mutable std::atomic<bool> failed_{false};
 };
 
