@@ -136,10 +136,15 @@ absl::StatusOr<int64_t> PrepareMixed(const std::string& shapes_jsonl, const std:
     std::ifstream shapes(shapes_jsonl);
     std::ofstream out(mixed);
     out << shapes.rdbuf();
-    // Each corpus line is a JSON string already, so it goes into the record as it is.
-    std::string problem, solution;
-    while (std::getline(corpus, problem) && std::getline(corpus, solution)) {
-      out << "{\"problem\": " << problem << ", \"solution\": " << solution << "}\n";
+    // Each corpus line is a JSON string already, so it goes into the record as it is. Lines that
+    // spell special tokens (the corpus tests them) are left out: prepare refuses text holding
+    // vision tokens of its own.
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(corpus, line);) {
+      if (line.find("<|") == std::string::npos) lines.push_back(std::move(line));
+    }
+    for (size_t i = 0; i + 1 < lines.size(); i += 2) {
+      out << "{\"problem\": " << lines[i] << ", \"solution\": " << lines[i + 1] << "}\n";
     }
     if (!out) return absl::InternalError("cannot write " + mixed);
   }
