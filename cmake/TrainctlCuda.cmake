@@ -32,3 +32,29 @@ else()
   message(STATUS "trainctl: TRAINCTL_CUDA layout against LibTorch ${Torch_VERSION} without CUDA "
                  "(configure check only)")
 endif()
+
+# nvcc, for the fused kernels (worker/trainer/model/cuda/): required by a real CUDA build (whose
+# LibTorch has usually enabled CUDA already); the configure check builds the kernels wherever it
+# finds one (CMAKE_CUDA_COMPILER, CUDACXX or PATH), which is how CPU CI compiles them
+# (tests/gpu/deps_test.sh), and goes without them elsewhere. nvcc's host compiler is its default
+# (g++ on Debian 12: GCC 12, which CUDA 12 and 13 support); CUDAHOSTCXX changes it.
+include(CheckLanguage)
+check_language(CUDA)
+set(TRAINCTL_FUSED_KERNELS OFF)
+if(CMAKE_CUDA_COMPILER)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  set(TRAINCTL_FUSED_KERNELS ON)
+  # H100/H200 (sm_90, with its PTX for newer GPUs to JIT) and A100 (sm_80).
+  set(TRAINCTL_CUDA_ARCHITECTURES "80-real;90" CACHE STRING "CUDA_ARCHITECTURES of the fused kernels")
+  if(CCACHE_PROGRAM)
+    set(CMAKE_CUDA_COMPILER_LAUNCHER "${CCACHE_PROGRAM}")
+  endif()
+  message(STATUS "trainctl: fused kernels with ${CMAKE_CUDA_COMPILER} "
+                 "(CUDA ${CMAKE_CUDA_COMPILER_VERSION}) for ${TRAINCTL_CUDA_ARCHITECTURES}")
+elseif(TRAINCTL_TORCH_HAS_CUDA)
+  message(FATAL_ERROR "TRAINCTL_CUDA: nvcc not found for the fused kernels (put the CUDA "
+                      "toolkit's bin on PATH, or set CMAKE_CUDA_COMPILER)")
+else()
+  message(STATUS "trainctl: no nvcc, so no fused kernels (configure check only)")
+endif()
