@@ -31,6 +31,7 @@
 #include "worker/trainer/event_sink.h"
 #include "worker/trainer/forward_tool.h"
 #include "worker/trainer/generate_tool.h"
+#include "worker/trainer/model/fused_ops.h"
 #ifdef TRAINCTL_WITH_SERVE
 #include "worker/trainer/serve/serve_tool.h"
 #endif
@@ -232,6 +233,12 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
   mallopt(M_TOP_PAD, 256 << 20);
+  // TRAINCTL_FUSED_KERNELS=0 (a job's env may set it): the decoder's RMSNorm, rotary and SwiGLU as
+  // LibTorch's composite ops instead of the fused CUDA kernels (model/fused_ops.h).
+  if (const char* fused = std::getenv("TRAINCTL_FUSED_KERNELS");
+      fused && std::string(fused) == "0") {
+    trainctl::model::SetFusedKernelsEnabled(false);
+  }
   if (argc < 2) {
     std::cerr << trainctl::trainer::kUsage;
     return 2;

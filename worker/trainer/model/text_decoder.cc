@@ -6,19 +6,9 @@
 #include <utility>
 #include <vector>
 
+#include "worker/trainer/model/fused_ops.h"
+
 namespace trainctl::model {
-namespace {
-
-using torch::indexing::Slice;
-
-torch::Tensor RotateHalf(const torch::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return torch::cat(
-      {-x.index({"...", Slice(half, torch::indexing::None)}), x.index({"...", Slice(0, half)})},
-      -1);
-}
-
-}  // namespace
 
 RotaryTables MultimodalRotary(const Qwen2VLConfig& config, const torch::Tensor& position_ids,
                               torch::ScalarType dtype) {
@@ -102,11 +92,7 @@ Qwen2RMSNorm::Qwen2RMSNorm(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor Qwen2RMSNorm::forward(const torch::Tensor& x) {
-  const torch::Tensor h = x.to(torch::kFloat32);
-  const torch::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
-  return weight * (h * torch::rsqrt(variance + eps_)).to(x.scalar_type());
-}
+torch::Tensor Qwen2RMSNorm::forward(const torch::Tensor& x) { return RmsNorm(x, weight, eps_); }
 
 Qwen2VLAttention::Qwen2VLAttention(const Qwen2VLConfig& config)
     : num_heads_(config.num_attention_heads),
@@ -132,10 +118,7 @@ torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& x, const RotaryTabl
   torch::Tensor k = k_proj->forward(x).view({batch, seq, num_kv_heads_, head_dim_}).transpose(1, 2);
   torch::Tensor v = v_proj->forward(x).view({batch, seq, num_kv_heads_, head_dim_}).transpose(1, 2);
 
-  const torch::Tensor cos = rope.cos.unsqueeze(1);
-  const torch::Tensor sin = rope.sin.unsqueeze(1);
-  q = q * cos + RotateHalf(q) * sin;
-  k = k * cos + RotateHalf(k) * sin;
+  std::tie(q, k) = ApplyRotary(q, k, rope.cos, rope.sin);
 
   torch::Tensor out;
   if (mask.packed) {
@@ -165,7 +148,7 @@ Qwen2MLP::Qwen2MLP(const Qwen2VLConfig& config) {
 }
 
 torch::Tensor Qwen2MLP::forward(const torch::Tensor& x) {
-  return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  return down_proj->forward(SwiGlu(gate_proj->forward(x), up_proj->forward(x)));
 }
 
 Qwen2VLDecoderLayer::Qwen2VLDecoderLayer(const Qwen2VLConfig& config) {
