@@ -7,7 +7,10 @@
 //           and the head fused with the loss (--fused_loss);
 //   plain:  the peer, what a LibTorch user writes: fp32 parameters, bf16 autocast, torch AdamW;
 //   plain_recompute: the same with each decoder layer recomputed in backward (activation
-//           checkpointing): the peer of the engine run with --checkpointing.
+//           checkpointing): the peer of the engine run with --checkpointing;
+//   engine_unfused: the engine with the decoder's RMSNorm, rotary and SwiGLU as LibTorch's
+//           composite ops instead of the fused CUDA kernels (model/fused_ops.h): what they gain.
+// The other modes run the fused kernels where the build has them (--fused_kernels=false: none).
 // and two ceilings: a bf16 GEMM measured in the same run (8192^3 and the model's own shapes) and
 // the H100/H200 datasheet's dense bf16 peak (--peak_tflops, 989.4).
 //
@@ -38,6 +41,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "worker/trainer/model/fused_ops.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/stages/internal/autocast.h"
@@ -55,12 +59,14 @@ ABSL_FLAG(int, seq, 2048, "tokens per sequence");
 ABSL_FLAG(int, warmup, 2, "unmeasured steps per mode");
 ABSL_FLAG(int, steps, 5, "measured steps per mode");
 ABSL_FLAG(int, stage, 3, "ZeRO stage of the engine mode");
-ABSL_FLAG(std::string, modes, "engine,plain,plain_recompute",
-          "which of engine, plain and plain_recompute to run");
+ABSL_FLAG(std::string, modes, "engine,engine_unfused,plain,plain_recompute",
+          "which of engine, engine_unfused, plain and plain_recompute to run");
 ABSL_FLAG(std::string, attention, "auto", "auto, eager or sdpa");
 ABSL_FLAG(bool, checkpointing, false, "recompute decoder layers in backward");
 ABSL_FLAG(bool, fused_loss, true,
           "engine mode: the head fused with the loss in chunks, as the SFT stage runs it");
+ABSL_FLAG(bool, fused_kernels, true,
+          "the fused RMSNorm, rotary and SwiGLU kernels in every mode but engine_unfused");
 ABSL_FLAG(double, peak_tflops, 989.4, "datasheet dense bf16 TFLOP/s of the GPU (H100/H200 SXM)");
 ABSL_FLAG(std::string, json, "", "also write the figures to this JSON file");
 
@@ -211,8 +217,10 @@ int main(int argc, char** argv) {
   std::vector<ModeResult> results;
   int64_t total_params = 0;
   const std::vector<std::string> modes = absl::StrSplit(absl::GetFlag(FLAGS_modes), ',');
-  for (const std::string mode : {"engine", "plain", "plain_recompute"}) {
+  const bool fused_kernels = absl::GetFlag(FLAGS_fused_kernels);
+  for (const std::string mode : {"engine", "engine_unfused", "plain", "plain_recompute"}) {
     if (std::find(modes.begin(), modes.end(), mode) == modes.end()) continue;
+    model::SetFusedKernelsEnabled(fused_kernels && mode != "engine_unfused");
     ResetPeak(device);
     torch::manual_seed(0);
     std::unique_ptr<zero::Comm> comm;
@@ -220,7 +228,7 @@ int main(int argc, char** argv) {
     std::shared_ptr<model::Qwen2VLForConditionalGeneration> plain;
     std::unique_ptr<torch::optim::AdamW> adam;
     model::Qwen2VLForConditionalGeneration* net = nullptr;
-    if (mode == "engine") {
+    if (mode == "engine" || mode == "engine_unfused") {
       zero::CommOptions comm_options;
       comm_options.device = device;
       comm = std::move(zero::Comm::Create(comm_options).value());
@@ -298,7 +306,8 @@ int main(int argc, char** argv) {
     results.push_back(r);
   }
   if (results.empty()) {
-    std::cerr << "gpu_train_bench: --modes names none of engine, plain, plain_recompute\n";
+    std::cerr << "gpu_train_bench: --modes names none of engine, engine_unfused, plain, "
+                 "plain_recompute\n";
     return 1;
   }
 
@@ -333,17 +342,19 @@ int main(int argc, char** argv) {
     std::cout << absl::StrFormat("%-28s %12.1f\n", g.name, f / 1e12);
   }
   const double datasheet = absl::GetFlag(FLAGS_peak_tflops) * 1e12;
-  nlohmann::json out = {{"parameters", total_params},
-                        {"flop_per_step", flop_per_step},
-                        {"tokens_per_step", tokens},
-                        {"gemm_tflops", gemms},
-                        {"gemm_peak_tflops", gemm_peak / 1e12},
-                        {"datasheet_tflops", datasheet / 1e12}};
-  std::cout << absl::StrFormat("\n%-8s %9s %11s %9s %13s %13s %11s\n", "mode", "s/step", "tokens/s",
-                               "TFLOP/s", "MFU datasheet", "MFU vs GEMM", "peak GiB");
+  nlohmann::json out = {
+      {"parameters", total_params},
+      {"flop_per_step", flop_per_step},
+      {"tokens_per_step", tokens},
+      {"gemm_tflops", gemms},
+      {"gemm_peak_tflops", gemm_peak / 1e12},
+      {"datasheet_tflops", datasheet / 1e12},
+      {"fused_kernels", {{"built", model::FusedKernelsBuilt()}, {"enabled", fused_kernels}}}};
+  std::cout << absl::StrFormat("\n%-15s %9s %11s %9s %13s %13s %11s\n", "mode", "s/step",
+                               "tokens/s", "TFLOP/s", "MFU datasheet", "MFU vs GEMM", "peak GiB");
   for (const auto& r : results) {
     const double achieved = flop_per_step / r.median_s;
-    std::cout << absl::StrFormat("%-8s %9.3f %11.0f %9.1f %12.1f%% %12.1f%% %11.2f\n", r.mode,
+    std::cout << absl::StrFormat("%-15s %9.3f %11.0f %9.1f %12.1f%% %12.1f%% %11.2f\n", r.mode,
                                  r.median_s, tokens / r.median_s, achieved / 1e12,
                                  100 * achieved / datasheet, 100 * achieved / gemm_peak,
                                  r.peak_bytes / double(1 << 30));

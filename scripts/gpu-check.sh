@@ -11,13 +11,16 @@
 # Checks (each one's JSON under $OUT, a summary in $OUT/summary.json, the log in $OUT/gpu-check.log):
 #   build     the CUDA build (TRAINCTL_CUDA=ON) of the trainer, its GPU tests and benchmarks
 #   gpu_test  build/cuda/tests/gpu/trainer_gpu_test: fused vs eager attention, CUDA vs CPU forward,
-#             bf16 autocast gradients, a one-rank NCCL group through every collective
+#             bf16 autocast gradients, a one-rank NCCL group through every collective; the fused
+#             RMSNorm/rotary/SwiGLU kernels against LibTorch's composite ops (fp32, bf16, fp16,
+#             forward and gradients, a CUDA graph) and the decoder with them on and off
 #   hf_parity (a) forward logits against transformers, fp32 and bf16, text and image
 #             (scripts/gpu/hf_parity.py states the tolerances)
 #   sft       (b) ZeRO-3 bf16 SFT steps of the tiny model on the GPU over a one-rank NCCL group,
 #             losses against the same binary's CPU run, within bf16 tolerance
 #   train_bench (c, d) bench gpu_train_bench: ~1.1B config, tokens/s, TFLOP/s, MFU against the
-#             datasheet and against a same-run bf16 GEMM; peak memory against the ZeRO model
+#             datasheet and against a same-run bf16 GEMM; peak memory against the ZeRO model; the
+#             engine without the fused kernels (engine_unfused) beside it
 #   hf_train_peer (e) transformers' Qwen2VLForConditionalGeneration trained on the same config and
 #             batch shape (scripts/gpu/hf_peers.py train); peers.json: engine / HF tokens/s
 #   decode    (f) greedy decode tokens/s of the same bf16 weights at batch 1, 16, 64 x 128 new
@@ -175,6 +178,9 @@ if bench and peer and "engine" in bench:
          "engine_mfu_datasheet": bench["engine"]["mfu_datasheet"]}
     if "plain" in bench:
         r["engine_over_plain_step_time"] = bench["engine"]["s_per_step"] / bench["plain"]["s_per_step"]
+    if "engine_unfused" in bench:
+        r["engine_over_engine_unfused_step_time"] = (bench["engine"]["s_per_step"]
+                                                     / bench["engine_unfused"]["s_per_step"])
     json.dump(r, open(os.path.join(out, "peers.json"), "w"), indent=2)
     print("=== peers", json.dumps(r))
 PY
