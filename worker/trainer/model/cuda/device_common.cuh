@@ -8,6 +8,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "worker/trainer/model/cuda/fused_kernels.h"
 #include "worker/trainer/model/cuda/fused_math.h"
@@ -65,20 +68,46 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return scratch[32];
 }
 
-// Blocks for `work_blocks` blocks' worth of work: at most the blocks resident at once on the
-// current device (the kernels loop grid-stride over the rest), at least 1. Writes the count, or
-// returns the CUDA error of a failed query.
-template <typename Kernel>
-int GridSize(Kernel kernel, int threads, size_t shared_bytes, int64_t work_blocks, int* grid) {
-  int device = 0, sms = 0, per_sm = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess)
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+// How many blocks of `kernel` (at `threads` and `shared_bytes` of dynamic shared memory) the
+// current device holds at once, computed on the first call and remembered: later launches, those
+// captured in a CUDA graph included, only read a map. Writes the count, or returns the CUDA error
+// of a failed query.
+inline int ResidentBlocks(const void* kernel, int threads, size_t shared_bytes, int64_t* blocks) {
+  using Key = std::tuple<const void*, int, int, size_t>;  // kernel, device, threads, shared
+  static std::mutex mu;
+  static std::map<Key, int64_t>* known = new std::map<Key, int64_t>();  // never destroyed
+  int device = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return static_cast<int>(err);
+  const Key key{kernel, device, threads, shared_bytes};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = known->find(key); it != known->end()) {
+      *blocks = it->second;
+      return kOk;
+    }
+  }
+  int sms = 0, per_sm = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err == cudaSuccess) {
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared_bytes);
   }
   if (err != cudaSuccess) return static_cast<int>(err);
-  const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  *blocks = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  std::lock_guard<std::mutex> lock(mu);
+  known->emplace(key, *blocks);
+  return kOk;
+}
+
+// Blocks for `work_blocks` blocks' worth of work: at most the blocks resident at once (the
+// kernels loop grid-stride over the rest), at least 1.
+template <typename Kernel>
+int GridSize(Kernel* kernel, int threads, size_t shared_bytes, int64_t work_blocks, int* grid) {
+  int64_t resident = 0;
+  if (int s =
+          ResidentBlocks(reinterpret_cast<const void*>(kernel), threads, shared_bytes, &resident);
+      s != kOk) {
+    return s;
+  }
   const int64_t blocks = work_blocks < resident ? work_blocks : resident;
   *grid = static_cast<int>(blocks > 0 ? blocks : 1);
   return kOk;
