@@ -7,12 +7,16 @@
 // It prints each phase's seconds and share, generation tokens/s, and the same tokens' forward
 // throughput (one no-grad forward over prompt + completion, as the reference pays) with the ratio
 // between them: how much slower token-by-token sampling is than scoring the same tokens at once.
-// Configs: the tiny registry model and configs/models/bench-30m; random prompts, random weights
-// (the tokens are random too, so rewards are computed on the decoded ids' text form).
+// It also runs plain greedy decoding of the same prompts and batch (generation / plain decode is
+// the ratio), and times one step's sampling alone at the batch's [rows, vocab] on both
+// sampling paths (internal/sampling.h). Configs (--configs): the tiny registry model and
+// configs/models/bench-30m; random prompts, random weights (the tokens are random too, so rewards
+// are computed on the decoded ids' text form). --eos_ids makes rows finish at different lengths.
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -23,7 +27,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "worker/trainer/model/generation.h"
+#include "worker/trainer/model/internal/sampling.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/rewards/rule_rewards.h"
 #include "worker/trainer/stages/grpo_loss.h"
@@ -37,6 +43,15 @@ ABSL_FLAG(int, completion, 32, "max_completion_length");
 ABSL_FLAG(int, steps, 3, "steps measured (after one warm-up step)");
 ABSL_FLAG(double, beta, 0.04, "KL coefficient; > 0 adds a frozen reference model");
 ABSL_FLAG(int, threads, 0, "LibTorch intra-op threads (0: LibTorch's default)");
+ABSL_FLAG(std::string, configs, "tiny,bench-30m", "registry configs to run, comma-separated");
+ABSL_FLAG(int, eos_ids, 0,
+          "treat this many random vocabulary ids as eos in generation and plain decoding, so "
+          "rows finish at different lengths as real rollouts do (0: every row runs to the end)");
+ABSL_FLAG(bool, compact, true, "rows that finished leave the decoding batch (CPU)");
+ABSL_FLAG(int, sampling_reps, 20,
+          "time the sampling of one step alone ([rows, vocab] random logits) this many times per "
+          "path; 0 skips it");
+ABSL_FLAG(bool, sampling_only, false, "time the sampling alone, not the GRPO step");
 
 namespace {
 
@@ -80,6 +95,43 @@ model::ModelInputs Joined(const torch::Tensor& prompts, const model::GenerationO
   return in;
 }
 
+// --eos_ids ids spread over the vocabulary (the same every step).
+std::vector<int64_t> EosIds(const Qwen2VLConfig& config) {
+  std::vector<int64_t> ids;
+  const int64_t n = absl::GetFlag(FLAGS_eos_ids);
+  for (int64_t i = 0; i < n; ++i) ids.push_back((i * 7919 + 13) % config.vocab_size);
+  return ids;
+}
+
+// One step's sampling alone, at the generation batch's shape: argmax (greedy), the tensor-op
+// path (what CUDA runs, and what the CPU ran before) and the CPU path, without filters and with
+// temperature 0.9, top-k 50, top-p 0.95. Milliseconds per call.
+void SamplingAlone(int64_t rows, int64_t vocab) {
+  const int reps = absl::GetFlag(FLAGS_sampling_reps);
+  if (reps <= 0) return;
+  torch::manual_seed(0);
+  const torch::Tensor logits = torch::randn({rows, vocab}) * 2;
+  const torch::Tensor u = torch::rand({rows}, torch::kFloat64);
+  const auto time = [&](const std::function<void()>& fn) {
+    fn();
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < reps; ++i) fn();
+    return 1e3 * Seconds(start) / reps;
+  };
+  const double argmax = time([&] { (void)logits.argmax(-1).to(torch::kInt64); });
+  std::cout << absl::StrFormat("  sampling alone at [%d, %d]: argmax %.2f ms\n", rows, vocab,
+                               argmax);
+  for (const model::internal::SamplingFilters f :
+       {model::internal::SamplingFilters{1.0, 0, 1.0},
+        model::internal::SamplingFilters{0.9, 50, 0.95}}) {
+    const double device = time([&] { (void)model::internal::SampleTokensOnDevice(logits, f, u); });
+    const double cpu = time([&] { (void)model::internal::SampleTokensOnCpu(logits, f, u); });
+    std::cout << absl::StrFormat(
+        "    temperature %g, top_k %d, top_p %g: tensor-op path %.2f ms, CPU path %.2f ms\n",
+        f.temperature, f.top_k, f.top_p, device, cpu);
+  }
+}
+
 Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& config, int step) {
   const int64_t group = absl::GetFlag(FLAGS_num_generations);
   const int64_t rows = absl::GetFlag(FLAGS_prompts) * group;
@@ -94,6 +146,8 @@ Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& c
   model::GenerationOptions g;
   g.max_new_tokens = absl::GetFlag(FLAGS_completion);
   g.temperature = 1.0;
+  g.eos_token_ids = EosIds(config);
+  g.compact_finished_rows = absl::GetFlag(FLAGS_compact);
   for (int64_t r = 0; r < rows; ++r) g.row_seeds.push_back(static_cast<uint64_t>(step * 1000 + r));
   model::ModelInputs in;
   in.input_ids = prompts;
@@ -130,6 +184,8 @@ Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& c
     model::GenerationOptions greedy;
     greedy.max_new_tokens = absl::GetFlag(FLAGS_completion);
     greedy.temperature = 0;
+    greedy.eos_token_ids = g.eos_token_ids;
+    greedy.compact_finished_rows = g.compact_finished_rows;
     start = Clock::now();
     auto plain = model::Generate(policy.model(), in, greedy);
     split.plain_decode = Seconds(start);
@@ -166,6 +222,12 @@ Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& c
 }
 
 void Bench(const std::string& name, const Qwen2VLConfig& config) {
+  if (absl::GetFlag(FLAGS_sampling_only)) {
+    std::cout << name << ":\n";
+    SamplingAlone(absl::GetFlag(FLAGS_prompts) * absl::GetFlag(FLAGS_num_generations),
+                  config.vocab_size);
+    return;
+  }
   auto comm = zero::Comm::Create(zero::CommOptions{});
   zero::EngineOptions options;
   auto policy = zero::Engine::Create(config, options, comm->get(), /*seed=*/1);
@@ -207,8 +269,11 @@ void Bench(const std::string& name, const Qwen2VLConfig& config) {
   const double plain_rate = total.plain_tokens / total.plain_decode;
   std::cout << absl::StrFormat(
       "  plain greedy decode of the same prompts and batch %.0f tokens/s; generation / plain "
-      "decode = %.2f (aim >= 0.8)\n\n",
+      "decode = %.2f (aim >= 0.8)\n",
       plain_rate, gen_rate / plain_rate);
+  SamplingAlone(absl::GetFlag(FLAGS_prompts) * absl::GetFlag(FLAGS_num_generations),
+                config.vocab_size);
+  std::cout << "\n";
 }
 
 }  // namespace
@@ -216,7 +281,9 @@ void Bench(const std::string& name, const Qwen2VLConfig& config) {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_threads) > 0) torch::set_num_threads(absl::GetFlag(FLAGS_threads));
-  for (const char* name : {"tiny", "bench-30m"}) {
+  const std::vector<std::string> names =
+      absl::StrSplit(absl::GetFlag(FLAGS_configs), ',', absl::SkipEmpty());
+  for (const std::string& name : names) {
     auto path = model::FindModelConfig(name);
     absl::StatusOr<Qwen2VLConfig> config =
         path.ok() ? model::LoadQwen2VLConfig(*path) : absl::StatusOr<Qwen2VLConfig>(path.status());

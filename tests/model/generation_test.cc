@@ -263,6 +263,51 @@ TEST_F(GenerationTest, EosStopsOneRowWhileOthersContinue) {
   EXPECT_EQ(lock.decode_steps, kSteps + 2);
 }
 
+// Records the batch of every head call: the prefill's, then one per decoding step.
+class HeadBatchRunner : public UnitRunner {
+ public:
+  torch::Tensor RunUnit(const ModelUnit& unit, const UnitFn& fn, const torch::Tensor& input,
+                        bool /*checkpoint*/) override {
+    if (unit.name == "head") batches.push_back(input.size(0));
+    return fn(input);
+  }
+  std::vector<int64_t> batches;
+};
+
+// On the CPU a row that finished leaves the decoding batch, and the rows that go on draw the same
+// tokens as when finished rows stay, fed pad (one generator for all rows, and one per row).
+TEST_F(GenerationTest, FinishedRowsLeaveTheBatchWithTheSameTokens) {
+  const ModelInputs inputs = Batch({text_, one_image_, two_images_});
+  for (bool per_row : {false, true}) {
+    SCOPED_TRACE(per_row ? "row seeds" : "one seed");
+    GenerationOptions options = Greedy(10);
+    options.temperature = 1.0;
+    options.seed = 5;
+    if (per_row) options.row_seeds = {3, 4, 5};
+    // Row 0's second token as eos: row 0 stops early, the others later.
+    options.eos_token_ids = {Run(inputs, options).tokens[0][1]};
+    options.compact_finished_rows = false;
+    const GenerationOutput whole = Run(inputs, options);
+    options.compact_finished_rows = true;
+    HeadBatchRunner runner;
+    model_->SetUnitRunner(&runner);
+    const GenerationOutput compact = Run(inputs, options);
+    model_->SetUnitRunner(nullptr);
+    EXPECT_EQ(compact.tokens, whole.tokens);
+    EXPECT_EQ(compact.stopped, whole.stopped);
+    EXPECT_EQ(compact.decode_steps, whole.decode_steps);
+    // Decoding step s runs the rows that have more than s tokens.
+    std::vector<int64_t> expected = {3};
+    for (int64_t step = 1; step <= whole.decode_steps; ++step) {
+      expected.push_back(
+          std::count_if(whole.tokens.begin(), whole.tokens.end(),
+                        [step](const Tokens& t) { return static_cast<int64_t>(t.size()) > step; }));
+    }
+    EXPECT_EQ(runner.batches, expected);
+    ASSERT_LT(expected.back(), 3) << "no row finished before the others";
+  }
+}
+
 TEST_F(GenerationTest, CompletionLogProbsMatchForwardAndGreedyChoice) {
   const ModelInputs prompts = Batch({text_, one_image_});
   const GenerationOutput out = Run(prompts, Greedy(5));

@@ -5,15 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/trainer/model/internal/sampling.h"
 
 #ifdef TRAINCTL_CUDA_BUILD
 #include <ATen/cuda/CUDAContext.h>
@@ -75,46 +74,28 @@ absl::Status CheckLeftPadded(const ModelInputs& prompts) {
   return absl::OkStatus();
 }
 
-// The next token of every row [B] int64 on the CPU from its logits [B, vocab]: argmax when
-// temperature is 0, else temperature, top-k, top-p (HF's order), softmax in float32, and one draw
-// per row by inverse transform on the logits' device: the cumulative distribution (float64) is
-// searched for u * total, u uniform in [0, 1) from `gens` (one generator for all rows, or one per
-// row). The host draws B numbers and reads B ids per step; every vocabulary-wide pass stays on the
-// device (a multinomial per row on the CPU drew 151,936 exponentials per row and step).
+// The next token of every row of `logits` [B, vocab], [B] int64 on the CPU: argmax when
+// temperature is 0, else one draw per row (internal/sampling.h) with a uniform number from the
+// generator of its prompt row `rows[b]`. A single generator draws one number for each of the
+// `prompts` rows every step, whether or not that row is still in the batch, so the numbers a row
+// gets do not depend on which rows have left it.
 torch::Tensor NextTokens(const torch::Tensor& logits, const GenerationOptions& options,
-                         std::vector<at::Generator>& gens) {
+                         std::vector<at::Generator>& gens, const std::vector<int64_t>& rows,
+                         int64_t prompts, internal::CpuSamplingBuffers& buffers) {
   if (options.temperature == 0) return logits.argmax(-1).to(torch::kCPU, torch::kInt64);
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-  torch::Tensor x = logits.to(torch::kFloat32);
-  if (options.temperature != 1) x = x / options.temperature;
-  const int64_t vocab = x.size(-1);
-  const int64_t batch = x.size(0);
-  if (options.top_k > 0 && options.top_k < vocab) {
-    const torch::Tensor kth =
-        std::get<0>(x.topk(options.top_k, -1)).narrow(-1, options.top_k - 1, 1);
-    x = x.masked_fill(x < kth, neg_inf);
-  }
-  if (options.top_p < 1) {
-    auto [sorted, order] = x.sort(-1, /*descending=*/true);
-    const torch::Tensor probs = sorted.softmax(-1);
-    // Drop a token when the tokens ranked above it already hold top_p; the first always stays.
-    const torch::Tensor drop_sorted = (probs.cumsum(-1) - probs) >= options.top_p;
-    const torch::Tensor drop = torch::zeros_like(drop_sorted).scatter(-1, order, drop_sorted);
-    x = x.masked_fill(drop, neg_inf);
-  }
-  const torch::Tensor cdf = x.softmax(-1).to(torch::kFloat64).cumsum(-1);
+  const auto batch = static_cast<int64_t>(rows.size());
   torch::Tensor u = torch::empty({batch}, torch::kFloat64);
   if (gens.size() == 1) {
-    u.uniform_(0, 1, gens[0]);
+    torch::Tensor all = torch::empty({prompts}, torch::kFloat64);
+    all.uniform_(0, 1, gens[0]);
+    u = batch == prompts ? all : all.index_select(0, torch::tensor(rows, torch::kInt64));
   } else {
-    for (int64_t b = 0; b < batch; ++b) u[b].uniform_(0, 1, gens[static_cast<size_t>(b)]);
+    for (int64_t b = 0; b < batch; ++b) {
+      u[b].uniform_(0, 1, gens[static_cast<size_t>(rows[static_cast<size_t>(b)])]);
+    }
   }
-  // right=true: the first token whose cumulative mass exceeds the target, never one of mass 0.
-  const torch::Tensor target = u.to(cdf.device()).unsqueeze(1) * cdf.narrow(1, vocab - 1, 1);
-  return torch::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true)
-      .clamp_max(vocab - 1)
-      .view({-1})
-      .to(torch::kCPU, torch::kInt64);
+  return internal::SampleTokens(logits, {options.temperature, options.top_k, options.top_p}, u,
+                                &buffers);
 }
 
 // The decoding loop's step after the prefill: DecodeStepAt and the head over the cache's fixed
@@ -159,6 +140,24 @@ class DecodeStepper {
     logits = Run();
     ++cache_.length;
     return logits;
+  }
+
+  // Keeps the batch rows at `positions` (ascending) in the cache and drops the others: their
+  // keys, values, attention mask and rotary offsets are copied into buffers of the new batch
+  // size. Generate does this on the CPU only; a CUDA graph would be captured again.
+  void KeepRows(const std::vector<int64_t>& positions) {
+    const torch::Tensor index =
+        torch::tensor(positions, torch::kInt64).to(cache_.rope_deltas.device());
+    for (LayerKvCache& layer : cache_.layers) {
+      layer.key = layer.key.index_select(0, index);
+      layer.value = layer.value.index_select(0, index);
+    }
+    cache_.attention_mask = cache_.attention_mask.index_select(0, index);
+    cache_.rope_deltas = cache_.rope_deltas.index_select(0, index);
+    ids_ = torch::zeros({index.size(0), 1}, ids_.options());
+#ifdef TRAINCTL_CUDA_BUILD
+    graph_.reset();
+#endif
   }
 
  private:
@@ -210,6 +209,77 @@ class DecodeStepper {
   bool use_graph_ = false;
 };
 
+// What each prompt row has generated, and which prompt row each row of the decoding batch is.
+class RowBook {
+ public:
+  RowBook(int64_t prompts, const GenerationOptions& options, GenerationOutput& out)
+      : options_(options), out_(out), done_(static_cast<size_t>(prompts), false) {
+    out_.tokens.resize(static_cast<size_t>(prompts));
+    out_.stopped.assign(static_cast<size_t>(prompts), false);
+    for (int64_t r = 0; r < prompts; ++r) rows_.push_back(r);
+  }
+
+  // `next` [batch] int64 on the CPU: appends each open row's token; a row finishes at an eos id
+  // or max_new_tokens.
+  void Record(const torch::Tensor& next) {
+    const auto token = next.accessor<int64_t, 1>();
+    for (size_t b = 0; b < rows_.size(); ++b) {
+      const auto r = static_cast<size_t>(rows_[b]);
+      if (done_[r]) continue;
+      const int64_t t = token[static_cast<int64_t>(b)];
+      out_.tokens[r].push_back(t);
+      ++out_.new_tokens;
+      const auto& eos = options_.eos_token_ids;
+      if (std::find(eos.begin(), eos.end(), t) != eos.end()) {
+        done_[r] = true;
+        out_.stopped[r] = true;
+      } else if (static_cast<int64_t>(out_.tokens[r].size()) >= options_.max_new_tokens) {
+        done_[r] = true;
+      }
+    }
+  }
+
+  bool AllDone() const {
+    return std::all_of(rows_.begin(), rows_.end(),
+                       [this](int64_t r) { return done_[static_cast<size_t>(r)]; });
+  }
+
+  // The batch positions of the rows not finished, ascending.
+  std::vector<int64_t> OpenPositions() const {
+    std::vector<int64_t> open;
+    for (size_t b = 0; b < rows_.size(); ++b) {
+      if (!done_[static_cast<size_t>(rows_[b])]) open.push_back(static_cast<int64_t>(b));
+    }
+    return open;
+  }
+
+  // The batch keeps the rows at `positions` only (DecodeStepper::KeepRows).
+  void Keep(const std::vector<int64_t>& positions) {
+    std::vector<int64_t> kept;
+    for (int64_t b : positions) kept.push_back(rows_[static_cast<size_t>(b)]);
+    rows_ = std::move(kept);
+  }
+
+  // What the next step feeds, [batch] int64 on the CPU: each row's last token, pad once finished.
+  torch::Tensor Feed() const {
+    torch::Tensor feed = torch::empty({static_cast<int64_t>(rows_.size())}, torch::kInt64);
+    auto fed = feed.accessor<int64_t, 1>();
+    for (size_t b = 0; b < rows_.size(); ++b) {
+      const auto r = static_cast<size_t>(rows_[b]);
+      fed[static_cast<int64_t>(b)] = done_[r] ? options_.pad_token_id : out_.tokens[r].back();
+    }
+    return feed;
+  }
+
+  const std::vector<int64_t>& rows() const { return rows_; }
+
+ private:
+  const GenerationOptions& options_;
+  GenerationOutput& out_;
+  std::vector<bool> done_;     // per prompt row
+  std::vector<int64_t> rows_;  // batch position -> prompt row
+};
+
 }  // namespace
 
 absl::StatusOr<ModelInputs> LeftPadPrompts(const std::vector<std::vector<int64_t>>& prompts,
@@ -254,15 +324,7 @@ absl::StatusOr<GenerationOutput> Generate(Qwen2VLForConditionalGeneration& model
                                                    options.row_seeds.size(), " seeds for ", batch,
                                                    " rows"));
   }
-  const auto is_eos = [&options](int64_t token) {
-    return std::find(options.eos_token_ids.begin(), options.eos_token_ids.end(), token) !=
-           options.eos_token_ids.end();
-  };
-
   GenerationOutput out;
-  out.tokens.resize(static_cast<size_t>(batch));
-  out.stopped.assign(static_cast<size_t>(batch), false);
-  std::vector<bool> done(static_cast<size_t>(batch), false);
   std::vector<at::Generator> gens;
   if (options.row_seeds.empty()) {
     gens.push_back(at::make_generator<at::CPUGeneratorImpl>(options.seed));
@@ -277,35 +339,31 @@ absl::StatusOr<GenerationOutput> Generate(Qwen2VLForConditionalGeneration& model
     torch::Tensor hidden = model.Prefill(prompts, seq + options.max_new_tokens, cache);
     torch::Tensor logits = model.Head(hidden.narrow(1, seq - 1, 1)).squeeze(1);
     DecodeStepper stepper(model, cache, batch, options);
+    RowBook book(batch, options, out);
+    internal::CpuSamplingBuffers sampling_buffers;
+    // On the CPU, rows that finished leave the batch (each step's cost grows with its rows); on a
+    // CUDA device the batch keeps its size, finished rows fed pad, so the graph keeps replaying.
+    const bool compact = options.compact_finished_rows && cache.rope_deltas.device().is_cpu();
     bool prefill_done = false;
     while (true) {
-      const torch::Tensor next = NextTokens(logits, options, gens);
+      if (!book.AllDone()) {
+        book.Record(NextTokens(logits, options, gens, book.rows(), batch, sampling_buffers));
+      }
       if (!prefill_done) {
         out.prefill_seconds = SecondsSince(start);
         start = Clock::now();
         prefill_done = true;
       }
-      const auto token = next.accessor<int64_t, 1>();
-      torch::Tensor feed = next.clone();
-      auto fed = feed.accessor<int64_t, 1>();
-      bool local_done = true;
-      for (int64_t b = 0; b < batch; ++b) {
-        const auto r = static_cast<size_t>(b);
-        if (!done[r]) {
-          out.tokens[r].push_back(token[b]);
-          ++out.new_tokens;
-          if (is_eos(token[b])) {
-            done[r] = true;
-            out.stopped[r] = true;
-          } else if (static_cast<int64_t>(out.tokens[r].size()) >= options.max_new_tokens) {
-            done[r] = true;
-          }
-        }
-        if (done[r]) fed[b] = options.pad_token_id;
-        local_done = local_done && done[r];
-      }
+      const bool local_done = book.AllDone();
       if (options.all_done ? options.all_done(local_done) : local_done) break;
-      logits = stepper.Step(feed);
+      if (compact) {
+        const std::vector<int64_t> open = book.OpenPositions();
+        if (!open.empty() && open.size() < book.rows().size()) {
+          stepper.KeepRows(open);
+          book.Keep(open);
+        }
+      }
+      logits = stepper.Step(book.Feed());
       ++out.decode_steps;
     }
     out.decode_seconds = SecondsSince(start);

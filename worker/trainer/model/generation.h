@@ -38,9 +38,10 @@ struct GenerationOptions {
   double top_p = 1.0;  // in (0, 1]; 1 = off. Keeps the smallest top set with mass >= top_p.
   int64_t top_k = 0;   // 0 = off; else keeps the k largest logits
   // Seeds the CPU generator that draws every sample (one uniform number per row and token; the
-  // token is found on the logits' device by inverse transform over the float64 cumulative
-  // distribution): the same seed, model and prompts give the same tokens, and a CPU and a CUDA
-  // run differ only where their probabilities differ by rounding at a draw's boundary.
+  // token is found by inverse transform over the cumulative distribution, internal/sampling.h,
+  // on the logits' device for CUDA, by parallel block sums on the CPU): the same seed, model and
+  // prompts give the same tokens, and a CPU and a CUDA run differ only where their
+  // probabilities differ by rounding at a draw's boundary.
   uint64_t seed = 0;
   // When set, one seed per row instead: row b draws from its own generator seeded row_seeds[b],
   // so a row's tokens do not depend on which other rows share its batch (GRPO seeds each
@@ -60,6 +61,11 @@ struct GenerationOptions {
   // Set when the caller holds every unit's weights gathered for the whole call (the ZeRO engine's
   // HoldWeights): a unit runner then issues no collective, and the graph may capture it.
   bool units_resident = false;
+  // CPU models: a row that finished (eos or max_new_tokens) leaves the decoding batch, its
+  // cache rows dropped, so later steps compute only the open rows. Same tokens as keeping it
+  // (up to rounding in kernels whose order of summation depends on the batch size). CUDA models
+  // keep the batch whole (fixed shapes for the graph) and feed finished rows pad.
+  bool compact_finished_rows = true;
 };
 
 struct GenerationOutput {
