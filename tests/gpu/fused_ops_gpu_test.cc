@@ -201,18 +201,7 @@ TEST_F(FusedOpsGpuTest, TheKernelsAreCapturedInACudaGraph) {
 // The tiny model on the GPU, fused ops on and off: float32 logits and every gradient, then a bf16
 // autocast step's loss and gradients.
 TEST_F(FusedOpsGpuTest, DecoderForwardAndBackwardMatchWithFusedOpsOnAndOff) {
-  using testing::Concat;
-  using testing::ImageTokens;
-  const std::vector<int64_t> text = {9707, 11, 1879, 0, 220, 16, 17, 18, 19};
-  const std::vector<int64_t> a = Concat({{151643, 151643}, text, {24, 25, 26, 27, 28, 29, 30}});
-  const std::vector<int64_t> b = Concat({{40}, ImageTokens(6), text});
-  ModelInputs in;
-  in.input_ids = testing::Ids({a, b});
-  std::vector<int64_t> mask_a(a.size(), 1), mask_b(b.size(), 1);
-  mask_a[0] = mask_a[1] = 0;
-  in.attention_mask = testing::Ids({mask_a, mask_b});
-  in.pixel_values = testing::RandomPixels({{1, 4, 6}});
-  in.image_grid_thw = testing::Grid({{1, 4, 6}});
+  ModelInputs in = testing::PaddedBatchWithImage();
 
   torch::manual_seed(3);
   Qwen2VLForConditionalGeneration net(testing::TinyConfig());

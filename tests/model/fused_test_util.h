@@ -8,6 +8,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "tests/model/model_test_util.h"
+#include "worker/trainer/model/qwen2vl.h"
 
 namespace trainctl::model::testing {
 
@@ -52,6 +56,22 @@ inline std::string GradFnName(const torch::Tensor& t) {
 
 inline torch::Tensor Leaf(const torch::Tensor& t) {
   return t.detach().clone().requires_grad_(true);
+}
+
+// Two rows for the decoder tests: text behind two padding tokens, and an image (a 4 x 6 grid,
+// 6 merged tokens) before the same text, so M-RoPE's three position rows differ.
+inline ModelInputs PaddedBatchWithImage() {
+  const std::vector<int64_t> text = {9707, 11, 1879, 0, 220, 16, 17, 18, 19};
+  const std::vector<int64_t> a = Concat({{151643, 151643}, text, {24, 25, 26, 27, 28, 29, 30}});
+  const std::vector<int64_t> b = Concat({{40}, ImageTokens(6), text});
+  ModelInputs in;
+  in.input_ids = Ids({a, b});
+  std::vector<int64_t> mask_a(a.size(), 1), mask_b(b.size(), 1);
+  mask_a[0] = mask_a[1] = 0;
+  in.attention_mask = Ids({mask_a, mask_b});
+  in.pixel_values = RandomPixels({{1, 4, 6}});
+  in.image_grid_thw = Grid({{1, 4, 6}});
+  return in;
 }
 
 }  // namespace trainctl::model::testing
