@@ -279,9 +279,10 @@ int main(int argc, char** argv) {
                                consumed_samples, train_s, consumed);
   std::cout << absl::StrFormat("\nratio loader/consumption: %.1fx (> 1: the loader keeps up)\n",
                                delivered / consumed);
-  std::cout << absl::StrFormat("\nSFT real tokens/s, padded batches of %d against packed rows of %d "
-                               "tokens:\n",
-                               batch_size, absl::GetFlag(FLAGS_pack_length));
+  std::cout << absl::StrFormat(
+      "\nSFT real tokens/s, padded batches of %d against packed rows of %d "
+      "tokens:\n",
+      batch_size, absl::GetFlag(FLAGS_pack_length));
   auto print_rates = [](const std::string& what, const PackedVsPadded& r) {
     std::cout << absl::StrFormat("  %-52s padded %6.0f  packed %6.0f  packed / padded = %.2fx\n",
                                  what, r.padded, r.packed, r.packed / r.padded);
@@ -289,9 +290,9 @@ int main(int argc, char** argv) {
   print_rates(absl::StrFormat("shapes (%d samples, %d tokens)", manifest->num_samples,
                               manifest->num_tokens),
               *shapes_rates);
-  print_rates(absl::StrFormat("mixed lengths (shapes + %s text, %d tokens)",
-                              fs::path(absl::GetFlag(FLAGS_corpus)).filename().string(),
-                              *mixed_tokens),
-              *mixed_rates);
+  print_rates(
+      absl::StrFormat("mixed lengths (shapes + %s text, %d tokens)",
+                      fs::path(absl::GetFlag(FLAGS_corpus)).filename().string(), *mixed_tokens),
+      *mixed_rates);
   return 0;
 }

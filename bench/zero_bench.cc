@@ -98,8 +98,8 @@ struct Run {
 struct Report {
   double median_step_s = 0;
   double bytes_per_step = 0;
-  double wait_per_step_s = 0;         // blocked in collectives' waits (not hidden by compute)
-  double collectives_alone_s = 0;     // the step's collectives with nothing else running
+  double wait_per_step_s = 0;      // blocked in collectives' waits (not hidden by compute)
+  double collectives_alone_s = 0;  // the step's collectives with nothing else running
   double text_params = 0;
   double peak_rss = 0;
 };

@@ -147,8 +147,8 @@ TEST(PackingTest, PositionsRestartAtEverySampleAndPaddingHoldsOne) {
 // after samples; and it never builds a score matrix wider than its longest sample.
 TEST(PackingTest, PerSampleAttentionEqualsTheBlockDiagonalMaskWithoutItsScores) {
   torch::manual_seed(3);
-  const torch::Tensor segments = Ids({{1, 1, 1, 1, 1, 2, 2, 0, 3, 3, 3, 0},
-                                      {1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2}});
+  const torch::Tensor segments =
+      Ids({{1, 1, 1, 1, 1, 2, 2, 0, 3, 3, 3, 0}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2}});
   const PackedSamples samples = PackedSamplesOf(segments);
   ASSERT_EQ(samples.size(), 5u);
   EXPECT_EQ(samples.row, (std::vector<int64_t>{0, 0, 0, 1, 1}));

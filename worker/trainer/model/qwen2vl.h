@@ -34,8 +34,8 @@ struct ModelInputs {
   // padding; may be undefined (one sample per row). Samples of a row never attend to each other
   // and their positions (M-RoPE included) restart at 0, so a packed row computes what its samples
   // would alone: each sample is attended on its own (PackedCausalAttention, sum of length^2
-  // rather than T^2 scores). Not for Prefill. (Initialised so that brace-initialising the fields above leaves
-  // it out without a missing-initializer warning.)
+  // rather than T^2 scores). Not for Prefill. (Initialised so that brace-initialising the fields
+  // above leaves it out without a missing-initializer warning.)
   torch::Tensor segment_ids = {};
 };
 

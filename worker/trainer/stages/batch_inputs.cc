@@ -8,8 +8,7 @@ model::ModelInputs ToModelInputs(const data::Batch& b, const torch::Device& devi
   // The integer tensors stay on the host: the model reads them there (positions, padding,
   // packing, image tokens) without a device synchronisation and copies the ids over itself.
   auto i32 = [&](const std::vector<int32_t>& v, std::vector<int64_t> shape) {
-    return torch::from_blob(const_cast<int32_t*>(v.data()), shape, torch::kInt32)
-        .to(torch::kInt64);
+    return torch::from_blob(const_cast<int32_t*>(v.data()), shape, torch::kInt32).to(torch::kInt64);
   };
   model::ModelInputs in;
   in.input_ids = i32(b.input_ids, {b.batch_size, b.seq_len});
@@ -31,11 +30,10 @@ model::ModelInputs ToModelInputs(const data::Batch& b, const torch::Device& devi
 }
 
 torch::Tensor ShiftedLabels(const data::Batch& b, const torch::Device& device) {
-  auto labels = model::ToDeviceAsync(
-      torch::from_blob(const_cast<int32_t*>(b.labels.data()), {b.batch_size, b.seq_len},
-                       torch::kInt32)
-          .to(torch::kInt64),
-      device);
+  auto labels = model::ToDeviceAsync(torch::from_blob(const_cast<int32_t*>(b.labels.data()),
+                                                      {b.batch_size, b.seq_len}, torch::kInt32)
+                                         .to(torch::kInt64),
+                                     device);
   return labels.slice(1, 1, b.seq_len);
 }
 
