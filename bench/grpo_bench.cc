@@ -40,7 +40,9 @@ ABSL_FLAG(int, prompts, 2, "prompts per step");
 ABSL_FLAG(int, num_generations, 8, "completions per prompt");
 ABSL_FLAG(int, prompt, 64, "tokens per prompt");
 ABSL_FLAG(int, completion, 32, "max_completion_length");
-ABSL_FLAG(int, steps, 3, "steps measured (after one warm-up step)");
+ABSL_FLAG(int, steps, 4,
+          "steps measured (after one warm-up step); even, so that plain decoding runs as often "
+          "before generation as after it");
 ABSL_FLAG(double, beta, 0.04, "KL coefficient; > 0 adds a frozen reference model");
 ABSL_FLAG(int, threads, 0, "LibTorch intra-op threads (0: LibTorch's default)");
 ABSL_FLAG(std::string, configs, "tiny,bench-30m", "registry configs to run, comma-separated");
@@ -125,7 +127,9 @@ void SamplingAlone(int64_t rows, int64_t vocab) {
        {model::internal::SamplingFilters{1.0, 0, 1.0},
         model::internal::SamplingFilters{0.9, 50, 0.95}}) {
     const double device = time([&] { (void)model::internal::SampleTokensOnDevice(logits, f, u); });
-    const double cpu = time([&] { (void)model::internal::SampleTokensOnCpu(logits, f, u); });
+    model::internal::CpuSamplingBuffers buffers;  // as Generate keeps them across steps
+    const double cpu =
+        time([&] { (void)model::internal::SampleTokensOnCpu(logits, f, u, &buffers); });
     std::cout << absl::StrFormat(
         "    temperature %g, top_k %d, top_p %g: tensor-op path %.2f ms, CPU path %.2f ms\n",
         f.temperature, f.top_k, f.top_p, device, cpu);
@@ -142,7 +146,6 @@ Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& c
                      {absl::GetFlag(FLAGS_prompts), absl::GetFlag(FLAGS_prompt)}, torch::kInt64);
   const torch::Tensor prompts = unique.repeat_interleave(group, 0);
 
-  Clock::time_point start = Clock::now();
   model::GenerationOptions g;
   g.max_new_tokens = absl::GetFlag(FLAGS_completion);
   g.temperature = 1.0;
@@ -151,6 +154,23 @@ Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& c
   for (int64_t r = 0; r < rows; ++r) g.row_seeds.push_back(static_cast<uint64_t>(step * 1000 + r));
   model::ModelInputs in;
   in.input_ids = prompts;
+  // The peer of generation: plain greedy decoding of the same prompts, the same number of new
+  // tokens per row (what decode_bench measures), same model, same batch; run just before
+  // generation on odd steps and just after it on even ones, so that neither always inherits the
+  // allocator's state from the phase before (scoring's or training's large tensors).
+  const auto plain_decode = [&] {
+    model::GenerationOptions greedy;
+    greedy.max_new_tokens = g.max_new_tokens;
+    greedy.temperature = 0;
+    greedy.eos_token_ids = g.eos_token_ids;
+    greedy.compact_finished_rows = g.compact_finished_rows;
+    const Clock::time_point start = Clock::now();
+    auto plain = model::Generate(policy.model(), in, greedy);
+    split.plain_decode = Seconds(start);
+    split.plain_tokens = plain.ok() ? plain->new_tokens : 0;
+  };
+  if (step % 2 == 1) plain_decode();
+  Clock::time_point start = Clock::now();
   auto out = model::Generate(policy.model(), in, g);
   if (!out.ok()) {
     std::cerr << "grpo_bench: " << out.status() << "\n";
@@ -158,6 +178,7 @@ Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& c
   }
   split.generation = Seconds(start);
   split.new_tokens = out->new_tokens;
+  if (step % 2 == 0) plain_decode();
 
   start = Clock::now();
   std::vector<double> rewards;
@@ -177,20 +198,6 @@ Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& c
     ref = model::CompletionLogProbs(reference->model(), joined, p);
   }
   split.scoring = Seconds(start);
-
-  // The peer of generation: plain greedy decoding of the same prompts, the same number of new
-  // tokens per row (what decode_bench measures), same model, same batch.
-  {
-    model::GenerationOptions greedy;
-    greedy.max_new_tokens = absl::GetFlag(FLAGS_completion);
-    greedy.temperature = 0;
-    greedy.eos_token_ids = g.eos_token_ids;
-    greedy.compact_finished_rows = g.compact_finished_rows;
-    start = Clock::now();
-    auto plain = model::Generate(policy.model(), in, greedy);
-    split.plain_decode = Seconds(start);
-    split.plain_tokens = plain.ok() ? plain->new_tokens : 0;
-  }
 
   // The same tokens through one forward: what scoring them at once costs.
   start = Clock::now();
