@@ -29,7 +29,7 @@ set(CPACK_PACKAGE_DESCRIPTION
 worker daemons that run a LibTorch ZeRO-3 trainer. Ships trainctl, trainctl-coordinator, \
 trainctl-worker and trainctl-trainer, with systemd units (Type=notify, watchdog).")
 set(CPACK_PACKAGING_INSTALL_PREFIX "/")
-set(CPACK_STRIP_FILES ON)  # the build is RelWithDebInfo; the package ships no debug info
+set(CPACK_STRIP_FILES ON)  # the package ships no symbol tables, whatever the build type
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # trainctl_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
