@@ -152,6 +152,22 @@ TEST(BpeTokenizerTest, RejectsIdsOutsideTheVocabularyAndTextThatIsNotUtf8) {
   EXPECT_THAT(ids.status().message(), HasSubstr("byte 3"));
 }
 
+// Text a model generated: ids of embedding rows the tokenizer lacks are left out, as HF tokenizers'
+// decode does (@huggingface/tokenizers decodes [9707, 151922, 1879] of Qwen's tokenizer to
+// "Hello world"); everything else decodes as without the flag.
+TEST(BpeTokenizerTest, DecodeOfGeneratedIdsDropsIdsOutsideTheVocabulary) {
+  auto t = Tiny();
+  const std::vector<int32_t> ids = Encode(*t, "ok");
+  std::vector<int32_t> with_unknown = {t->vocab_size() + 5};
+  with_unknown.insert(with_unknown.end(), ids.begin(), ids.end());
+  with_unknown.push_back(-1);
+  with_unknown.push_back(999);
+  auto text = t->Decode(with_unknown, /*skip_special_tokens=*/false, /*drop_unknown_ids=*/true);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "ok");
+  EXPECT_EQ(t->Decode(with_unknown).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(BpeTokenizerTest, TokenToIdKnowsVocabularyAndAddedTokens) {
   auto t = Tiny();
   EXPECT_EQ(t->TokenToId("<|image_pad|>"), testing::kImagePad);

@@ -69,7 +69,8 @@ std::string ChoiceText(const tokenizer::BpeTokenizer& tokenizer,
   for (const int64_t t : tokens) {
     if (t >= 0 && t < tokenizer.vocab_size()) ids.push_back(static_cast<int32_t>(t));
   }
-  absl::StatusOr<std::string> text = tokenizer.Decode(ids, /*skip_special_tokens=*/true);
+  absl::StatusOr<std::string> text = tokenizer.Decode(ids, /*skip_special_tokens=*/true,
+                                                      /*drop_unknown_ids=*/true);
   return text.ok() ? *text : std::string();
 }
 

@@ -213,7 +213,8 @@ class EvalStage final : public MeasuringStage {
         if (prompt_of[i] < 0) continue;
         GrpoRow& row = rows[i];
         std::vector<int32_t> ids(row.completion.begin(), row.completion.end());
-        ASSIGN_OR_RETURN(row.text, tokenizer_->Decode(ids, /*skip_special_tokens=*/true));
+        ASSIGN_OR_RETURN(row.text, tokenizer_->Decode(ids, /*skip_special_tokens=*/true,
+                                                      /*drop_unknown_ids=*/true));
         const float accuracy = rewards::AccuracyReward(row.text, row.solution);
         torch::Tensor line = results[prompt_of[i]];
         line[0] += 1;

@@ -256,7 +256,8 @@ class GrpoStage final : public Stage {
     for (int64_t i = 0; i < rows_here; ++i) {
       GrpoRow& row = rows_[static_cast<size_t>(i)];
       std::vector<int32_t> ids(row.completion.begin(), row.completion.end());
-      ASSIGN_OR_RETURN(row.text, tokenizer_->Decode(ids, /*skip_special_tokens=*/true));
+      ASSIGN_OR_RETURN(row.text, tokenizer_->Decode(ids, /*skip_special_tokens=*/true,
+                                                      /*drop_unknown_ids=*/true));
       for (size_t f = 0; f < rule_rewards_.size(); ++f) {
         all[rank_ * rows_here + i][static_cast<int64_t>(f)] =
             rule_rewards_[f](row.text, row.solution);

@@ -178,11 +178,13 @@ absl::Status BpeTokenizer::EncodePlain(absl::string_view text, const Origin& ori
 }
 
 absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids,
-                                                 bool skip_special_tokens) const {
+                                                 bool skip_special_tokens,
+                                                 bool drop_unknown_ids) const {
   std::string text;
   std::string bytes;  // of the current run of BPE tokens
   for (const int32_t id : ids) {
     if (id < 0 || id >= vocab_size() || !tokens_[id].present) {
+      if (drop_unknown_ids) continue;
       return absl::InvalidArgumentError(
           absl::StrCat("token id ", id, " is not in the vocabulary (size ", vocab_size(), ")"));
     }

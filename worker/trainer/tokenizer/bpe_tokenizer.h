@@ -61,9 +61,13 @@ class BpeTokenizer {
 
   // The text of `ids`: added tokens verbatim (special ones left out when `skip_special_tokens`),
   // runs of BPE tokens as the UTF-8 their bytes form, an ill-formed part as U+FFFD.
-  // INVALID_ARGUMENT naming the first id that is not in the vocabulary.
+  // INVALID_ARGUMENT naming the first id that is not in the vocabulary, unless
+  // `drop_unknown_ids`: then such ids are left out, as HF tokenizers' decode does. Text a model
+  // generated is decoded so: its embedding has more rows than the tokenizer has tokens (151,936
+  // against 151,669 for Qwen2-VL), and sampling can pick one of the extra rows.
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
-                                     bool skip_special_tokens = false) const;
+                                     bool skip_special_tokens = false,
+                                     bool drop_unknown_ids = false) const;
 
   // The id of an added token or vocabulary entry (byte-level symbols, e.g. "Ġthe"), if any.
   std::optional<int32_t> TokenToId(absl::string_view token) const;

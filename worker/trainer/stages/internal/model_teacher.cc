@@ -81,7 +81,8 @@ class ModelTeacher final : public Teacher {
     for (size_t r = 0; r < rows.size(); ++r) {
       TeacherCompletion c;
       const std::vector<int32_t> ids(out.tokens[r].begin(), out.tokens[r].end());
-      ASSIGN_OR_RETURN(c.text, tokenizer_->Decode(ids, /*skip_special_tokens=*/true));
+      ASSIGN_OR_RETURN(c.text, tokenizer_->Decode(ids, /*skip_special_tokens=*/true,
+                                                  /*drop_unknown_ids=*/true));
       c.finish_reason = out.stopped[r] ? "stop" : "length";
       c.completion_tokens = static_cast<int64_t>(ids.size());
       answers[answer_of[r]].completions.push_back(std::move(c));
