@@ -25,6 +25,10 @@
 #             batch shape (scripts/gpu/hf_peers.py train); peers.json: engine / HF tokens/s
 #   decode    (f) greedy decode tokens/s of the same bf16 weights at batch 1, 16, 64 x 128 new
 #             tokens: our decode_bench --model_dir against HF generate() (hf_peers.py decode)
+#   grpo      (g) a GRPO job of the ~1B config (bench-1b) on the GPU: 2 prompts x 8 generations
+#             of up to 128 tokens per step, bf16, ZeRO-3 over a one-rank NCCL group; the rollout
+#             phase's generated tokens/s per GPU (the trainer's generation/tokens_per_second),
+#             and in peers.json its ratio to decode_bench's batch-16 figure of (f)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -52,6 +56,15 @@ spec = {"kind": "sft", "name": "gpu-check-sft", "model_name_or_path": "tiny",
                      "learning_rate": 5e-3, "warmup_ratio": 0.1, "logging_steps": 1,
                      "max_steps": 8, "save_strategy": "no", "seed": 7, "bf16": True}}
 json.dump(spec, open(".gpu/sft/spec.json", "w"), indent=1)
+# (g): the rollout phase of GRPO at the decode check's scale; prompts are the SFT fixture's.
+grpo = {"kind": "grpo", "name": "gpu-check-grpo", "model_name_or_path": "bench-1b",
+        "data_path": ".gpu/sft/shards", "output_dir": "OUTPUT_DIR",
+        "deepspeed_config_json": ds, "reward_funcs": ["format"],
+        "training": {"per_device_train_batch_size": 16, "gradient_accumulation_steps": 1,
+                     "num_generations": 8, "max_completion_length": 128,
+                     "learning_rate": 1e-6, "logging_steps": 1, "max_steps": 4,
+                     "save_strategy": "no", "seed": 7, "bf16": True, "beta": 0.04}}
+json.dump(grpo, open(".gpu/sft/grpo_spec.json", "w"), indent=1)
 PY
   rm -rf .gpu/sft/shapes
   echo "gpu-check: prepared .gpu/ ($(du -sh .gpu --exclude=deps | cut -f1) without deps/): carry" \
@@ -164,6 +177,34 @@ step train_bench "$B/bench/gpu_train_bench" --json "$OUT/train_bench.json" \
 step hf_train_peer python3 scripts/gpu/hf_peers.py train --out "$OUT/hf_train_peer.json"
 step decode python3 scripts/gpu/hf_peers.py decode --out "$OUT/decode.json" \
   --decode-bench "$B/bench/decode_bench"
+# --- (g) grpo: the rollout phase's tokens/s per GPU ---------------------------------------------
+grpo() {
+  local dir=/tmp/gpu-check-grpo
+  rm -rf $dir && mkdir -p $dir
+  sed "s|OUTPUT_DIR|$dir/out|" .gpu/sft/grpo_spec.json >$dir/spec.json
+  (export RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29618 \
+     TRAINCTL_COMM_SINGLE_RANK_GROUP=1 NCCL_DEBUG=WARN
+   "$TRAINER" train --spec $dir/spec.json --events $dir/events.jsonl --no_resume) || return 1
+  python3 - $dir/events.jsonl "$OUT/grpo.json" <<'PY'
+import json, statistics, sys
+events = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+metrics = [e for e in events if e["type"] == "metric"]
+# Step 1 pays the CUDA graphs' capture and the allocator's growth: the later steps are the figure.
+rates = [m["values"]["generation/tokens_per_second"] for m in metrics[1:]]
+res = {"rollout_tokens_per_s_per_gpu": statistics.median(rates) if rates else None,
+       "per_step": [m["values"].get("generation/tokens_per_second") for m in metrics],
+       "mean_completion_length": [m["values"].get("completions/mean_length") for m in metrics],
+       "generation_seconds": [m["values"].get("time/generation_seconds") for m in metrics],
+       "step_seconds": [m["values"].get("step_time") for m in metrics],
+       "setup": next((e for e in events if e["type"] == "setup"), {}),
+       "generation": next((e for e in events if e["type"] == "generation"), {})}
+json.dump(res, open(sys.argv[2], "w"), indent=2)
+print(json.dumps(res, indent=1))
+sys.exit(0 if rates else 1)
+PY
+}
+step grpo grpo
+
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
@@ -181,6 +222,16 @@ if bench and peer and "engine" in bench:
     if "engine_unfused" in bench:
         r["engine_over_engine_unfused_step_time"] = (bench["engine"]["s_per_step"]
                                                      / bench["engine_unfused"]["s_per_step"])
+else:
+    r = {}
+grpo, decode = load("grpo.json"), load("decode.json")
+if grpo and grpo.get("rollout_tokens_per_s_per_gpu") and decode:
+    b16 = next((row for row in decode["rows"] if row["batch"] == 16), None)
+    if b16:
+        r["grpo_rollout_tokens_per_s_per_gpu"] = grpo["rollout_tokens_per_s_per_gpu"]
+        r["grpo_rollout_over_decode_batch16"] = (grpo["rollout_tokens_per_s_per_gpu"]
+                                                 / b16["ours_tokens_per_s"])
+if r:
     json.dump(r, open(os.path.join(out, "peers.json"), "w"), indent=2)
     print("=== peers", json.dumps(r))
 PY
