@@ -9,11 +9,14 @@
 // between them: how much slower token-by-token sampling is than scoring the same tokens at once.
 // It also runs plain greedy decoding of the same prompts and batch (generation / plain decode is
 // the ratio), and times one step's sampling alone at the batch's [rows, vocab] on both
-// sampling paths (internal/sampling.h). Configs (--configs): the tiny registry model and
+// sampling paths (internal/sampling.h), and the scoring pass (the policy's no-grad completion
+// log-probabilities) over the same rows padded and packed padding-free (training.packing, rows of
+// --pack_length). Configs (--configs): the tiny registry model and
 // configs/models/bench-30m; random prompts, random weights (the tokens are random too, so rewards
 // are computed on the decoded ids' text form). --eos_ids makes rows finish at different lengths.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -33,6 +36,7 @@
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/rewards/rule_rewards.h"
 #include "worker/trainer/stages/grpo_loss.h"
+#include "worker/trainer/stages/internal/grpo_rows.h"
 #include "worker/trainer/zero/comm.h"
 #include "worker/trainer/zero/engine.h"
 
@@ -54,6 +58,8 @@ ABSL_FLAG(int, sampling_reps, 20,
           "time the sampling of one step alone ([rows, vocab] random logits) this many times per "
           "path; 0 skips it");
 ABSL_FLAG(bool, sampling_only, false, "time the sampling alone, not the GRPO step");
+ABSL_FLAG(int, pack_length, 1024,
+          "training.max_seq_length for the packed scoring pass (rows of at most this many tokens)");
 
 namespace {
 
@@ -70,7 +76,42 @@ double Seconds(Clock::time_point since) {
 struct Split {
   double generation = 0, scoring = 0, training = 0, forward = 0, plain_decode = 0;
   int64_t new_tokens = 0, scored_tokens = 0, plain_tokens = 0;
+  // The scoring pass padded and packed: seconds, positions computed ([rows, T] each) and the
+  // largest difference of their log-probabilities on completion tokens.
+  double score_padded = 0, score_packed = 0, score_max_diff = 0;
+  int64_t padded_positions = 0, packed_positions = 0;
 };
+
+// The policy's no-grad completion log-probabilities of the step's rows, padded (MakeTrainInputs)
+// and packed (MakePackedTrainInputs), building the inputs included; padded first on odd steps,
+// packed first on even ones.
+void ScoringPaddedVsPacked(zero::Engine& policy, const torch::Tensor& prompts,
+                           const model::GenerationOutput& out, int step, Split* split) {
+  namespace internal = trainer::internal;
+  std::vector<internal::GrpoRow> rows(out.tokens.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const torch::Tensor p = prompts[static_cast<int64_t>(r)].contiguous();
+    rows[r].prompt.assign(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel());
+    rows[r].completion = out.tokens[r];
+  }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  torch::NoGradGuard no_grad;
+  torch::Tensor padded, packed, mask;
+  const auto run = [&](bool pack) {
+    const Clock::time_point start = Clock::now();
+    const internal::TrainInputs in =
+        pack ? internal::MakePackedTrainInputs(rows, 0, n, 0, false,
+                                               absl::GetFlag(FLAGS_pack_length), torch::kCPU)
+             : internal::MakeTrainInputs(rows, 0, n, 0, false, torch::kCPU);
+    (pack ? packed : padded) = internal::TrainLogProbs(policy.model(), in);
+    (pack ? split->score_packed : split->score_padded) = Seconds(start);
+    (pack ? split->packed_positions : split->padded_positions) = in.inputs.input_ids.numel();
+    mask = in.completion_mask;
+  };
+  run(step % 2 == 0);
+  run(step % 2 != 0);
+  split->score_max_diff = (padded - packed).abs().mul(mask).max().item<double>();
+}
 
 // Prompt block (left-padded; all prompts have one length here) + right-padded completions.
 model::ModelInputs Joined(const torch::Tensor& prompts, const model::GenerationOutput& out,
@@ -207,6 +248,7 @@ Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& c
   }
   split.forward = Seconds(start);
   split.scored_tokens = joined.attention_mask.sum().item<int64_t>();
+  ScoringPaddedVsPacked(policy, prompts, *out, step, &split);
 
   start = Clock::now();
   trainer::GrpoLossInputs li;
@@ -255,6 +297,11 @@ void Bench(const std::string& name, const Qwen2VLConfig& config) {
     total.plain_decode += one.plain_decode;
     total.plain_tokens += one.plain_tokens;
     total.scored_tokens += one.scored_tokens;
+    total.score_padded += one.score_padded;
+    total.score_packed += one.score_packed;
+    total.padded_positions += one.padded_positions;
+    total.packed_positions += one.packed_positions;
+    total.score_max_diff = std::max(total.score_max_diff, one.score_max_diff);
   }
   const double step = total.generation + total.scoring + total.training;
   std::cout << absl::StrFormat(
@@ -278,6 +325,14 @@ void Bench(const std::string& name, const Qwen2VLConfig& config) {
       "  plain greedy decode of the same prompts and batch %.0f tokens/s; generation / plain "
       "decode = %.2f (aim >= 0.8)\n",
       plain_rate, gen_rate / plain_rate);
+  const double padded_rate = total.scored_tokens / total.score_padded;
+  const double packed_rate = total.scored_tokens / total.score_packed;
+  std::cout << absl::StrFormat(
+      "  scoring pass (no-grad completion log-probs) padded %.0f tokens/s over %d positions, "
+      "packed (rows of %d) %.0f tokens/s over %d positions; packed / padded = %.2fx; largest "
+      "log-prob difference %.2g\n",
+      padded_rate, total.padded_positions / steps, absl::GetFlag(FLAGS_pack_length), packed_rate,
+      total.packed_positions / steps, packed_rate / padded_rate, total.score_max_diff);
   SamplingAlone(absl::GetFlag(FLAGS_prompts) * absl::GetFlag(FLAGS_num_generations),
                 config.vocab_size);
   std::cout << "\n";

@@ -265,9 +265,10 @@ void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind 
   }
   c.AtLeast(path + ".ddp_timeout", t.ddp_timeout(), 1);
   c.AtLeast(path + ".max_seq_length", t.max_seq_length(), 1);
-  if (t.packing() && kind != trainctl::v1::JOB_KIND_SFT &&
+  if (t.packing() && kind != trainctl::v1::JOB_KIND_SFT && kind != trainctl::v1::JOB_KIND_GRPO &&
       !(kind == trainctl::v1::JOB_KIND_DISTILL && t.has_distill_loss())) {
-    c.Fail(path + ".packing", "only sft jobs and logit distillation (distill_loss) pack samples");
+    c.Fail(path + ".packing",
+           "only sft, grpo and logit distillation (distill_loss) jobs pack samples");
   }
   if (kind == trainctl::v1::JOB_KIND_DISTILL && t.has_distill_loss()) {
     c.OneOf(path + ".distill_loss", t.distill_loss(), kDistillLosses);

@@ -620,9 +620,9 @@ TEST(ValidateJobSpecTest, SizesOverTheLimitsAreErrorsNamingTheLimit) {
 namespace trainctl {
 namespace {
 
-// packing (TRL SFTConfig's): off by default with rows of 1024 tokens; sft takes it, a grpo job
-// is refused naming the key, and a row length below 1 is refused.
-TEST(PackingSpecTest, SftPacksRowsOfMaxSeqLengthAndOtherKindsAreRefused) {
+// packing (TRL SFTConfig's): off by default with rows of 1024 tokens; sft and grpo take it, an
+// eval job is refused naming the key, and a row length below 1 is refused.
+TEST(PackingSpecTest, SftAndGrpoPackRowsOfMaxSeqLengthAndOtherKindsAreRefused) {
   absl::StatusOr<ValidatedJobSpec> v = spec_testing::ValidateYaml(spec_testing::kMinimalSpec);
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_FALSE(v->spec.training().packing());
@@ -639,10 +639,14 @@ TEST(PackingSpecTest, SftPacksRowsOfMaxSeqLengthAndOtherKindsAreRefused) {
   std::string grpo = spec_testing::kMinimalSpec;
   grpo.replace(grpo.find("kind: sft"), 9, "kind: grpo");
   v = spec_testing::ValidateYaml(grpo + "reward_funcs: [accuracy]\ntraining: {packing: true}\n");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->spec.training().packing());
+  std::string eval = spec_testing::kMinimalSpec;
+  eval.replace(eval.find("kind: sft"), 9, "kind: eval");
+  v = spec_testing::ValidateYaml(eval + "training: {packing: true}\n");
   EXPECT_THAT(spec_testing::ErrorLines(v.status()),
-              ::testing::Contains(
-                  "spec.training.packing: only sft jobs and logit distillation (distill_loss) "
-                  "pack samples"));
+              ::testing::Contains("spec.training.packing: only sft, grpo and logit distillation "
+                                  "(distill_loss) jobs pack samples"));
 }
 
 }  // namespace

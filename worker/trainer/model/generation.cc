@@ -391,4 +391,23 @@ torch::Tensor CompletionLogProbs(Qwen2VLForConditionalGeneration& model,
   return logits.gather(-1, targets).squeeze(-1) - logits.logsumexp(-1);
 }
 
+torch::Tensor PackedCompletionLogProbs(Qwen2VLForConditionalGeneration& model,
+                                       const ModelInputs& packed, const torch::Tensor& predictors,
+                                       const torch::Tensor& targets) {
+  TORCH_CHECK(packed.segment_ids.defined(), "PackedCompletionLogProbs needs segment_ids");
+  TORCH_CHECK(predictors.dim() == 2 && targets.sizes() == predictors.sizes(),
+              "predictors and targets must be [rows, completion], got ", predictors.sizes(),
+              " and ", targets.sizes());
+  const torch::Tensor hidden = model.ForwardHidden(packed);
+  const int64_t positions = hidden.size(0) * hidden.size(1);
+  const torch::Tensor flat = hidden.reshape({positions, hidden.size(2)});
+  const torch::Tensor index = predictors.to(flat.device(), torch::kInt64).reshape({-1});
+  // Only the predicting positions reach the head: [b, C, hidden], as the padded layout's.
+  const torch::Tensor picked =
+      flat.index_select(0, index).view({predictors.size(0), predictors.size(1), -1});
+  const torch::Tensor logits = model.Head(picked).to(torch::kFloat32);
+  const torch::Tensor ids = targets.to(logits.device(), torch::kInt64).unsqueeze(-1);
+  return logits.gather(-1, ids).squeeze(-1) - logits.logsumexp(-1);
+}
+
 }  // namespace trainctl::model

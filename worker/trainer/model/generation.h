@@ -104,6 +104,18 @@ torch::Tensor CompletionLogProbs(Qwen2VLForConditionalGeneration& model,
                                  const ModelInputs& prompt_and_completion,
                                  int64_t completion_start);
 
+// CompletionLogProbs for rows packed padding-free (GRPO with training.packing): one forward over
+// `packed` (segment_ids set: each row a sample of its own, positions restarting), then Head and a
+// float32 log_softmax on only the positions that predict completion tokens. `predictors` [b, C]
+// int64 holds, for completion token j of row i, the flat index (packed row * T + position) of the
+// position before it, and `targets` [b, C] int64 the token; entries past a row's completion must
+// still be valid indices and tokens (their results are finite and meaningless). Returns [b, C]
+// float32, equal to CompletionLogProbs on the padded layout up to rounding. Throws c10::Error as
+// forward() does, or on bad shapes.
+torch::Tensor PackedCompletionLogProbs(Qwen2VLForConditionalGeneration& model,
+                                       const ModelInputs& packed, const torch::Tensor& predictors,
+                                       const torch::Tensor& targets);
+
 }  // namespace trainctl::model
 
 #endif  // TRAINCTL_WORKER_TRAINER_MODEL_GENERATION_H_

@@ -297,21 +297,31 @@ class GrpoStage final : public Stage {
     old_logps_.clear();
     for (int64_t a = 0; a < static_cast<int64_t>(rows_.size()); a += micro_rows_) {
       const int64_t b = std::min<int64_t>(static_cast<int64_t>(rows_.size()), a + micro_rows_);
-      ASSIGN_OR_RETURN(torch::Tensor logps, LogProbs(ctx, *ctx.engine, a, b));
+      ASSIGN_OR_RETURN(torch::Tensor logps,
+                       LogProbs(ctx, *ctx.engine, TrainBatch(ctx, a, b, false)));
       old_logps_.push_back(logps);
     }
     return absl::OkStatus();
   }
 
-  absl::StatusOr<torch::Tensor> LogProbs(StageContext& ctx, zero::Engine& engine, int64_t a,
-                                         int64_t b) {
+  // Rows [a, b) as prompt + completion; with training.packing, packed padding-free into rows of
+  // at most max(max_seq_length, longest row) tokens.
+  internal::TrainInputs TrainBatch(const StageContext& ctx, int64_t a, int64_t b,
+                                   bool mask_truncated) const {
+    if (ctx.training.packing()) {
+      return internal::MakePackedTrainInputs(rows_, a, b, pad_id_, mask_truncated,
+                                             ctx.training.max_seq_length(), ctx.device);
+    }
+    return internal::MakeTrainInputs(rows_, a, b, pad_id_, mask_truncated, ctx.device);
+  }
+
+  absl::StatusOr<torch::Tensor> LogProbs(StageContext& ctx, zero::Engine& engine,
+                                         const internal::TrainInputs& in) {
     torch::Tensor logps;
     RETURN_IF_ERROR(Guarded("log-probabilities", [&]() -> absl::Status {
-      const internal::TrainInputs in =
-          internal::MakeTrainInputs(rows_, a, b, pad_id_, false, ctx.device);
       internal::AutocastGuard autocast(ctx.options.compute_dtype == torch::kBFloat16,
                                        ctx.device.type(), torch::kBFloat16);
-      logps = model::CompletionLogProbs(engine.model(), in.inputs, in.completion_start);
+      logps = internal::TrainLogProbs(engine.model(), in);
       return absl::OkStatus();
     }));
     return logps;
@@ -343,17 +353,16 @@ class GrpoStage final : public Stage {
     double loss = 0;
     for (int64_t a = 0, micro = 0; a < rows_here; a += micro_rows_, ++micro) {
       const int64_t b = std::min(rows_here, a + micro_rows_);
-      const internal::TrainInputs in =
-          internal::MakeTrainInputs(rows_, a, b, pad_id_, mask_truncated, ctx.device);
+      const internal::TrainInputs in = TrainBatch(ctx, a, b, mask_truncated);
       GrpoLossInputs li;
       li.advantages = in.advantages;
       li.completion_mask = in.completion_mask;
       if (reference_) {
         torch::NoGradGuard no_grad;
-        ASSIGN_OR_RETURN(li.ref_per_token_logps, LogProbs(ctx, *reference_, a, b));
+        ASSIGN_OR_RETURN(li.ref_per_token_logps, LogProbs(ctx, *reference_, in));
       }
       if (!old_logps_.empty()) li.old_per_token_logps = old_logps_[static_cast<size_t>(micro)];
-      ASSIGN_OR_RETURN(li.per_token_logps, LogProbs(ctx, *ctx.engine, a, b));
+      ASSIGN_OR_RETURN(li.per_token_logps, LogProbs(ctx, *ctx.engine, in));
       ASSIGN_OR_RETURN(GrpoLossOutput lo, GrpoLoss(li, options_, shape));
       RETURN_IF_ERROR(ctx.engine->Backward(lo.contribution));
       loss += lo.contribution.item<double>();
