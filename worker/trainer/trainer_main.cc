@@ -7,7 +7,6 @@
 //   trainctl-trainer serve --model DIR --listen HOST:PORT [--max_batch N]  (CPU builds)
 //   trainctl-trainer --help | -h | help  (also --help after a verb): the usage, on stdout
 // forward and generate read the same request file (tool_request.h).
-#include <malloc.h>
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -16,7 +15,6 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -26,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/build_info.h"
+#include "common/heap_tuning.h"
 #include "common/job_spec.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/event_sink.h"
@@ -226,13 +225,7 @@ int Export(const std::string& checkpoint, const std::string& out,
 }  // namespace trainctl::trainer
 
 int main(int argc, char** argv) {
-  // Training allocates and frees the same large buffers every step (gradients, optimizer
-  // temporaries, logits). glibc would mmap and unmap each one, and the page faults of re-zeroed
-  // memory cost more than the arithmetic (7x on the tiny model). Keep freed memory in the heap,
-  // as PyTorch's caching allocator does on GPUs.
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-  mallopt(M_TOP_PAD, 256 << 20);
+  trainctl::KeepFreedMemoryInTheHeap();
   // TRAINCTL_FUSED_KERNELS=0 (a job's env may set it): the decoder's RMSNorm, rotary and SwiGLU as
   // LibTorch's composite ops instead of the fused CUDA kernels (model/fused_ops.h).
   if (const char* fused = std::getenv("TRAINCTL_FUSED_KERNELS");
