@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "common/heap_tuning.h"
 #include "worker/trainer/data/batch.h"
 #include "worker/trainer/data/loader.h"
 #include "worker/trainer/data/prepare.h"
@@ -160,6 +161,7 @@ absl::StatusOr<int64_t> PrepareMixed(const std::string& shapes_jsonl, const std:
 // One linear script (generate, prepare, time the loader, time training, print), as the header
 // describes; its steps share the data and the model, so it stays in one function.
 int main(int argc, char** argv) {
+  trainctl::KeepFreedMemoryInTheHeap();  // the SFT steps are timed as the trainer runs them
   absl::ParseCommandLine(argc, argv);
   const int64_t batch_size = absl::GetFlag(FLAGS_batch);
   torch::manual_seed(0);
