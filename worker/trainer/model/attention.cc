@@ -236,23 +236,46 @@ torch::Tensor PackedCausalAttention(AttentionImpl impl, const torch::Tensor& q,
   auto padding = [&q](int64_t n) {
     return torch::zeros({1, q.size(1), n, q.size(3)}, q.options());
   };
+  // Rows and samples are cut with one split each, not a narrow per sample: the backward of a
+  // split is one cat of the pieces' gradients, while each narrow's backward would write a
+  // zero-filled gradient of the whole tensor (hundreds per layer for a row of short samples).
+  const std::vector<torch::Tensor> q_rows = q.split(1, 0), k_rows = k.split(1, 0),
+                                   v_rows = v.split(1, 0);
   // Each row is its samples' outputs and its padding's zeros, in position order.
   std::vector<torch::Tensor> rows;
   rows.reserve(static_cast<size_t>(batch));
   size_t i = 0;
   for (int64_t b = 0; b < batch; ++b) {
-    std::vector<torch::Tensor> pieces;
+    std::vector<int64_t> sizes;  // along T: padding gaps and samples, covering [0, t)
+    std::vector<bool> is_sample;
     int64_t at = 0;
     for (; i < samples.size() && samples.row[i] == b; ++i) {
       const int64_t start = samples.start[i], n = samples.length[i];
       TORCH_CHECK(start >= at && start + n <= t, "packed attention: sample ", i, " of row ", b,
                   " at [", start, ", ", start + n, ") overlaps another or leaves the row");
-      if (start > at) pieces.push_back(padding(start - at));
-      auto take = [&](const torch::Tensor& x) { return x.narrow(0, b, 1).narrow(2, start, n); };
-      pieces.push_back(DotProductAttention(impl, take(q), take(k), take(v), {}, /*causal=*/true));
+      if (start > at) {
+        sizes.push_back(start - at);
+        is_sample.push_back(false);
+      }
+      sizes.push_back(n);
+      is_sample.push_back(true);
       at = start + n;
     }
-    if (at < t) pieces.push_back(padding(t - at));
+    if (at < t) {
+      sizes.push_back(t - at);
+      is_sample.push_back(false);
+    }
+    const auto bq = static_cast<size_t>(b);
+    const std::vector<torch::Tensor> qs = q_rows[bq].split_with_sizes(sizes, 2),
+                                     ks = k_rows[bq].split_with_sizes(sizes, 2),
+                                     vs = v_rows[bq].split_with_sizes(sizes, 2);
+    std::vector<torch::Tensor> pieces;
+    pieces.reserve(sizes.size());
+    for (size_t j = 0; j < sizes.size(); ++j) {
+      pieces.push_back(is_sample[j]
+                           ? DotProductAttention(impl, qs[j], ks[j], vs[j], {}, /*causal=*/true)
+                           : padding(sizes[j]));
+    }
     rows.push_back(pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 2));
   }
   TORCH_CHECK(i == samples.size(), "packed attention: samples out of row order or past row ",
