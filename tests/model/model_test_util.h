@@ -6,6 +6,8 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "worker/trainer/model/qwen2vl_config.h"
@@ -55,6 +57,17 @@ inline torch::Tensor RandomPixels(const std::vector<std::vector<int64_t>>& grids
 }
 
 inline torch::Tensor Grid(const std::vector<std::vector<int64_t>>& grids) { return Ids(grids); }
+
+// A copy of every gradient of `model` by parameter name (parameters without one left out), then
+// the gradients zeroed for the next backward.
+inline std::map<std::string, torch::Tensor> TakeGradients(torch::nn::Module& model) {
+  std::map<std::string, torch::Tensor> grads;
+  for (const auto& p : model.named_parameters()) {
+    if (p.value().grad().defined()) grads[p.key()] = p.value().grad().clone();
+  }
+  model.zero_grad();
+  return grads;
+}
 
 }  // namespace trainctl::model::testing
 

@@ -21,6 +21,7 @@ using testing::Grid;
 using testing::Ids;
 using testing::ImageTokens;
 using testing::RandomPixels;
+using testing::TakeGradients;
 using testing::TinyConfig;
 
 struct Sample {
@@ -45,12 +46,7 @@ torch::Tensor SummedLoss(Qwen2VLForConditionalGeneration& model, const ModelInpu
 
 LossAndGrads Collect(Qwen2VLForConditionalGeneration& model, torch::Tensor loss) {
   loss.backward();
-  LossAndGrads out{loss.detach(), {}};
-  for (const auto& p : model.named_parameters()) {
-    if (p.value().grad().defined()) out.grads[p.key()] = p.value().grad().clone();
-  }
-  model.zero_grad();
-  return out;
+  return LossAndGrads{loss.detach(), TakeGradients(model)};
 }
 
 TEST(PackingTest, APackedRowComputesWhatItsSamplesWouldAlone) {

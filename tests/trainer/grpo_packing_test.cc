@@ -93,10 +93,7 @@ Scored ScoreAndBackward(model::Qwen2VLForConditionalGeneration& model, const Tra
   if (!loss.ok()) return out;
   loss->contribution.backward();
   out.logps = logps.detach();
-  for (const auto& p : model.named_parameters()) {
-    if (p.value().grad().defined()) out.grads[p.key()] = p.value().grad().clone();
-  }
-  model.zero_grad();
+  out.grads = model::testing::TakeGradients(model);
   return out;
 }
 
