@@ -4,10 +4,10 @@
 //   delivered: samples/s the Loader (batch --batch, shuffled, prefetch --prefetch) hands out when
 //              Next() is called back to back, over --loader_epochs epochs;
 //   consumed:  samples/s an SFT step of the registry's "tiny" model takes on the same batches
-//              (ForwardHidden + Head on the trained positions + summed cross-entropy + backward
+//              (ForwardHidden + HeadCrossEntropy on the trained positions + backward
 //              + AdamW, as the SFT stage does), after --warmup steps.
 // Ratio delivered / consumed > 1: the loader keeps up. Then SFT's real (non-padding) tokens/s on
-// padded batches against packed rows of --pack_length tokens, same shards, same steps: on the
+// padded batches against packed rows of --pack_length tokens, a whole epoch each: on the
 // shapes shards (short samples of nearly one length) and on mixed-length shards (the shapes
 // samples plus text samples made of consecutive lines of --corpus, 3 to ~4000 characters).
 #include <torch/torch.h>
@@ -81,26 +81,28 @@ struct TempDir {
 
 }  // namespace
 
-// Real (non-padding) tokens/s of `step` over `steps` batches of a loader with `options`, after
-// `warmup` unmeasured ones.
+// Real (non-padding) tokens/s of `step` over one whole epoch of a loader with `options`: every
+// sample once, so packed and padded runs cover the same tokens (on mixed lengths a few batches'
+// cost per token depends on which samples they drew). The epoch runs once unmeasured first, so the
+// heap has grown to its steady size, as in a trainer many steps in (its first pass faults in every
+// page of that growth, which on this VM costs as much as the compute).
 absl::StatusOr<double> RealTokensPerSecond(const std::shared_ptr<const data::ShardReader>& shards,
                                            const data::LoaderOptions& options,
-                                           const std::function<void(const data::Batch&)>& step,
-                                           int warmup, int steps) {
+                                           const std::function<void(const data::Batch&)>& step) {
   auto loader = data::Loader::Create(shards, options);
   if (!loader.ok()) return loader.status();
   std::vector<data::Batch> batches;
-  for (int i = 0; i < warmup + steps; ++i) {
+  for (int64_t i = 0; i < (*loader)->BatchesInEpoch(0); ++i) {
     auto b = (*loader)->Next();
     if (!b.ok()) return b.status();
     batches.push_back(std::move(*b));
   }
-  for (int i = 0; i < warmup; ++i) step(batches[static_cast<size_t>(i)]);
+  for (const data::Batch& b : batches) step(b);
   int64_t tokens = 0;
   const auto start = Clock::now();
-  for (int i = warmup; i < warmup + steps; ++i) {
-    step(batches[static_cast<size_t>(i)]);
-    for (int32_t m : batches[static_cast<size_t>(i)].attention_mask) tokens += m;
+  for (const data::Batch& b : batches) {
+    step(b);
+    for (int32_t m : b.attention_mask) tokens += m;
   }
   return tokens / Seconds(start);
 }
@@ -112,16 +114,16 @@ struct PackedVsPadded {
 
 // SFT real tokens/s on `shards`: batches of options.batch_size padded samples against rows of
 // --pack_length tokens holding whole samples (padding-free packing: segment ids keep the samples
-// apart), the same steps on the same shards.
+// apart), each over one whole epoch of the same shards.
 absl::StatusOr<PackedVsPadded> MeasurePacking(
     const std::shared_ptr<const data::ShardReader>& shards, const data::LoaderOptions& options,
-    const std::function<void(const data::Batch&)>& step, int warmup, int steps) {
+    const std::function<void(const data::Batch&)>& step) {
   data::LoaderOptions packed_options = options;
   packed_options.batch_size = 1;
   packed_options.pack_length = absl::GetFlag(FLAGS_pack_length);
-  auto padded = RealTokensPerSecond(shards, options, step, warmup, steps);
+  auto padded = RealTokensPerSecond(shards, options, step);
   if (!padded.ok()) return padded.status();
-  auto packed = RealTokensPerSecond(shards, packed_options, step, warmup, steps);
+  auto packed = RealTokensPerSecond(shards, packed_options, step);
   if (!packed.ok()) return packed.status();
   return PackedVsPadded{*padded, *packed};
 }
@@ -233,9 +235,9 @@ int main(int argc, char** argv) {
     auto positions = labels.ne(-100).nonzero().squeeze(1);
     auto trained =
         hidden.slice(1, 0, b.seq_len - 1).reshape({-1, width}).index_select(0, positions);
-    auto loss = torch::nn::functional::cross_entropy(
-        net->Head(trained), labels.index_select(0, positions),
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    // The SFT stage's loss: the head fused with cross-entropy in chunks (no [tokens, vocab]
+    // logits, whose gigabytes per packed row would be most of the step).
+    auto loss = net->HeadCrossEntropy(trained, labels.index_select(0, positions));
     optimizer.zero_grad();
     loss.backward();
     optimizer.step();
@@ -254,7 +256,7 @@ int main(int argc, char** argv) {
   const double consumed = consumed_samples / train_s;
 
   // Packed against padded, on the shapes shards and on mixed-length ones.
-  auto shapes_rates = MeasurePacking(shared, loader_options, step, warmup, steps);
+  auto shapes_rates = MeasurePacking(shared, loader_options, step);
   if (!shapes_rates.ok()) return Fail(shapes_rates.status());
   const std::string mixed_dir = (tmp.path / "mixed").string();
   auto mixed_tokens = PrepareMixed(raw + "/" + data::kShapesJsonl, mixed_dir);
@@ -262,7 +264,7 @@ int main(int argc, char** argv) {
   auto mixed_reader = data::ShardReader::Open(mixed_dir);
   if (!mixed_reader.ok()) return Fail(mixed_reader.status());
   std::shared_ptr<const data::ShardReader> mixed(std::move(*mixed_reader));
-  auto mixed_rates = MeasurePacking(mixed, loader_options, step, warmup, steps);
+  auto mixed_rates = MeasurePacking(mixed, loader_options, step);
   if (!mixed_rates.ok()) return Fail(mixed_rates.status());
 
   std::cout << absl::StrFormat(
