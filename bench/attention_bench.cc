@@ -16,6 +16,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "worker/trainer/model/attention.h"
+#include "worker/trainer/model/host_runtime.h"
 
 ABSL_FLAG(int64_t, patches, 4096, "patches of the image (a 64x64 grid is 4096)");
 ABSL_FLAG(int64_t, heads, 16, "attention heads");
@@ -57,7 +58,8 @@ Run Measure(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor&
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_threads) > 0) torch::set_num_threads(absl::GetFlag(FLAGS_threads));
+  if (absl::GetFlag(FLAGS_threads) > 0)
+    trainctl::model::SetCpuThreads(absl::GetFlag(FLAGS_threads));
   const int64_t n = absl::GetFlag(FLAGS_patches), h = absl::GetFlag(FLAGS_heads),
                 d = absl::GetFlag(FLAGS_head_dim);
   torch::NoGradGuard no_grad;

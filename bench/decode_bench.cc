@@ -30,6 +30,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "worker/trainer/model/generation.h"
+#include "worker/trainer/model/host_runtime.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/model/state_dict_adapter.h"
@@ -216,7 +217,8 @@ int BenchCheckpoint(const torch::Device& device) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_threads) > 0) torch::set_num_threads(absl::GetFlag(FLAGS_threads));
+  if (absl::GetFlag(FLAGS_threads) > 0)
+    trainctl::model::SetCpuThreads(absl::GetFlag(FLAGS_threads));
   const torch::Device device(absl::GetFlag(FLAGS_device));
   if (!absl::GetFlag(FLAGS_model_dir).empty()) return BenchCheckpoint(device);
   std::cout << absl::StrFormat("threads: %d, dtype float32\n\n", torch::get_num_threads());

@@ -32,6 +32,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "worker/trainer/model/generation.h"
+#include "worker/trainer/model/host_runtime.h"
 #include "worker/trainer/model/internal/sampling.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/rewards/rule_rewards.h"
@@ -342,7 +343,8 @@ void Bench(const std::string& name, const Qwen2VLConfig& config) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_threads) > 0) torch::set_num_threads(absl::GetFlag(FLAGS_threads));
+  if (absl::GetFlag(FLAGS_threads) > 0)
+    trainctl::model::SetCpuThreads(absl::GetFlag(FLAGS_threads));
   const std::vector<std::string> names =
       absl::StrSplit(absl::GetFlag(FLAGS_configs), ',', absl::SkipEmpty());
   for (const std::string& name : names) {

@@ -29,12 +29,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
-#include "common/heap_tuning.h"
 #include "worker/trainer/data/batch.h"
 #include "worker/trainer/data/loader.h"
 #include "worker/trainer/data/prepare.h"
 #include "worker/trainer/data/shapes_datagen.h"
 #include "worker/trainer/data/shard_reader.h"
+#include "worker/trainer/model/host_runtime.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/stages/batch_inputs.h"
@@ -163,7 +163,7 @@ absl::StatusOr<int64_t> PrepareMixed(const std::string& shapes_jsonl, const std:
 // One linear script (generate, prepare, time the loader, time training, print), as the header
 // describes; its steps share the data and the model, so it stays in one function.
 int main(int argc, char** argv) {
-  trainctl::KeepFreedMemoryInTheHeap();  // the SFT steps are timed as the trainer runs them
+  trainctl::model::KeepTensorMemoryInTheHeap();  // the SFT steps are timed as the trainer runs them
   absl::ParseCommandLine(argc, argv);
   const int64_t batch_size = absl::GetFlag(FLAGS_batch);
   torch::manual_seed(0);

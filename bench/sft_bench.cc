@@ -23,6 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
+#include "worker/trainer/model/host_runtime.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 
@@ -35,7 +36,6 @@ ABSL_FLAG(int, threads, 0, "LibTorch intra-op threads (0: LibTorch's default)");
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -78,7 +78,8 @@ int64_t Count(const std::vector<torch::Tensor>& params) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_threads) > 0) torch::set_num_threads(absl::GetFlag(FLAGS_threads));
+  if (absl::GetFlag(FLAGS_threads) > 0)
+    trainctl::model::SetCpuThreads(absl::GetFlag(FLAGS_threads));
   const int64_t B = absl::GetFlag(FLAGS_batch);
   const int64_t T = absl::GetFlag(FLAGS_seq);
   const int warmup = absl::GetFlag(FLAGS_warmup);
@@ -89,7 +90,8 @@ int main(int argc, char** argv) {
   // vocab 32000, tied; a minimal vision tower, unused by text-only batches.
   auto path = trainctl::model::FindModelConfig("bench-30m");
   absl::StatusOr<trainctl::model::Qwen2VLConfig> config =
-      path.ok() ? trainctl::model::LoadQwen2VLConfig(*path) : absl::StatusOr<trainctl::model::Qwen2VLConfig>(path.status());
+      path.ok() ? trainctl::model::LoadQwen2VLConfig(*path)
+                : absl::StatusOr<trainctl::model::Qwen2VLConfig>(path.status());
   if (!config.ok()) {
     std::cerr << "sft_bench: " << config.status() << "\n";
     return 1;

@@ -24,13 +24,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/build_info.h"
-#include "common/heap_tuning.h"
 #include "common/job_spec.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/event_sink.h"
 #include "worker/trainer/forward_tool.h"
 #include "worker/trainer/generate_tool.h"
 #include "worker/trainer/model/fused_ops.h"
+#include "worker/trainer/model/host_runtime.h"
 #ifdef TRAINCTL_WITH_SERVE
 #include "worker/trainer/serve/serve_tool.h"
 #endif
@@ -129,7 +129,7 @@ int Train(const std::map<std::string, std::string>& flags) {
     if (!absl::SimpleAtoi(flags.at("threads"), &threads) || threads < 1) {
       return fail(absl::InvalidArgumentError("--threads: must be a positive integer"));
     }
-    torch::set_num_threads(threads);
+    model::SetCpuThreads(threads);
   }
   auto spec = LoadSpec(flags.at("spec"));
   if (!spec.ok()) return fail(spec.status());
@@ -225,7 +225,7 @@ int Export(const std::string& checkpoint, const std::string& out,
 }  // namespace trainctl::trainer
 
 int main(int argc, char** argv) {
-  trainctl::KeepFreedMemoryInTheHeap();
+  trainctl::model::KeepTensorMemoryInTheHeap();
   // TRAINCTL_FUSED_KERNELS=0 (a job's env may set it): the decoder's RMSNorm, rotary and SwiGLU as
   // LibTorch's composite ops instead of the fused CUDA kernels (model/fused_ops.h).
   if (const char* fused = std::getenv("TRAINCTL_FUSED_KERNELS");
