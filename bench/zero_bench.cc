@@ -1,6 +1,7 @@
 // zero_bench: what ZeRO-3 costs and saves, measured against its peers in the same run. Each
 // configuration runs as real ranks: forked processes that rendezvous on loopback and train over
-// Gloo through the engine, one LibTorch thread each, fp32, on random text-only batches.
+// Gloo through the engine, one thread each (LibTorch's and OpenBLAS's), fp32, on random text-only
+// batches, with the trainer's host runtime (model/host_runtime.h) except in the memory mode.
 //
 // Step time (--mode=step, a ~25M-parameter config with untied embeddings):
 //   stage 3 on 2 ranks vs stage 0 on 2 ranks vs 1 rank, on the same global batch; and the bytes
@@ -9,6 +10,8 @@
 //   P counts the text model (the batches have no images, so the vision tower never runs).
 //   And stage 3 on 1 rank against stage 0 on 1 rank, same batch: what stage 3 itself costs when
 //   there is no communication to hide behind (its gathers and reduces are local copies).
+// One rank (--mode=one_rank): that last pair only, --rounds times in alternation, each round's
+//   ratio and their median (aim: <= 1.05), since one pair swings by 10% on a noisy VM.
 // Memory (--mode=memory, a ~150M-parameter config): peak resident memory (VmHWM) of each rank
 //   after two steps at stage 0 and at stage 3, on 2 and on 4 ranks; the ratio stage 3 / stage 0
 //   (aim: <= 0.6 on 2 ranks, <= 0.35 on 4).
