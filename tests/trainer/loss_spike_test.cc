@@ -38,7 +38,7 @@ TEST(LossSpikeDetectorTest, NanAndInfAreSpikesFromTheFirstStep) {
 
 TEST(LossSpikeDetectorTest, RatioTestFromTheSecondStepOnlyWithAPositiveMedian) {
   LossSpikeDetector d(3.0, 20);
-  EXPECT_FALSE(d.Observe(1, 11.8));  // nothing to compare with
+  EXPECT_FALSE(d.Observe(1, 11.8));             // nothing to compare with
   EXPECT_TRUE(d.Observe(2, 59.6).has_value());  // > 3 x the first loss: diverging
   EXPECT_FALSE(d.Observe(3, 30.0));
   EXPECT_DOUBLE_EQ(d.Median(), 20.9);
@@ -60,6 +60,11 @@ TEST(TrainerFailureTest, RecognisesOutOfMemoryFromEachAllocator) {
   ASSERT_TRUE(cpu.has_value());
   EXPECT_EQ(cpu->device, "cpu");
   EXPECT_EQ(cpu->bytes, 268435456);
+  auto heap = ParseOutOfMemory(
+      "step 1: HeapCpuAllocator: can't allocate memory: you tried to allocate 1048576 bytes");
+  ASSERT_TRUE(heap.has_value());
+  EXPECT_EQ(heap->device, "cpu");
+  EXPECT_EQ(heap->bytes, 1048576);
   auto bad_alloc = ParseOutOfMemory("std::bad_alloc: std::bad_alloc");
   ASSERT_TRUE(bad_alloc.has_value());
   EXPECT_EQ(bad_alloc->bytes, -1);

@@ -43,8 +43,10 @@ std::optional<OutOfMemory> ParseOutOfMemory(absl::string_view message) {
     oom.bytes = BytesAfter(message, "Tried to allocate ");
     return oom;
   }
+  // LibTorch's own CPU allocator, and the trainer's (model/host_runtime.h).
   if (absl::StrContains(message, "DefaultCPUAllocator: can't allocate memory") ||
-      absl::StrContains(message, "DefaultCPUAllocator: not enough memory")) {
+      absl::StrContains(message, "DefaultCPUAllocator: not enough memory") ||
+      absl::StrContains(message, "HeapCpuAllocator: can't allocate memory")) {
     oom.device = "cpu";
     oom.bytes = BytesAfter(message, "you tried to allocate ");
     return oom;

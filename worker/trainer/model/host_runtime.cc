@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 
 namespace trainctl::model {
 namespace {
@@ -26,7 +25,9 @@ c10::DataPtr AllocateAligned(size_t bytes) {
   const c10::Device cpu(c10::DeviceType::CPU);
   if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &FreeAligned, cpu);
   void* raw = std::malloc(bytes + kAlignment);
-  if (raw == nullptr) throw std::bad_alloc();
+  // Named as LibTorch names its own, so the trainer reports an out-of-memory with its size.
+  TORCH_CHECK(raw != nullptr, "HeapCpuAllocator: can't allocate memory: you tried to allocate ",
+              bytes, " bytes.");
   // malloc aligns to 16, so the aligned start lies 16 to 64 bytes in: room for the word before it.
   auto* data = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(raw) + kAlignment) &
                                        ~(kAlignment - 1));
