@@ -263,9 +263,12 @@ double MaxOf(const std::vector<Report>& rs, double Report::*field) {
   return m;
 }
 
+// The step and one-rank modes' model: 32.5M parameters (hidden 512, 4 layers, MLP 2048, vocab
+// 16384, untied).
+trainctl::model::Qwen2VLConfig StepConfig() { return MakeConfig(512, 4, 2048, 16384); }
+
 void StepMode() {
-  // ~25M parameters: hidden 512, 4 layers, MLP 2048, vocab 16384, untied.
-  const auto config = MakeConfig(512, 4, 2048, 16384);
+  const auto config = StepConfig();
   const int steps = absl::GetFlag(FLAGS_steps);
   const auto one = RunRanks(config, {"1 rank", 1, 0, 4, steps, true});
   const auto s0 = RunRanks(config, {"stage 0 x2", 2, 0, 2, steps, true});
@@ -307,7 +310,7 @@ void StepMode() {
 // --steps steps: the ratio of each round's medians, and the median ratio. One run of each, as the
 // step mode does, swings by ±10% on this noisy VM; pairs taken back to back share its mood.
 void OneRankMode() {
-  const auto config = MakeConfig(512, 4, 2048, 16384);
+  const auto config = StepConfig();
   const int steps = absl::GetFlag(FLAGS_steps);
   std::vector<double> ratios;
   absl::PrintF("stage 3 / stage 0 on 1 rank, batch 4 x %d tokens, fp32, 1 thread, %d steps each:\n",

@@ -12,8 +12,8 @@
 namespace trainctl::model {
 namespace {
 
-constexpr std::uintptr_t kAlignment =
-    64;  // LibTorch's gAlignment: what its vectorised kernels expect
+// LibTorch's gAlignment: what its vectorised kernels expect.
+constexpr std::uintptr_t kAlignment = 64;
 
 // The block's start, as malloc returned it, is kept in the word just before the aligned data, so
 // the data pointer is also the deleter's context (a "simple" DataPtr, as LibTorch's own).

@@ -1,8 +1,8 @@
 // A training process's host resources: memory for CPU tensors (the glibc heap keeps what is freed,
 // and LibTorch's CPU allocator is replaced by one that reuses those freed blocks) and the number of
 // threads its CPU kernels use.
-#ifndef TRAINCTL_WORKER_TRAINER_MODEL_HOST_ALLOCATOR_H_
-#define TRAINCTL_WORKER_TRAINER_MODEL_HOST_ALLOCATOR_H_
+#ifndef TRAINCTL_WORKER_TRAINER_MODEL_HOST_RUNTIME_H_
+#define TRAINCTL_WORKER_TRAINER_MODEL_HOST_RUNTIME_H_
 
 namespace trainctl::model {
 
@@ -28,4 +28,4 @@ void SetCpuThreads(int threads);
 
 }  // namespace trainctl::model
 
-#endif  // TRAINCTL_WORKER_TRAINER_MODEL_HOST_ALLOCATOR_H_
+#endif  // TRAINCTL_WORKER_TRAINER_MODEL_HOST_RUNTIME_H_
