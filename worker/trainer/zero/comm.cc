@@ -391,7 +391,7 @@ Handle Comm::ReduceScatter(const torch::Tensor& in, const torch::Tensor& out,
               " tensor, got ", in.sizes(), " ", in.scalar_type());
   const std::string label = "reduce_scatter " + what;
   if (!impl_->group) {
-    out.view({-1}).copy_(in.view({-1}));
+    if (!out.is_same(in)) out.view({-1}).copy_(in.view({-1}));
     return Start({}, nullptr, label, 0);
   }
 #ifdef TRAINCTL_HAVE_NCCL

@@ -135,15 +135,24 @@ class Engine::Runner::Function : public torch::autograd::Function<Function> {
     // not returned to autograd, so the collectives can run behind the next unit's backward.
     result.resize(result.size() + 1 + u.borrowed.size());
 
-    // This unit's gradients, flattened in its layout and reduce-scattered into the slices.
+    // This unit's gradients, flattened in its layout and reduce-scattered into the slices. Only
+    // what no gradient covers is zeroed (the padding, slots without a gradient, a borrowed unit's
+    // other slots): one pass over the buffer, not a zero fill and then the copies.
     auto reduce = [&](Unit& owner,
                       const std::vector<std::pair<const Unit::Slot*, torch::Tensor>>& parts) {
-      torch::Tensor flat = torch::zeros(
+      torch::Tensor flat = torch::empty(
           {owner.padded},
           torch::TensorOptions().dtype(e.options_.compute_dtype).device(e.options_.device));
+      int64_t written = 0;  // parts come in layout order
       for (const auto& [slot, g] : parts) {
-        if (g.defined()) flat.narrow(0, slot->offset, slot->numel).copy_(g.reshape({-1}));
+        if (!g.defined()) continue;
+        TORCH_CHECK(slot->offset >= written, "unit ", owner.name, ": slot ", slot->name,
+                    " out of layout order");
+        if (slot->offset > written) flat.narrow(0, written, slot->offset - written).zero_();
+        flat.narrow(0, slot->offset, slot->numel).copy_(g.reshape({-1}));
+        written = slot->offset + slot->numel;
       }
+      if (owner.padded > written) flat.narrow(0, written, owner.padded - written).zero_();
       e.StartReduce(owner, std::move(flat));
     };
     std::vector<std::pair<const Unit::Slot*, torch::Tensor>> own;
@@ -280,7 +289,8 @@ void Engine::EndMicroStep() {
 void Engine::StartReduce(Unit& owner, torch::Tensor flat) {
   PendingReduce r;
   r.owner = &owner;
-  r.part = torch::empty({owner.shard}, flat.options());
+  // One rank: the reduce-scatter is the identity, and the flat buffer is the slice's gradient.
+  r.part = world_ == 1 ? flat : torch::empty({owner.shard}, flat.options());
   r.handle = comm_->ReduceScatter(flat, r.part, "gradients of " + owner.name);
   r.flat = std::move(flat);
   reducing_.push_back(std::move(r));
