@@ -105,14 +105,6 @@ struct Context {
   Connection connection = {};  // resolved for the verbs that talk to the coordinator
 };
 
-int Fail(std::ostream& err, const absl::Status& status) {
-  // Multi-line statuses (spec validation) print one error per line.
-  for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
-    err << "trainctl: " << line << '\n';
-  }
-  return kExitFailed;
-}
-
 std::string FormatTime(const google::protobuf::Timestamp& t) {
   if (t.seconds() == 0 && t.nanos() == 0) return "-";
   const absl::Time time =
@@ -582,7 +574,8 @@ int Logs(Context& c) {
     if (c.json) {
       c.out << MessageToJsonText(line, /*pretty=*/false) << std::endl;
     } else {
-      // A rank's raw bytes (ESC, NUL, CR) would drive the terminal: written out there, kept in pipes.
+      // A rank's raw bytes (ESC, NUL, CR) would drive the terminal: written out there, kept in
+      // pipes.
       c.out << "[rank " << line.rank() << "] "
             << (c.terminal.is_tty ? EscapeForTerminal(line.text()) : line.text()) << std::endl;
     }

@@ -8,14 +8,9 @@
 #include <vector>
 
 #include "cli/connection.h"
+#include "cli/exit_codes.h"
 
 namespace trainctl::cli {
-
-// Exit codes: 0 success; 1 the command failed (unreachable coordinator, invalid spec, unknown job,
-// a watched job that did not succeed); 2 usage errors.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailed = 1;
-inline constexpr int kExitUsage = 2;
 
 // Where `out` goes: a terminal gets watch's live line, redrawn in place.
 struct Terminal {

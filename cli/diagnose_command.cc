@@ -5,8 +5,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "cli/commands.h"
 #include "cli/diagnose_view.h"
+#include "cli/exit_codes.h"
 #include "cli/job_client.h"
 #include "common/json_proto.h"
 
@@ -15,9 +15,8 @@ namespace {
 
 namespace v1 = trainctl::v1;
 
-int Fail(std::ostream& err, const absl::Status& status) {
-  err << "trainctl diagnose: " << status.message() << '\n';
-  return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailed;
+int DiagnoseFailed(std::ostream& err, const absl::Status& status) {
+  return Fail(err, status, UsageOrFailed(status), "trainctl diagnose");
 }
 
 bool Terminal(v1::JobState s) {
@@ -107,27 +106,28 @@ int RunDiagnose(const ParsedArgs& args, const Connection& connection, const std:
                 std::ostream& out, std::ostream& err) {
   const bool probe = args.Has("probe");
   if (probe != args.positional.empty()) {
-    return Fail(err,
-                absl::InvalidArgumentError(probe ? "--probe runs a new probe job: give no job ID"
-                                                 : "diagnose needs one job ID (or --probe)"));
+    return DiagnoseFailed(
+        err, absl::InvalidArgumentError(probe ? "--probe runs a new probe job: give no job ID"
+                                              : "diagnose needs one job ID (or --probe)"));
   }
   if (args.positional.size() > 1) {
-    return Fail(err, absl::InvalidArgumentError("diagnose takes one job ID"));
+    return DiagnoseFailed(err, absl::InvalidArgumentError("diagnose takes one job ID"));
   }
   for (const char* name : {"nodes", "slots_per_node", "node_selector", "sizes", "timeout"}) {
     if (!probe && args.Has(name)) {
-      return Fail(err, absl::InvalidArgumentError(absl::StrCat("--", name, " needs --probe")));
+      return DiagnoseFailed(err,
+                            absl::InvalidArgumentError(absl::StrCat("--", name, " needs --probe")));
     }
   }
   JobClient client(connection);
   std::string id = probe ? "" : args.positional[0];
   if (probe) {
     auto ran = RunProbe(client, args, err);
-    if (!ran.ok()) return Fail(err, ran.status());
+    if (!ran.ok()) return DiagnoseFailed(err, ran.status());
     id = *ran;
   }
   auto diagnosis = client.Diagnose(id);
-  if (!diagnosis.ok()) return Fail(err, diagnosis.status());
+  if (!diagnosis.ok()) return DiagnoseFailed(err, diagnosis.status());
   if (format == "json") {
     out << MessageToJsonText(*diagnosis, /*pretty=*/true) << '\n';
   } else {

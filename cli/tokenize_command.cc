@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "cli/commands.h"
+#include "cli/exit_codes.h"
 #include "nlohmann/json.hpp"
 #include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
@@ -40,11 +40,6 @@ absl::StatusOr<std::string> TokenizeLine(const tokenizer::BpeTokenizer& tokenize
   auto ids = ParseIds(line);
   if (!ids.ok()) return ids.status();
   return tokenizer.Decode(*ids);
-}
-
-int Fail(std::ostream& err, const absl::Status& status) {
-  err << "trainctl: " << status.message() << '\n';
-  return kExitFailed;
 }
 
 }  // namespace
