@@ -112,9 +112,13 @@ Cluster::Cluster(JobManager* jobs, Clock* clock, ClusterOptions options)
       jobs_, ingest, [this](std::vector<EventIngester::Outcome> outcomes) {
         Post([this, outcomes = std::move(outcomes)] { HandleStored(outcomes); });
       });
+  jobs_->AddObserver(this);
 }
 
-Cluster::~Cluster() { Stop(); }
+Cluster::~Cluster() {
+  jobs_->RemoveObserver(this);
+  Stop();
+}
 
 absl::Status Cluster::Start() {
   // Waiting and placed jobs, oldest first (the store lists newest first).

@@ -119,11 +119,12 @@ struct ClusterOptions {
   std::function<void(const ClusterSummary&)> on_tick;
 };
 
-class Cluster {
+class Cluster : public JobObserver {
  public:
-  // Does not take ownership; `jobs` and `clock` must outlive the cluster.
+  // Does not take ownership; `jobs` and `clock` must outlive the cluster. Observes `jobs` from
+  // construction to destruction: a submit or an accepted cancel wakes the scheduler.
   Cluster(JobManager* jobs, Clock* clock, ClusterOptions options);
-  ~Cluster();  // Stop()
+  ~Cluster() override;  // stops observing, then Stop()
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
 
@@ -142,8 +143,10 @@ class Cluster {
   // The stream ended. The node stays placeable-for-reconnect until its lease expires.
   void Disconnect(int64_t session);
 
-  // A job was submitted or cancelled (JobManager's listener).
+  // A job was submitted or cancelled.
   void JobChanged(const std::string& job_id);
+  void OnSubmitted(const Job& job) override { JobChanged(job.id()); }
+  void OnCancelAccepted(const Job& job) override { JobChanged(job.id()); }
 
   // A snapshot of the nodes, sorted by name.
   std::vector<trainctl::v1::Node> ListNodes();

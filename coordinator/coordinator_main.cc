@@ -277,7 +277,7 @@ int Run() {
   JobMetrics job_metrics(&registry);
   TokenReloader token_reloader(tokens_file, &authorizer, &registry, tokens_loaded);
   JobManager jobs(store->get(), &clock, &notifier);
-  jobs.SetObserver(&job_metrics);
+  jobs.AddObserver(&job_metrics);
   jobs.SetRankEnvPolicy(*std::move(rank_env));
   ThreadPool executor(std::max(1, absl::GetFlag(FLAGS_rpc_threads)));
   JobServiceImpl job_service(&jobs, &executor);
@@ -298,7 +298,6 @@ int Run() {
                                     summary.nodes == 1 ? " node" : " nodes"));
   };
   Cluster cluster(&jobs, &clock, cluster_options);
-  jobs.SetListener([&cluster](const std::string& id) { cluster.JobChanged(id); });
   NodeInventory nodes([&cluster] { return cluster.ListNodes(); },
                       [&cluster](const std::string& node, absl::Duration timeout) {
                         return cluster.RefreshTopology(node, timeout);

@@ -171,9 +171,8 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spe
   ASSIGN_OR_RETURN(CreateJobResult created,
                    store_->CreateJob(job, scoped_request_id, std::move(events)));
   if (created.created) {
-    if (observer_ != nullptr) observer_->OnSubmitted(created.job);
+    for (JobObserver* o : observers_) o->OnSubmitted(created.job);
     notifier_->Notify(created.job.id());
-    if (listener_) listener_(created.job.id());
   }
   return SubmitResult{std::move(created.job), created.created, std::move(validated.warnings)};
 }
@@ -206,19 +205,21 @@ absl::StatusOr<Job> JobManager::Update(absl::string_view id, const JobMutation& 
     return absl::OkStatus();
   };
   ASSIGN_OR_RETURN(Job job, store_->UpdateJob(id, tagged, &events));
-  if (observer_ != nullptr) TellObserver(job, events);
+  TellObservers(job, events);
   if (!events.empty()) notifier_->Notify(job.id());
   return job;
 }
 
-void JobManager::TellObserver(const Job& job, const std::vector<JobEvent>& events) {
-  for (const JobEvent& event : events) {
-    if (event.has_state_change() && event.state_change().from() != event.state_change().to()) {
-      observer_->OnStateChanged(job, event.state_change().from());
-    } else if (event.has_metric()) {
-      observer_->OnMetric(job, event.metric());
-    } else if (event.has_remedy()) {
-      observer_->OnRemedy(job, event.remedy());
+void JobManager::TellObservers(const Job& job, const std::vector<JobEvent>& events) {
+  for (JobObserver* o : observers_) {
+    for (const JobEvent& event : events) {
+      if (event.has_state_change() && event.state_change().from() != event.state_change().to()) {
+        o->OnStateChanged(job, event.state_change().from());
+      } else if (event.has_metric()) {
+        o->OnMetric(job, event.metric());
+      } else if (event.has_remedy()) {
+        o->OnRemedy(job, event.remedy());
+      }
     }
   }
 }
@@ -257,8 +258,9 @@ absl::StatusOr<Job> JobManager::Cancel(absl::string_view id, const std::string& 
             "job ", job->id(), " already ", JobStateName(job->state()), "; nothing to cancel"));
     }
   });
-  if (cancelled.ok() && accepted && observer_ != nullptr) observer_->OnCancelAccepted(*cancelled);
-  if (cancelled.ok() && listener_) listener_(cancelled->id());
+  if (cancelled.ok() && accepted) {
+    for (JobObserver* o : observers_) o->OnCancelAccepted(*cancelled);
+  }
   return cancelled;
 }
 
@@ -436,7 +438,7 @@ absl::Status JobManager::WriteBatch(std::vector<BatchRecord>* records) {
       for (const LogLine& line : r.lines) jobs.insert(line.job_id());
       continue;
     }
-    if (observer_ != nullptr) TellObserver(r.job, r.events);
+    TellObservers(r.job, r.events);
     if (!r.events.empty()) jobs.insert(r.job.id());
   }
   for (const std::string& id : jobs) notifier_->Notify(id);

@@ -4,6 +4,7 @@
 #ifndef TRAINCTL_COORDINATOR_JOB_MANAGER_H_
 #define TRAINCTL_COORDINATOR_JOB_MANAGER_H_
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <string>
@@ -137,17 +138,17 @@ class JobManager {
   // was written. Returns the store's status; each record's own says whether it was written.
   absl::Status WriteBatch(std::vector<BatchRecord>* records);
 
-  // Called after a submit that created a job and after every accepted cancel, with the job's id,
-  // on the caller's thread (the scheduler's hook). Set before serving.
-  void SetListener(std::function<void(const std::string& job_id)> listener) {
-    listener_ = std::move(listener);
+  // How a change is announced, besides waking a job's watchers (the notifier): every observer is
+  // told, on the caller's thread, in the order they were added (the metrics, the scheduler).
+  // Not owned: an observer is removed before it goes. Add and remove while no call is in flight
+  // (before serving, or when a cluster is replaced).
+  void AddObserver(JobObserver* observer) { observers_.push_back(observer); }
+  void RemoveObserver(JobObserver* observer) {
+    observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
   }
-
-  // Optional; not owned, must outlive the manager. Set before serving.
-  void SetObserver(JobObserver* observer) { observer_ = observer; }
-  // Tells the observer how many bytes of log text the job has stored (the event ingester's count).
+  // Tells the observers how many bytes of log text the job has stored (the event ingester's count).
   void ReportLogBytes(const std::string& id, int64_t bytes) {
-    if (observer_ != nullptr) observer_->OnLogBytes(id, bytes);
+    for (JobObserver* o : observers_) o->OnLogBytes(id, bytes);
   }
   // What a job's env may set in its ranks (common/rank_env.h); Submit refuses other names.
   // Default: the default allowlist. Set before serving.
@@ -158,14 +159,13 @@ class JobManager {
 
  private:
   absl::StatusOr<Job> Update(absl::string_view id, const JobMutation& mutate);
-  // The committed state changes and metric samples among `events`, to observer_.
-  void TellObserver(const Job& job, const std::vector<JobEvent>& events);
+  // The committed state changes, metric samples and remedies among `events`, to the observers.
+  void TellObservers(const Job& job, const std::vector<JobEvent>& events);
 
   JobStore* const store_;
   Clock* const clock_;
   JobNotifier* const notifier_;
-  std::function<void(const std::string& job_id)> listener_;
-  JobObserver* observer_ = nullptr;
+  std::vector<JobObserver*> observers_;
   RankEnvPolicy rank_env_;
 };
 

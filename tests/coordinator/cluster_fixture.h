@@ -1,5 +1,6 @@
 // The Cluster test fixture: fake worker streams (they record what the coordinator sends), an
-// in-memory store whose batch writes a test can hold back or fail, and a fake clock for leases. Shared by the cluster suites.
+// in-memory store whose batch writes a test can hold back or fail, and a fake clock for leases.
+// Shared by the cluster suites.
 #ifndef TRAINCTL_TESTS_COORDINATOR_CLUSTER_FIXTURE_H_
 #define TRAINCTL_TESTS_COORDINATOR_CLUSTER_FIXTURE_H_
 
@@ -81,7 +82,6 @@ class ClusterTest : public ::testing::Test {
     options.metrics = metrics_;  // each registry takes one cluster's families
     options.tick = absl::Milliseconds(1);
     cluster_ = std::make_unique<Cluster>(&jobs_, &clock_, options);
-    jobs_.SetListener([this](const std::string& id) { cluster_->JobChanged(id); });
     ASSERT_TRUE(cluster_->Start().ok());
   }
 

@@ -51,7 +51,7 @@ v1::MetricSample TrainerSample(int64_t step, double loss) {
 
 class JobMetricsTest : public ::testing::Test {
  protected:
-  void SetUp() override { jobs_.SetObserver(&metrics_); }
+  void SetUp() override { jobs_.AddObserver(&metrics_); }
 
   std::string Submit(const std::string& request_id = "") {
     auto r = jobs_.Submit(testing::SeedJobSpec(), request_id);

@@ -71,7 +71,7 @@ TEST(JobRemediesTest, InMemoryStoreKeepsTheRemedyAndTheMetricCountsIt) {
   JobManager jobs(&store, &clock, &notifier);
   metrics::Registry registry;
   JobMetrics job_metrics(&registry);
-  jobs.SetObserver(&job_metrics);
+  jobs.AddObserver(&job_metrics);
   const std::string id = RunIntoRemedy(jobs);
   ExpectRemedyKept(jobs, id);
   EXPECT_TRUE(absl::StrContains(registry.Render(), "trainctl_job_remedies_total{cause=\"oom\"} 1"))
