@@ -116,8 +116,8 @@ Cluster::Cluster(JobManager* jobs, Clock* clock, ClusterOptions options)
 }
 
 Cluster::~Cluster() {
+  Stop();  // its loop and ingester, which call into the manager, are joined first
   jobs_->RemoveObserver(this);
-  Stop();
 }
 
 absl::Status Cluster::Start() {

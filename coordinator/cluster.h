@@ -124,7 +124,7 @@ class Cluster : public JobObserver {
   // Does not take ownership; `jobs` and `clock` must outlive the cluster. Observes `jobs` from
   // construction to destruction: a submit or an accepted cancel wakes the scheduler.
   Cluster(JobManager* jobs, Clock* clock, ClusterOptions options);
-  ~Cluster() override;  // stops observing, then Stop()
+  ~Cluster() override;  // Stop(), then stops observing
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
 
