@@ -54,9 +54,9 @@ ABSL_FLAG(std::string, sync, "full",
           "SQLite synchronous mode of the store and of the insert floor: full | normal");
 ABSL_FLAG(int, clients, 32, "concurrent clients in the contended phases");
 ABSL_FLAG(int, rounds, 5,
-          "the contended phases take turns this many times (disk speed drifts; see README)");
+          "the contended phases take turns this many times (disk speed drifts; see bench/README.md)");
 ABSL_FLAG(int, turn, 50,
-          "one-client measurements take turns of this many calls (disk speed drifts; see README)");
+          "one-client measurements take turns of this many calls (disk speed drifts; see bench/README.md)");
 ABSL_FLAG(int, rpc_threads, 16, "executor threads of the server (trainctl-coordinator's default)");
 
 namespace trainctl::bench {

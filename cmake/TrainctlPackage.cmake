@@ -1,7 +1,7 @@
 # The Debian package: `cpack -G DEB` in build/default (after the build) writes
 # trainctl_<version>_<arch>.deb with the four binaries in /usr/bin, the systemd units, the
-# sysusers.d/tmpfiles.d snippets, /etc/trainctl/*.env (conffiles) and the README. Depends comes
-# from the binaries' shared libraries (dpkg-shlibdeps, Debian's dpkg-dev). README "Deploy".
+# sysusers.d/tmpfiles.d snippets, /etc/trainctl/*.env (conffiles), the README and docs/. Depends comes
+# from the binaries' shared libraries (dpkg-shlibdeps, Debian's dpkg-dev). docs/deploy.md.
 #
 # The install rules exist for this package only: paths are relative to "/" (packaging prefix), so
 # they are the paths on the node.
@@ -13,6 +13,8 @@ install(FILES deploy/systemd/trainctl.sysusers DESTINATION usr/lib/sysusers.d RE
 install(FILES deploy/systemd/trainctl.tmpfiles DESTINATION usr/lib/tmpfiles.d RENAME trainctl.conf)
 install(FILES deploy/etc/coordinator.env deploy/etc/worker.env DESTINATION etc/trainctl)
 install(FILES README.md DESTINATION usr/share/doc/trainctl)
+# The README links its topic pages as docs/*.md: the same layout beside it.
+install(DIRECTORY docs/ DESTINATION usr/share/doc/trainctl/docs FILES_MATCHING PATTERN "*.md")
 
 # cpack only packages what is built: its preinstall step must not build everything (outside
 # /work/bld.sh's lock, with its own parallelism).

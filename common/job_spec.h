@@ -17,7 +17,7 @@ namespace trainctl {
 
 using trainctl::v1::JobSpec;
 
-// Limits on a job spec (README, "Limits: jobs and the coordinator"), so that every job the
+// Limits on a job spec (docs/limits.md, "Limits: jobs and the coordinator"), so that every job the
 // coordinator stores, lists and sends to its workers has a bounded size. ValidateJobSpec enforces
 // them (trainctl validate, submit and the coordinator alike); reading a spec file enforces the
 // document's own.

@@ -1,7 +1,7 @@
 // What a worker may say on its session (proto/trainctl/v1/worker.proto), and the checks that hold
 // it to that. The coordinator runs them on every message it receives (a worker is a peer on the
 // network, not trusted code); the worker runs CheckRegisterWorker on its own flags at start-up and
-// keeps what it sends within the limits. The README's "Limits: workers" lists them for users.
+// keeps what it sends within the limits. docs/limits.md ("Limits: workers") lists them for users.
 #ifndef TRAINCTL_COMMON_WORKER_LIMITS_H_
 #define TRAINCTL_COMMON_WORKER_LIMITS_H_
 

@@ -82,7 +82,7 @@ ABSL_FLAG(std::string, tokens_file, "",
           "a file that does not parse leaves the tokens in force");
 ABSL_FLAG(std::string, rank_env_allow, "",
           "environment variables a job's env may set in its ranks besides the default allowlist "
-          "(README, Security: NCCL_*, CUDA_*, TORCH_*, ...): comma-separated exact names and "
+          "(docs/security.md: NCCL_*, CUDA_*, TORCH_*, ...): comma-separated exact names and "
           "PREFIX_* patterns; give the coordinator and every worker the same list");
 ABSL_FLAG(int64_t, max_job_log_bytes, int64_t{64} << 20,
           "rank log text stored per job at most (bytes); later lines are dropped with a warning "

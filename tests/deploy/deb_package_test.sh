@@ -44,6 +44,7 @@ expect_file usr/lib/tmpfiles.d/trainctl.conf -rw-r--r--
 expect_file etc/trainctl/coordinator.env -rw-r--r--
 expect_file etc/trainctl/worker.env -rw-r--r--
 expect_file usr/share/doc/trainctl/README.md -rw-r--r--
+expect_file usr/share/doc/trainctl/docs/deploy.md -rw-r--r--
 ! grep -q '/opt/\|/usr/local' "$work/files" || fail "files outside the FHS paths: $(cat "$work/files")"
 
 # Control fields.

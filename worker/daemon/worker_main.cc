@@ -99,7 +99,7 @@ ABSL_FLAG(std::string, token_file, "",
           "next reconnect; default: $TRAINCTL_TOKEN");
 ABSL_FLAG(std::string, rank_env_allow, "",
           "environment variables a job's env may set in its ranks besides the default allowlist "
-          "(README, Security: NCCL_*, CUDA_*, TORCH_*, ...): comma-separated exact names and "
+          "(docs/security.md: NCCL_*, CUDA_*, TORCH_*, ...): comma-separated exact names and "
           "PREFIX_* patterns; give the coordinator and every worker the same list");
 ABSL_FLAG(std::string, rank_user, "",
           "run ranks as this user (name or uid), so they cannot read the worker's token file and "

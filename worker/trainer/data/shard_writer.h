@@ -1,4 +1,4 @@
-// Writes prepared samples into shard files (layout in internal/shard_layout.h and README.md) and,
+// Writes prepared samples into shard files (layout in internal/shard_layout.h) and,
 // at Finish, the manifest. `trainctl prepare` writes through it into a temporary directory that
 // it then renames into place; tests use it to make shards of synthetic samples.
 //

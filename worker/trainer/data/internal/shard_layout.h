@@ -1,4 +1,4 @@
-// The byte layout of one shard file (little-endian; see README.md):
+// The byte layout of one shard file (little-endian):
 //
 //   header   16 B   "TCSHARD1", uint32 version = 2, uint32 patch dtype (0 float32, 1 bfloat16)
 //   records         each at an 8-byte-aligned offset:
