@@ -1,11 +1,14 @@
-// metrics_bench: what the registry (common/metrics.h) costs on a hot path and on a scrape, each
-// against a peer measured in the same run:
-//   - Counter::Inc against a plain std::atomic<uint64_t>::fetch_add and a mutex-protected double;
-//   - Histogram::Observe (LatencyBuckets) against a mutex-protected histogram of the same buckets;
+// metrics_bench: what the registry (common/metrics.h on prometheus-cpp) costs on a hot path and on
+// a scrape, each against a peer measured in the same run:
+//   - prometheus::Counter::Increment against a plain std::atomic<uint64_t>::fetch_add and a
+//   mutex-protected double;
+//   - prometheus::Histogram::Observe (LatencyBuckets) against a mutex-protected histogram of the
+//   same buckets;
 //   both on one thread and contended by 2 threads updating the same series (ns per update per
 //   thread: wall time / updates each thread made);
-//   - Registry::Render of --jobs running jobs' per-job series (13 gauges x 4 labels, as the
-//   coordinator exports) against appending the same bytes, pre-formatted, to a std::string.
+//   - Registry::Render (prometheus-cpp's TextSerializer) of --jobs running jobs' per-job series
+//   (13 gauges x 4 labels, as the coordinator exports) against appending the same bytes,
+//   pre-formatted, to a std::string.
 // Prints the best of --reps runs of each. See bench/README.md.
 #include <algorithm>
 #include <atomic>
@@ -31,8 +34,8 @@ ABSL_FLAG(int, jobs, 1000, "running jobs whose per-job series /metrics renders")
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using trainctl::metrics::Counter;
-using trainctl::metrics::Histogram;
+using prometheus::Counter;
+using prometheus::Histogram;
 using trainctl::metrics::LatencyBuckets;
 using trainctl::metrics::Registry;
 
@@ -101,11 +104,11 @@ void UpdateCosts(int64_t updates, int reps) {
 
   for (int threads : {1, 2}) {
     Registry registry;
-    Counter& counter = registry.AddCounter("trainctl_bench_total", "Bench.").Get();
+    Counter& counter = registry.AddCounter("trainctl_bench_total", "Bench.").Add({});
     std::atomic<uint64_t> plain{0};
     LockedDouble locked;
     const double inc = NsPerUpdate(threads, updates, reps, [&](int64_t k) {
-      for (int64_t i = 0; i < k; ++i) counter.Inc();
+      for (int64_t i = 0; i < k; ++i) counter.Increment();
     });
     const double atomic_add = NsPerUpdate(threads, updates, reps, [&](int64_t k) {
       for (int64_t i = 0; i < k; ++i) plain.fetch_add(1, std::memory_order_relaxed);
@@ -116,11 +119,11 @@ void UpdateCosts(int64_t updates, int reps) {
         locked.value += 1;
       }
     });
-    Row("Counter::Inc", threads, inc, atomic_add, "atomic<uint64_t>::fetch_add");
-    Row("Counter::Inc", threads, inc, mutex_add, "mutex + double +=");
+    Row("Counter::Increment", threads, inc, atomic_add, "atomic<uint64_t>::fetch_add");
+    Row("Counter::Increment", threads, inc, mutex_add, "mutex + double +=");
 
     Histogram& histogram =
-        registry.AddHistogram("trainctl_bench_seconds", "Bench.", {}, LatencyBuckets()).Get();
+        registry.AddHistogram("trainctl_bench_seconds", "Bench.").Add({}, LatencyBuckets());
     LockedHistogram locked_histogram(LatencyBuckets());
     const int64_t observes = updates / 4;
     const double observe = NsPerUpdate(threads, observes, reps, [&](int64_t k) {
@@ -151,12 +154,13 @@ const char* const kJobGauges[] = {"trainctl_job_attempt",
 void RenderCost(int jobs, int reps) {
   Registry registry;
   for (const char* name : kJobGauges) {
-    auto& family =
-        registry.AddGauge(name, "Latest logged step's value.", {"job", "name", "kind", "nodes"});
+    auto& family = registry.AddGauge(name, "Latest logged step's value.");
     for (int j = 0; j < jobs; ++j) {
       family
-          .WithLabels({absl::StrFormat("%08x-%04x", 0x5eed0000 + j, j), absl::StrCat("run-", j),
-                       j % 3 == 0 ? "grpo" : "sft", absl::StrCat(1 + j % 8)})
+          .Add({{"job", absl::StrFormat("%08x-%04x", 0x5eed0000 + j, j)},
+                {"name", absl::StrCat("run-", j)},
+                {"kind", j % 3 == 0 ? "grpo" : "sft"},
+                {"nodes", absl::StrCat(1 + j % 8)}})
           .Set(0.001 * j + 1.0 / 3);
     }
   }

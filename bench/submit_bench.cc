@@ -53,10 +53,12 @@ ABSL_FLAG(int, warmup, 50, "unmeasured calls each client makes before a phase st
 ABSL_FLAG(std::string, sync, "full",
           "SQLite synchronous mode of the store and of the insert floor: full | normal");
 ABSL_FLAG(int, clients, 32, "concurrent clients in the contended phases");
-ABSL_FLAG(int, rounds, 5,
-          "the contended phases take turns this many times (disk speed drifts; see bench/README.md)");
+ABSL_FLAG(
+    int, rounds, 5,
+    "the contended phases take turns this many times (disk speed drifts; see bench/README.md)");
 ABSL_FLAG(int, turn, 50,
-          "one-client measurements take turns of this many calls (disk speed drifts; see bench/README.md)");
+          "one-client measurements take turns of this many calls (disk speed drifts; see "
+          "bench/README.md)");
 ABSL_FLAG(int, rpc_threads, 16, "executor threads of the server (trainctl-coordinator's default)");
 
 namespace trainctl::bench {
@@ -238,9 +240,11 @@ class BenchServer {
  private:
   BenchServer(std::unique_ptr<SqliteJobStore> store, int rpc_threads)
       : store_(std::move(store)),
-        jobs_(store_.get(), &clock_, &notifier_),
+        jobs_(store_.get(), &clock_),
         executor_(rpc_threads),
-        service_(&jobs_, &executor_) {}
+        service_(&jobs_, &notifier_, &executor_) {
+    jobs_.AddObserver(&notifier_);
+  }
 
   absl::Status Listen() {
     grpc::EnableDefaultHealthCheckService(true);

@@ -22,7 +22,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 
 ABSL_FLAG(std::string, corpus, TRAINCTL_SOURCE_DIR "/tests/tokenizer/parity_corpus.txt",
           "corpus: one JSON string per line");

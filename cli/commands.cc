@@ -23,7 +23,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/chart.h"
-#include "cli/cli_args.h"
 #include "cli/diagnose_command.h"
 #include "cli/event_line.h"
 #include "cli/job_client.h"
@@ -35,13 +34,14 @@
 #include "cli/terminal_text.h"
 #include "cli/tokenize_command.h"
 #include "cli/watch_view.h"
+#include "common/data/data_cli.h"
 #include "common/job_spec.h"
 #include "common/json_proto.h"
 #include "common/rank_env.h"
 #include "common/remedies_spec.h"
 #include "common/seed_flags.h"
+#include "common/verb_args.h"
 #include "google/protobuf/util/time_util.h"
-#include "worker/trainer/data/data_cli.h"
 
 namespace trainctl::cli {
 namespace {
@@ -90,7 +90,7 @@ Options for every verb that talks to the coordinator, before or after the verb:
   --coordinator HOST:PORT        default $TRAINCTL_COORDINATOR, else 127.0.0.1:50051
   --tls_ca/--tls_cert/--tls_key  PEM files for TLS (default $TRAINCTL_TLS_CA/_CERT/_KEY);
                                  the token: $TRAINCTL_TOKEN or ~/.config/trainctl/token; both
-                                 may come from ~/.config/trainctl/config (see README, Security)
+                                 may come from ~/.config/trainctl/config (see docs/security.md)
   -o, --output table|json        read verbs print JSON with -o json (metrics: also csv)
 )";
 
@@ -210,8 +210,10 @@ int Submit(Context& c) {
   if (c.json) {
     c.out << MessageToJsonText(response->job(), /*pretty=*/true) << '\n';
   } else {
-    c.out << "submitted " << response->job().id() << " (" << response->job().spec().name() << "), "
-          << StateName(response->job().state()) << '\n';
+    // Not created: a retried call found the job its first try had submitted.
+    c.out << (response->created() ? "submitted " : "already submitted ") << response->job().id()
+          << " (" << response->job().spec().name() << "), " << StateName(response->job().state())
+          << '\n';
   }
   return kExitOk;
 }
@@ -328,11 +330,19 @@ std::string TrainingSummary(const trainctl::v1::TrainingArguments& t) {
                       ", log every ", t.logging_steps());
 }
 
-// ", 0.52 s/step, ETA 2m05s" while the coordinator has an estimate.
-std::string ProgressTiming(const Job& job) {
+// "step 40/100, epoch 1.25, loss 0.52, 1.2e+04 tokens/s, 0.52 s/step, ETA 2m05s": epoch and
+// tokens/s as the trainer's lead rank last reported them, step time and ETA while the coordinator
+// has an estimate.
+std::string ProgressLine(const Job& job) {
   const auto& p = job.progress();
-  std::string out;
-  if (p.step_time() > 0) out = absl::StrFormat(", %.3g s/step", p.step_time());
+  std::string out = absl::StrCat("step ", p.step());
+  if (p.total_steps() > 0) absl::StrAppend(&out, "/", p.total_steps());
+  if (p.epoch() > 0) absl::StrAppend(&out, absl::StrFormat(", epoch %.3g", p.epoch()));
+  absl::StrAppend(&out, ", loss ", p.loss());
+  if (p.tokens_per_second() > 0) {
+    absl::StrAppend(&out, absl::StrFormat(", %.3g tokens/s", p.tokens_per_second()));
+  }
+  if (p.step_time() > 0) absl::StrAppend(&out, absl::StrFormat(", %.3g s/step", p.step_time()));
   if (EtaColumn(job) != "-") absl::StrAppend(&out, ", ETA ", EtaColumn(job));
   return out;
 }
@@ -388,12 +398,7 @@ int Describe(Context& c) {
   fields.AddRow({"Created:", FormatTime(job->create_time())});
   fields.AddRow({"Started:", FormatTime(job->start_time())});
   fields.AddRow({"Ended:", FormatTime(job->end_time())});
-  fields.AddRow(
-      {"Progress:", absl::StrCat("step ", job->progress().step(),
-                                 job->progress().total_steps() > 0
-                                     ? absl::StrCat("/", job->progress().total_steps())
-                                     : "",
-                                 ", loss ", job->progress().loss(), ProgressTiming(*job))});
+  fields.AddRow({"Progress:", ProgressLine(*job)});
   fields.AddRow({"Checkpoint:", job->last_checkpoint().path().empty()
                                     ? "-"
                                     : absl::StrCat(job->last_checkpoint().path(), " (step ",
@@ -643,7 +648,7 @@ int RunTrainctl(const std::vector<std::string>& args, const ClientEnvironment& e
     return kExitUsage;
   }
   const std::string& name = args[leading->verb_index];
-  // The data verbs parse their own flags (worker/trainer/data/data_cli.h).
+  // The data verbs parse their own flags (common/data/data_cli.h).
   const std::vector<std::string> rest(args.begin() + leading->verb_index + 1, args.end());
   if ((name == "prepare" || name == "datagen") && !leading->options.empty()) {
     err << "trainctl " << name << ": --" << leading->options.begin()->first

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "cli/cli_args.h"
 #include "common/credentials.h"
+#include "common/verb_args.h"
 
 namespace trainctl::cli {
 

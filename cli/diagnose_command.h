@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/cli_args.h"
 #include "cli/connection.h"
+#include "common/verb_args.h"
 
 namespace trainctl::cli {
 

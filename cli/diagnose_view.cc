@@ -87,8 +87,8 @@ void Transports(const v1::DiagnoseJobResponse& d, std::ostream& out) {
     out << "  (no rank reported NCCL's topology: a Gloo job, or NCCL has not initialised yet)\n";
     return;
   }
-  Table table(
-      {"RANK", "HOST", "NCCL", "CHANNELS", "P2P", "SHM", "NET/IB", "GDRDMA", "SOCKET", "NICS"});
+  Table table({"RANK", "HOST", "GPU", "NCCL", "CHANNELS", "P2P", "SHM", "NET/IB", "GDRDMA",
+               "SOCKET", "NICS"});
   for (const v1::NcclReport& r : d.nccl()) {
     std::map<int, int> by;
     int gdr = 0;
@@ -96,8 +96,11 @@ void Transports(const v1::DiagnoseJobResponse& d, std::ostream& out) {
       ++by[c.transport()];
       gdr += c.gdrdma() ? 1 : 0;
     }
-    table.AddRow({absl::StrCat(r.rank()), r.host(), r.nccl_version(), absl::StrCat(r.nchannels()),
-                  absl::StrCat(by[v1::NCCL_TRANSPORT_P2P]),
+    // NCCL's device index among the rank's visible devices, and its PCI bus id.
+    const std::string gpu = absl::StrCat(
+        r.cuda_device(), r.bus_id().empty() ? "" : absl::StrCat(" (", r.bus_id(), ")"));
+    table.AddRow({absl::StrCat(r.rank()), r.host(), gpu, r.nccl_version(),
+                  absl::StrCat(r.nchannels()), absl::StrCat(by[v1::NCCL_TRANSPORT_P2P]),
                   absl::StrCat(by[v1::NCCL_TRANSPORT_SHM]),
                   absl::StrCat(by[v1::NCCL_TRANSPORT_NET_IB]), absl::StrCat(gdr),
                   absl::StrCat(by[v1::NCCL_TRANSPORT_NET_SOCKET]),

@@ -6,8 +6,8 @@
 
 #include <ostream>
 
-#include "cli/cli_args.h"
 #include "cli/job_client.h"
+#include "common/verb_args.h"
 
 namespace trainctl::cli {
 

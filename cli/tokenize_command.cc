@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/exit_codes.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
 namespace trainctl::cli {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <ostream>
 
-#include "cli/cli_args.h"
+#include "common/verb_args.h"
 
 namespace trainctl::cli {
 

@@ -20,7 +20,7 @@ endfunction()
 
 add_subdirectory(proto)
 add_subdirectory(common)
-add_subdirectory(worker/trainer/tokenizer)
-add_subdirectory(worker/trainer/data)
+add_subdirectory(common/tokenizer)
+add_subdirectory(common/data)
 add_subdirectory(worker/trainer/model)  # the torch-free safetensors header parser only
 add_subdirectory(tests/fuzz)

@@ -13,21 +13,6 @@ namespace {
 
 using trainctl::v1::JobSpec;
 
-// Set by the worker for every rank; a job may not override them.
-constexpr const char* kReservedEnv[] = {"RANK",
-                                        "LOCAL_RANK",
-                                        "WORLD_SIZE",
-                                        "LOCAL_WORLD_SIZE",
-                                        "NODE_RANK",
-                                        "MASTER_ADDR",
-                                        "MASTER_PORT",
-                                        "CUDA_VISIBLE_DEVICES",
-                                        "TRAINCTL_EVENT_FD",
-                                        "TRAINCTL_NODE_ADDR",
-                                        "TRAINCTL_JOB_ID",
-                                        "TRAINCTL_TASK_ID",
-                                        "TRAINCTL_ATTEMPT"};
-
 // Every string field of `msg` (nested messages included) but `exempt` within kMaxSpecStringBytes.
 void CheckStringSizes(const google::protobuf::Message& msg, const std::string& path,
                       const google::protobuf::FieldDescriptor* exempt, Checker& c) {
@@ -108,7 +93,7 @@ void CheckMaps(const JobSpec& spec, Checker& c) {
     if (!IsEnvName(key)) {
       c.Fail("spec.env." + key, "not a valid environment variable name");
     }
-    for (const char* reserved : kReservedEnv) {
+    for (const std::string& reserved : WorkerSetVariables()) {
       if (key == reserved) c.Fail("spec.env." + key, "set by the worker for each rank; remove it");
     }
   }

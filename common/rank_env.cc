@@ -1,12 +1,18 @@
 #include "common/rank_env.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+
+extern char** environ;
 
 namespace trainctl {
 namespace {
@@ -25,7 +31,118 @@ bool Contains(const std::vector<std::string>& list, absl::string_view name) {
   return std::find(list.begin(), list.end(), name) != list.end();
 }
 
+// The value of `name`, or "" when it is unset.
+std::string Get(const std::map<std::string, std::string>& vars, const char* name) {
+  auto it = vars.find(name);
+  return it == vars.end() ? std::string() : it->second;
+}
+
+// `name` as an integer >= `min` into *out; *out stays as it is when `name` is unset or empty.
+absl::Status ParseInt(const std::map<std::string, std::string>& vars, const char* name, int min,
+                      int* out) {
+  const std::string raw = Get(vars, name);
+  if (raw.empty()) return absl::OkStatus();
+  int value = 0;
+  if (!absl::SimpleAtoi(raw, &value) || value < min) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "environment variable ", name, ": must be an integer >= ", min, ", got '", raw, "'"));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::map<std::string, std::string> RankEnv::WorkerVariables() const {
+  return {{"RANK", absl::StrCat(rank)},
+          {"LOCAL_RANK", absl::StrCat(local_rank)},
+          {"WORLD_SIZE", absl::StrCat(world_size)},
+          {"LOCAL_WORLD_SIZE", absl::StrCat(local_world_size)},
+          {"NODE_RANK", absl::StrCat(node_rank)},
+          {"MASTER_ADDR", master_addr},
+          {"MASTER_PORT", absl::StrCat(master_port)},
+          {"TRAINCTL_NODE_ADDR", node_addr},
+          {"TRAINCTL_JOB_ID", job_id},
+          {"TRAINCTL_TASK_ID", task_id},
+          {"TRAINCTL_ATTEMPT", absl::StrCat(attempt)}};
+}
+
+const std::vector<std::string>& WorkerSetVariables() {
+  static const auto* const names = [] {
+    auto* out = new std::vector<std::string>;
+    for (const auto& [name, value] : RankEnv().WorkerVariables()) out->push_back(name);
+    out->push_back(kRankEventFdVariable);
+    out->push_back("CUDA_VISIBLE_DEVICES");
+    return out;
+  }();
+  return *names;
+}
+
+absl::StatusOr<RankEnv> RankEnv::Parse(const std::map<std::string, std::string>& vars) {
+  RankEnv env;
+  for (const auto& [name, min, out] :
+       {std::tuple<const char*, int, int*>{"WORLD_SIZE", 1, &env.world_size},
+        {"RANK", 0, &env.rank},
+        {"LOCAL_RANK", 0, &env.local_rank},
+        {"LOCAL_WORLD_SIZE", 1, &env.local_world_size},
+        {"NODE_RANK", 0, &env.node_rank},
+        {"MASTER_PORT", 1, &env.master_port},
+        {"TRAINCTL_ATTEMPT", 0, &env.attempt},
+        {kRankEventFdVariable, 0, &env.event_fd}}) {
+    if (absl::Status s = ParseInt(vars, name, min, out); !s.ok()) return s;
+  }
+  if (env.rank >= env.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "environment variable RANK: must be < WORLD_SIZE (", env.world_size, "), got ", env.rank));
+  }
+  if (env.master_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "environment variable MASTER_PORT: a port in [1, 65535], got ", env.master_port));
+  }
+  env.single_rank_group = Get(vars, "TRAINCTL_COMM_SINGLE_RANK_GROUP") == "1";
+  if (env.master_port == 0 && env.world_size > 1) {
+    return absl::InvalidArgumentError(
+        "environment variable MASTER_PORT: a port in [1, 65535] is required when WORLD_SIZE > 1");
+  }
+  if (env.master_port == 0 && env.single_rank_group) {
+    return absl::InvalidArgumentError(
+        "environment variable MASTER_PORT: a port in [1, 65535] is required with "
+        "TRAINCTL_COMM_SINGLE_RANK_GROUP=1");
+  }
+  if (std::string addr = Get(vars, "MASTER_ADDR"); !addr.empty()) env.master_addr = addr;
+  if (const std::string raw = Get(vars, "TRAINCTL_TEST_ADDRESS_SPACE_LIMIT"); !raw.empty()) {
+    if (!absl::SimpleAtoi(raw, &env.address_space_limit) || env.address_space_limit == 0) {
+      return absl::InvalidArgumentError(
+          "environment variable TRAINCTL_TEST_ADDRESS_SPACE_LIMIT: must be a positive number of "
+          "bytes");
+    }
+  }
+  env.node_addr = Get(vars, "TRAINCTL_NODE_ADDR");
+  env.job_id = Get(vars, "TRAINCTL_JOB_ID");
+  env.task_id = Get(vars, "TRAINCTL_TASK_ID");
+  env.attention = Get(vars, "TRAINCTL_ATTENTION");
+  env.fused_kernels = Get(vars, "TRAINCTL_FUSED_KERNELS") != "0";
+  env.peak_flops = Get(vars, "TRAINCTL_PEAK_FLOPS");
+  env.model_registry = Get(vars, "TRAINCTL_MODEL_REGISTRY");
+  env.openai_api_key = Get(vars, "OPENAI_API_KEY");
+  env.gloo_socket_ifname = Get(vars, "GLOO_SOCKET_IFNAME");
+  for (const auto& [name, value] : vars) {
+    if (absl::StartsWith(name, "NCCL_")) env.nccl.emplace(name, value);
+  }
+  return env;
+}
+
+absl::StatusOr<RankEnv> RankEnv::FromProcess() {
+  std::map<std::string, std::string> vars;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const absl::string_view text(*entry);
+    const size_t eq = text.find('=');
+    if (eq != absl::string_view::npos) {
+      vars.emplace(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
+    }
+  }
+  return Parse(vars);
+}
 
 bool IsEnvName(absl::string_view name) {
   if (name.empty() || absl::ascii_isdigit(name[0])) return false;

@@ -1,15 +1,22 @@
-// Which environment variables a job's `env` may set in its ranks. A rank runs trusted binaries (the
-// trainer, libc's loader, LibTorch, NCCL, CUDA) as the worker's user or --rank_user; a variable
-// such as LD_PRELOAD, LD_AUDIT or CUDA_INJECTION64_PATH would make them load code the submitter
-// chose. So `env` is an allowlist: names that match an exact name or a PREFIX_* pattern, minus the
-// variables inside those prefixes that load code or write files where the submitter says
-// (kDeniedInPrefixes). The coordinator checks it at submit, `trainctl validate` with the default
-// list, and the worker again before it starts ranks (a spec may come from an older coordinator).
-// Operators extend it with --rank_env_allow on the coordinator and the workers; an exact name they
-// list is allowed even when it is one of the denied ones.
+// The environment of a rank, both halves of it:
+// - RankEnv: what the worker's launcher sets in every rank (torchrun's names and trainctl's own)
+//   and the trainer's switches. The worker writes it (WorkerVariables); the trainer's main reads it
+//   once (RankEnv::FromProcess) and passes it down, so nothing below the trainer's main reads the
+//   environment.
+// - RankEnvPolicy: which variables a job's `env` may add. A rank runs trusted binaries (the
+//   trainer, libc's loader, LibTorch, NCCL, CUDA) as the worker's user or --rank_user; a variable
+//   such as LD_PRELOAD, LD_AUDIT or CUDA_INJECTION64_PATH would make them load code the submitter
+//   chose. So `env` is an allowlist: names that match an exact name or a PREFIX_* pattern, minus
+//   the variables inside those prefixes that load code or write files where the submitter says
+//   (kDeniedInPrefixes). The coordinator checks it at submit, `trainctl validate` with the default
+//   list, and the worker again before it starts ranks (a spec may come from an older coordinator).
+//   Operators extend it with --rank_env_allow on the coordinator and the workers; an exact name
+//   they list is allowed even when it is one of the denied ones.
 #ifndef TRAINCTL_COMMON_RANK_ENV_H_
 #define TRAINCTL_COMMON_RANK_ENV_H_
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,6 +25,51 @@
 #include "google/protobuf/map.h"
 
 namespace trainctl {
+
+// The variable that names a rank's event pipe (the worker's launcher sets it to its fd).
+inline constexpr char kRankEventFdVariable[] = "TRAINCTL_EVENT_FD";
+
+struct RankEnv {
+  // Set by the worker for each rank (WorkerVariables, plus TRAINCTL_EVENT_FD and, on GPU nodes,
+  // CUDA_VISIBLE_DEVICES); a job's env may not set them (WorkerSetVariables).
+  int rank = 0;                           // RANK
+  int local_rank = 0;                     // LOCAL_RANK: the CUDA device among the visible ones
+  int world_size = 1;                     // WORLD_SIZE
+  int local_world_size = 1;               // LOCAL_WORLD_SIZE
+  int node_rank = 0;                      // NODE_RANK
+  std::string master_addr = "127.0.0.1";  // MASTER_ADDR: the rendezvous host
+  int master_port = 0;                    // MASTER_PORT: required when world_size > 1
+  std::string node_addr;                  // TRAINCTL_NODE_ADDR: this node's advertised address
+  std::string job_id;                     // TRAINCTL_JOB_ID
+  std::string task_id;                    // TRAINCTL_TASK_ID
+  int attempt = 0;                        // TRAINCTL_ATTEMPT
+  int event_fd = -1;                      // TRAINCTL_EVENT_FD; -1 when the trainer runs alone
+
+  // The trainer's switches, which a job's env (or a user running the trainer alone) may set.
+  bool single_rank_group = false;    // TRAINCTL_COMM_SINGLE_RANK_GROUP=1: a group even alone
+  std::string attention;             // TRAINCTL_ATTENTION: auto|eager|sdpa, as written
+  bool fused_kernels = true;         // TRAINCTL_FUSED_KERNELS=0 turns the fused CUDA ops off
+  std::string peak_flops;            // TRAINCTL_PEAK_FLOPS, as written (the MFU's denominator)
+  uint64_t address_space_limit = 0;  // TRAINCTL_TEST_ADDRESS_SPACE_LIMIT (tests only); 0: none
+  std::string model_registry;        // TRAINCTL_MODEL_REGISTRY: named model configs' folder
+  std::string openai_api_key;        // OPENAI_API_KEY: a teacher endpoint's key
+  std::string gloo_socket_ifname;    // GLOO_SOCKET_IFNAME: the interface Gloo binds to
+  std::map<std::string, std::string> nccl;  // every NCCL_* variable, as NCCL itself reads them
+
+  // RANK .. TRAINCTL_ATTEMPT as the worker sets them for this rank (not TRAINCTL_EVENT_FD, which
+  // the launcher sets to the pipe it opens, nor CUDA_VISIBLE_DEVICES, nor the switches).
+  std::map<std::string, std::string> WorkerVariables() const;
+
+  // From a rank's variables. INVALID_ARGUMENT naming the variable when one is malformed or out
+  // of range (RANK >= WORLD_SIZE, no MASTER_PORT for several ranks, ...).
+  static absl::StatusOr<RankEnv> Parse(const std::map<std::string, std::string>& variables);
+  // Parse(this process's environment). Only a main calls it.
+  static absl::StatusOr<RankEnv> FromProcess();
+};
+
+// The names the worker sets in every rank, which a job's env may not set: WorkerVariables' names,
+// TRAINCTL_EVENT_FD and CUDA_VISIBLE_DEVICES.
+const std::vector<std::string>& WorkerSetVariables();
 
 class RankEnvPolicy {
  public:

@@ -217,8 +217,9 @@ absl::Status Cluster::CheckSender(const WorkerNode& node, const v1::WorkerMessag
 
 void Cluster::CountRejected(const absl::Status& why) {
   if (metrics_ == nullptr) return;
-  metrics_->rejected.WithLabels({absl::IsPermissionDenied(why) ? "not_placed_here" : "invalid"})
-      .Inc();
+  metrics_->rejected
+      .Add({{"reason", absl::IsPermissionDenied(why) ? "not_placed_here" : "invalid"}})
+      .Increment();
 }
 
 void Cluster::RejectMessage(WorkerNode& node, int64_t session, const v1::WorkerMessage& message,

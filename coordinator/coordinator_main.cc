@@ -146,17 +146,17 @@ class TokenReloader {
                 size_t loaded)
       : path_(std::move(path)),
         authorizer_(authorizer),
-        reloads_(registry->AddCounter(
-            "trainctl_tokens_reloads_total",
-            "Reloads of the tokens file on SIGHUP, by result (ok, error).", {"result"})),
+        reloads_(
+            registry->AddCounter("trainctl_tokens_reloads_total",
+                                 "Reloads of the tokens file on SIGHUP, by result (ok, error).")),
+        // Both series from the start, at 0: the first failure is then an increase for the alert.
+        reloads_ok_(reloads_.Add({{"result", "ok"}})),
+        reloads_error_(reloads_.Add({{"result", "error"}})),
         tokens_(
             registry
                 ->AddGauge("trainctl_bearer_tokens", "Bearer tokens in force from --tokens_file.")
-                .Get()) {
+                .Add({})) {
     tokens_.Set(static_cast<double>(loaded));
-    // Both series from the start, at 0: the first failure is then an increase for the alert.
-    reloads_.WithLabels({"ok"});
-    reloads_.WithLabels({"error"});
   }
 
   void Reload() {
@@ -169,12 +169,12 @@ class TokenReloader {
     const absl::Status status =
         tokens.ok() ? authorizer_->ReplaceTokens(*std::move(tokens)) : tokens.status();
     if (!status.ok()) {
-      reloads_.WithLabels({"error"}).Inc();
+      reloads_error_.Increment();
       TRAINCTL_LOG(ERROR) << "SIGHUP: tokens file not reloaded, the " << tokens_.Value()
                           << " tokens in force stay: " << status.message();
       return;
     }
-    reloads_.WithLabels({"ok"}).Inc();
+    reloads_ok_.Increment();
     TRAINCTL_LOG(INFO) << "SIGHUP: " << count << " bearer tokens from " << path_ << " (were "
                        << tokens_.Value() << ")";
     tokens_.Set(static_cast<double>(count));
@@ -183,8 +183,10 @@ class TokenReloader {
  private:
   const std::string path_;
   RpcAuthorizer* const authorizer_;
-  metrics::Family<metrics::Counter>& reloads_;
-  metrics::Gauge& tokens_;
+  prometheus::Family<prometheus::Counter>& reloads_;
+  prometheus::Counter& reloads_ok_;
+  prometheus::Counter& reloads_error_;
+  prometheus::Gauge& tokens_;
 };
 
 int Run() {
@@ -276,11 +278,12 @@ int Run() {
   metrics::Registry registry;
   JobMetrics job_metrics(&registry);
   TokenReloader token_reloader(tokens_file, &authorizer, &registry, tokens_loaded);
-  JobManager jobs(store->get(), &clock, &notifier);
+  JobManager jobs(store->get(), &clock);
+  jobs.AddObserver(&notifier);
   jobs.AddObserver(&job_metrics);
   jobs.SetRankEnvPolicy(*std::move(rank_env));
   ThreadPool executor(std::max(1, absl::GetFlag(FLAGS_rpc_threads)));
-  JobServiceImpl job_service(&jobs, &executor);
+  JobServiceImpl job_service(&jobs, &notifier, &executor);
   job_service.SetAuthorizer(&authorizer);
   ClusterOptions cluster_options;
   cluster_options.lease_timeout = absl::GetFlag(FLAGS_lease_timeout);

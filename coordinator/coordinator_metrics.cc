@@ -16,8 +16,7 @@ namespace {
 namespace v1 = trainctl::v1;
 
 void AddJobCounts(metrics::Registry* registry, JobStore* store) {
-  auto& jobs = registry->AddGauge("trainctl_jobs", "Jobs in each state and of each kind.",
-                                  {"state", "kind"});
+  auto& jobs = registry->AddGauge("trainctl_jobs", "Jobs in each state and of each kind.");
   registry->AddCollector([&jobs, store] {
     auto counts = store->CountJobs();
     if (!counts.ok()) {
@@ -31,8 +30,8 @@ void AddJobCounts(metrics::Registry* registry, JobStore* store) {
       for (int k = v1::JobKind_MIN; k <= v1::JobKind_MAX; ++k) {
         if (k == v1::JOB_KIND_UNSPECIFIED || !v1::JobKind_IsValid(k)) continue;
         auto it = by_key.find({s, k});
-        jobs.WithLabels({JobStateName(static_cast<v1::JobState>(s)),
-                         JobKindName(static_cast<v1::JobKind>(k))})
+        jobs.Add({{"state", JobStateName(static_cast<v1::JobState>(s))},
+                  {"kind", JobKindName(static_cast<v1::JobKind>(k))}})
             .Set(it == by_key.end() ? 0 : static_cast<double>(it->second));
       }
     }
@@ -41,12 +40,13 @@ void AddJobCounts(metrics::Registry* registry, JobStore* store) {
 
 void AddNodes(metrics::Registry* registry, NodeSnapshot list_nodes) {
   auto& nodes = registry->AddGauge(
-      "trainctl_nodes", "Worker nodes by state: live (heard from within the lease) or lost.",
-      {"state"});
+      "trainctl_nodes", "Worker nodes by state: live (heard from within the lease) or lost.");
   auto& slots =
-      registry->AddGauge("trainctl_cluster_slots", "Slots (GPUs, or CPU slots) on live nodes.");
+      registry->AddGauge("trainctl_cluster_slots", "Slots (GPUs, or CPU slots) on live nodes.")
+          .Add({});
   auto& free_slots =
-      registry->AddGauge("trainctl_cluster_free_slots", "Slots on live nodes that no task uses.");
+      registry->AddGauge("trainctl_cluster_free_slots", "Slots on live nodes that no task uses.")
+          .Add({});
   registry->AddCollector([&nodes, &slots, &free_slots, list_nodes = std::move(list_nodes)] {
     int live = 0, lost = 0;
     int64_t total = 0, free = 0;
@@ -60,19 +60,24 @@ void AddNodes(metrics::Registry* registry, NodeSnapshot list_nodes) {
       total += node.total_slots();
       free += node.free_slots();
     }
-    nodes.WithLabels({"live"}).Set(live);
-    nodes.WithLabels({"lost"}).Set(lost);
-    slots.Get().Set(static_cast<double>(total));
-    free_slots.Get().Set(static_cast<double>(free));
+    nodes.Add({{"state", "live"}}).Set(live);
+    nodes.Add({{"state", "lost"}}).Set(lost);
+    slots.Set(static_cast<double>(total));
+    free_slots.Set(static_cast<double>(free));
   });
 }
 
 void AddStoreSize(metrics::Registry* registry, const std::string& db_path) {
-  auto& size = registry->AddGauge("trainctl_store_bytes",
-                                  "Bytes of the coordinator's SQLite database (file and WAL).");
-  auto& free = registry->AddGauge(
-      "trainctl_store_disk_free_bytes",
-      "Bytes free (to unprivileged users) on the filesystem of the coordinator's database.");
+  auto& size = registry
+                   ->AddGauge("trainctl_store_bytes",
+                              "Bytes of the coordinator's SQLite database (file and WAL).")
+                   .Add({});
+  auto& free =
+      registry
+          ->AddGauge(
+              "trainctl_store_disk_free_bytes",
+              "Bytes free (to unprivileged users) on the filesystem of the coordinator's database.")
+          .Add({});
   registry->AddCollector([&size, &free, db_path] {
     std::error_code error;
     int64_t bytes = 0;
@@ -80,12 +85,12 @@ void AddStoreSize(metrics::Registry* registry, const std::string& db_path) {
       const auto n = std::filesystem::file_size(path, error);
       if (!error) bytes += static_cast<int64_t>(n);
     }
-    size.Get().Set(static_cast<double>(bytes));
+    size.Set(static_cast<double>(bytes));
     const auto space = std::filesystem::space(std::filesystem::path(db_path).parent_path().empty()
                                                   ? std::filesystem::path(".")
                                                   : std::filesystem::path(db_path).parent_path(),
                                               error);
-    if (!error) free.Get().Set(static_cast<double>(space.available));
+    if (!error) free.Set(static_cast<double>(space.available));
   });
 }
 
@@ -93,9 +98,8 @@ void AddStoreSize(metrics::Registry* registry, const std::string& db_path) {
 
 void AddCoordinatorCollectors(metrics::Registry* registry, JobStore* store, NodeSnapshot nodes,
                               const std::string& db_path) {
-  registry
-      ->AddGauge("trainctl_build_info", "The running build (always 1).", {"version", "revision"})
-      .WithLabels({BuildVersion(), BuildRevision()})
+  registry->AddGauge("trainctl_build_info", "The running build (always 1).")
+      .Add({{"version", BuildVersion()}, {"revision", BuildRevision()}})
       .Set(1);
   AddJobCounts(registry, store);
   if (nodes) AddNodes(registry, std::move(nodes));

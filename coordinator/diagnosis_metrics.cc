@@ -14,8 +14,7 @@ DiagnosisMetrics::DiagnosisMetrics(metrics::Registry* registry, JobStore* store,
       findings_(registry->AddGauge(
           "trainctl_job_findings",
           "Findings of a running job's interconnect diagnosis (trainctl diagnose JOB), by rule "
-          "and severity.",
-          {"job", "name", "rule", "severity"})) {
+          "and severity.")) {
   registry->AddCollector([this] { Collect(); });
 }
 
@@ -55,10 +54,12 @@ void DiagnosisMetrics::Collect() {
     still.emplace(job.id(), std::move(tracked));
   }
   jobs_ = std::move(still);
-  findings_.Clear();
+  metrics::RemoveAllSeries(findings_);
   for (const auto& [id, tracked] : jobs_) {
     for (const auto& [key, count] : tracked.findings) {
-      findings_.WithLabels({id, tracked.name, key.first, key.second}).Set(count);
+      findings_
+          .Add({{"job", id}, {"name", tracked.name}, {"rule", key.first}, {"severity", key.second}})
+          .Set(count);
     }
   }
 }

@@ -38,7 +38,7 @@ class DiagnosisMetrics {
 
   JobStore* const store_;
   const JobDiagnoser* const diagnoser_;
-  metrics::Family<metrics::Gauge>& findings_;
+  prometheus::Family<prometheus::Gauge>& findings_;
   absl::Mutex mu_;
   std::map<std::string, Tracked> jobs_ ABSL_GUARDED_BY(mu_);  // running jobs, by id
 };

@@ -16,45 +16,43 @@ namespace v1 = trainctl::v1;
 struct EventIngester::Metrics {
   explicit Metrics(metrics::Registry* r)
       : events(r->AddCounter("trainctl_events_ingested_total",
-                             "Trainer events handled by the coordinator's ingester, by type.",
-                             {"type"})),
+                             "Trainer events handled by the coordinator's ingester, by type.")),
         lines(r->AddCounter("trainctl_log_lines_ingested_total",
                             "Rank log lines stored by the coordinator.")
-                  .Get()),
+                  .Add({})),
         dropped(r->AddCounter("trainctl_log_lines_dropped_total",
                               "Rank log lines not stored because their job reached its cap of "
                               "stored log bytes (--max_job_log_bytes).")
-                    .Get()),
+                    .Add({})),
         stored_bytes(r->AddCounter("trainctl_log_bytes_stored_total",
                                    "Bytes of rank log text stored by the coordinator.")
-                         .Get()),
+                         .Add({})),
         depth(r->AddGauge("trainctl_ingest_queue_depth",
                           "Worker messages waiting for the coordinator's ingester.")
-                  .Get()),
+                  .Add({})),
         commits(r->AddHistogram("trainctl_store_commit_duration_seconds",
-                                "Store commit latency by what was committed.", {"op"},
-                                metrics::LatencyBuckets())),
-        logs_commit(commits.WithLabels({"logs"})),
-        events_commit(commits.WithLabels({"events"})) {}
+                                "Store commit latency by what was committed.")),
+        logs_commit(commits.Add({{"op", "logs"}}, metrics::LatencyBuckets())),
+        events_commit(commits.Add({{"op", "events"}}, metrics::LatencyBuckets())) {}
 
   // The label of a trainer event's type: one of a fixed set, so a peer cannot mint series.
-  metrics::Counter& Events(const std::string& type) {
+  prometheus::Counter& Events(const std::string& type) {
     static const char* const kKnown[] = {"metric", "checkpoint", "topology", "bandwidth", "warning",
                                          "status", "setup",      "memory",   "generation"};
     for (const char* known : kKnown) {
-      if (type == known) return events.WithLabels({type});
+      if (type == known) return events.Add({{"type", type}});
     }
-    return events.WithLabels({"other"});
+    return events.Add({{"type", "other"}});
   }
 
-  metrics::Family<metrics::Counter>& events;
-  metrics::Counter& lines;
-  metrics::Counter& dropped;
-  metrics::Counter& stored_bytes;
-  metrics::Gauge& depth;
-  metrics::Family<metrics::Histogram>& commits;
-  metrics::Histogram& logs_commit;
-  metrics::Histogram& events_commit;
+  prometheus::Family<prometheus::Counter>& events;
+  prometheus::Counter& lines;
+  prometheus::Counter& dropped;
+  prometheus::Counter& stored_bytes;
+  prometheus::Gauge& depth;
+  prometheus::Family<prometheus::Histogram>& commits;
+  prometheus::Histogram& logs_commit;
+  prometheus::Histogram& events_commit;
 };
 
 EventIngester::EventIngester(JobManager* jobs, EventIngesterOptions options, OnStored on_stored)
@@ -249,7 +247,7 @@ std::vector<LogLine> EventIngester::AdmitLogLines(
       kept.push_back(std::move(line));
       continue;
     }
-    if (metrics_ != nullptr) metrics_->dropped.Inc();
+    if (metrics_ != nullptr) metrics_->dropped.Increment();
     if (budget.warned) continue;
     budget.warned = true;
     TRAINCTL_LOG(WARNING) << line.job_id() << ": stored logs reached --max_job_log_bytes ("
@@ -305,7 +303,7 @@ void EventIngester::Store(std::vector<Item>& batch) {
       logs_lost = true;
     } else if (record.status.ok() && metrics_ != nullptr) {
       for (const LogLine& line : record.lines) {
-        metrics_->stored_bytes.Inc(static_cast<double>(line.text().size()));
+        metrics_->stored_bytes.Increment(static_cast<double>(line.text().size()));
       }
     }
   }
@@ -350,9 +348,9 @@ void EventIngester::Store(std::vector<Item>& batch) {
       TRAINCTL_LOG(WARNING) << (where[i].first ? "logs" : types[i] + " event") << " from "
                             << item.node << " dropped: " << record->status.message();
     } else if (metrics_ != nullptr && item.message.has_logs() && record != nullptr) {
-      metrics_->lines.Inc(static_cast<double>(record->lines.size()));
+      metrics_->lines.Increment(static_cast<double>(record->lines.size()));
     } else if (metrics_ != nullptr && item.message.has_event() && !types[i].empty()) {
-      metrics_->Events(types[i]).Inc();
+      metrics_->Events(types[i]).Increment();
     }
     outcomes.push_back(std::move(out));
   }

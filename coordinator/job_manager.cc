@@ -172,7 +172,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spe
                    store_->CreateJob(job, scoped_request_id, std::move(events)));
   if (created.created) {
     for (JobObserver* o : observers_) o->OnSubmitted(created.job);
-    notifier_->Notify(created.job.id());
+    TellStored(created.job.id());
   }
   return SubmitResult{std::move(created.job), created.created, std::move(validated.warnings)};
 }
@@ -206,8 +206,12 @@ absl::StatusOr<Job> JobManager::Update(absl::string_view id, const JobMutation& 
   };
   ASSIGN_OR_RETURN(Job job, store_->UpdateJob(id, tagged, &events));
   TellObservers(job, events);
-  if (!events.empty()) notifier_->Notify(job.id());
+  if (!events.empty()) TellStored(job.id());
   return job;
+}
+
+void JobManager::TellStored(const std::string& id) {
+  for (JobObserver* o : observers_) o->OnStored(id);
 }
 
 void JobManager::TellObservers(const Job& job, const std::vector<JobEvent>& events) {
@@ -372,7 +376,7 @@ absl::Status JobManager::AppendLogs(std::vector<LogLine> lines) {
   RETURN_IF_ERROR(store_->AppendLogs(&lines));
   std::set<std::string> jobs;
   for (const LogLine& line : lines) jobs.insert(line.job_id());
-  for (const std::string& id : jobs) notifier_->Notify(id);
+  for (const std::string& id : jobs) TellStored(id);
   return absl::OkStatus();
 }
 
@@ -441,7 +445,7 @@ absl::Status JobManager::WriteBatch(std::vector<BatchRecord>* records) {
     TellObservers(r.job, r.events);
     if (!r.events.empty()) jobs.insert(r.job.id());
   }
-  for (const std::string& id : jobs) notifier_->Notify(id);
+  for (const std::string& id : jobs) TellStored(id);
   return written;
 }
 

@@ -15,31 +15,11 @@
 #include "absl/strings/string_view.h"
 #include "common/clock.h"
 #include "common/rank_env.h"
-#include "coordinator/job_notifier.h"
+#include "coordinator/job_observer.h"
 #include "coordinator/job_store.h"
 #include "trainctl/v1/job.pb.h"
 
 namespace trainctl {
-
-// Told of every committed change JobManager makes, after the commit, on the caller's thread (RPC
-// threads and the cluster's loop alike, so implementations are thread-safe). Must not call back
-// into the JobManager. E.g. coordinator/job_metrics.h keeps Prometheus series from these.
-class JobObserver {
- public:
-  virtual ~JobObserver() = default;
-  // A submit that created `job` (a repeated request id is not one).
-  virtual void OnSubmitted(const Job& /*job*/) {}
-  // A cancel that was accepted: the job was not cancelled or being cancelled already.
-  virtual void OnCancelAccepted(const Job& /*job*/) {}
-  // `job` (as committed) moved from `from` to its current state.
-  virtual void OnStateChanged(const Job& /*job*/, trainctl::v1::JobState /*from*/) {}
-  // A metric sample of `job` was stored; `job` carries the progress it updated.
-  virtual void OnMetric(const Job& /*job*/, const trainctl::v1::MetricSample& /*sample*/) {}
-  // A remedy (coordinator/remedy_ladder.h) was recorded for `job`'s next attempt.
-  virtual void OnRemedy(const Job& /*job*/, const trainctl::v1::Remedy& /*remedy*/) {}
-  // The job `job_id` has `bytes` of log text stored now (coordinator/event_ingester.h).
-  virtual void OnLogBytes(const std::string& /*job_id*/, int64_t /*bytes*/) {}
-};
 
 struct SubmitResult {
   Job job;
@@ -49,9 +29,8 @@ struct SubmitResult {
 
 class JobManager {
  public:
-  // Does not take ownership; all three must outlive the manager.
-  JobManager(JobStore* store, Clock* clock, JobNotifier* notifier)
-      : store_(store), clock_(clock), notifier_(notifier) {}
+  // Does not take ownership; both must outlive the manager.
+  JobManager(JobStore* store, Clock* clock) : store_(store), clock_(clock) {}
 
   // Validates the spec (INVALID_ARGUMENT listing every problem), stores the job as pending with
   // its defaults applied and its DeepSpeed config resolved, and returns it once committed.
@@ -138,8 +117,8 @@ class JobManager {
   // was written. Returns the store's status; each record's own says whether it was written.
   absl::Status WriteBatch(std::vector<BatchRecord>* records);
 
-  // How a change is announced, besides waking a job's watchers (the notifier): every observer is
-  // told, on the caller's thread, in the order they were added (the metrics, the scheduler).
+  // The one way a change is announced: every observer is told, on the caller's thread, in the
+  // order they were added (the watchers' JobNotifier, the metrics, the scheduler).
   // Not owned: an observer is removed before it goes. Add and remove while no call is in flight
   // (before serving, or when a cluster is replaced).
   void AddObserver(JobObserver* observer) { observers_.push_back(observer); }
@@ -155,16 +134,16 @@ class JobManager {
   void SetRankEnvPolicy(RankEnvPolicy policy) { rank_env_ = std::move(policy); }
 
   JobStore* store() { return store_; }
-  JobNotifier* notifier() { return notifier_; }
 
  private:
   absl::StatusOr<Job> Update(absl::string_view id, const JobMutation& mutate);
   // The committed state changes, metric samples and remedies among `events`, to the observers.
   void TellObservers(const Job& job, const std::vector<JobEvent>& events);
+  // Something the job's watchers read was stored: OnStored to the observers.
+  void TellStored(const std::string& id);
 
   JobStore* const store_;
   Clock* const clock_;
-  JobNotifier* const notifier_;
   std::vector<JobObserver*> observers_;
   RankEnvPolicy rank_env_;
 };

@@ -9,8 +9,6 @@
 namespace trainctl {
 namespace {
 
-const std::vector<std::string> kJobLabels = {"job", "name", "kind", "nodes"};
-
 // How much of a new step_time goes into the smoothed one: enough to follow a real change in speed
 // within ~10 logged steps, little enough that one slow step (a checkpoint save) barely moves ETA.
 constexpr double kStepTimeWeight = 0.2;
@@ -43,48 +41,45 @@ const std::vector<JobMetrics::SampleGauge>& JobMetrics::SampleGauges() {
 }
 
 JobMetrics::JobMetrics(metrics::Registry* registry)
-    : submissions_(registry->AddCounter(
-          "trainctl_job_submissions_total",
-          "Accepted job submissions (a repeated request id counts once).", {"kind"})),
+    : submissions_(
+          registry->AddCounter("trainctl_job_submissions_total",
+                               "Accepted job submissions (a repeated request id counts once).")),
       cancellations_(
-          registry->AddCounter("trainctl_job_cancellations_total", "Accepted job cancels.")),
+          registry->AddCounter("trainctl_job_cancellations_total", "Accepted job cancels.")
+              .Add({})),
       finished_(registry->AddCounter("trainctl_jobs_finished_total",
-                                     "Jobs that ended since the coordinator started.",
-                                     {"kind", "state"})),
+                                     "Jobs that ended since the coordinator started.")),
       restarts_(registry->AddCounter("trainctl_job_restarts_total",
-                                     "Job restarts after a failed attempt.", {"kind"})),
+                                     "Job restarts after a failed attempt.")),
       remedies_(registry->AddCounter(
           "trainctl_job_remedies_total",
-          "Automatic remedies applied to restarts (spec.remedies), by cause (oom, loss_spike).",
-          {"cause"})),
+          "Automatic remedies applied to restarts (spec.remedies), by cause (oom, loss_spike).")),
+      // The per-job gauges below carry Series::labels.
       attempt_(registry->AddGauge("trainctl_job_attempt",
-                                  "Attempt number of a running job (0 for the first run).",
-                                  kJobLabels)),
-      step_(registry->AddGauge("trainctl_job_step", "Global step of a running job.", kJobLabels)),
-      total_steps_(registry->AddGauge("trainctl_job_total_steps",
-                                      "Total steps of a running job's run.", kJobLabels)),
+                                  "Attempt number of a running job (0 for the first run).")),
+      step_(registry->AddGauge("trainctl_job_step", "Global step of a running job.")),
+      total_steps_(
+          registry->AddGauge("trainctl_job_total_steps", "Total steps of a running job's run.")),
       progress_(registry->AddGauge("trainctl_job_progress_ratio",
-                                   "Step / total steps of a running job.", kJobLabels)),
+                                   "Step / total steps of a running job.")),
       eta_(registry->AddGauge("trainctl_job_eta_seconds",
-                              "Time a running job needs to finish, from a smoothed step time.",
-                              kJobLabels)),
+                              "Time a running job needs to finish, from a smoothed step time.")),
       log_bytes_(registry->AddGauge("trainctl_job_log_bytes",
                                     "Bytes of rank log text the coordinator stores for a running "
-                                    "job (capped by --max_job_log_bytes).",
-                                    kJobLabels)) {
+                                    "job (capped by --max_job_log_bytes).")) {
   for (const SampleGauge& g : SampleGauges()) {
-    sample_gauges_.push_back(&registry->AddGauge(g.metric_name, g.help, kJobLabels));
+    sample_gauges_.push_back(&registry->AddGauge(g.metric_name, g.help));
   }
 }
 
 void JobMetrics::OnSubmitted(const Job& job) {
-  submissions_.WithLabels({JobKindName(job.spec().kind())}).Inc();
+  submissions_.Add({{"kind", JobKindName(job.spec().kind())}}).Increment();
 }
 
-void JobMetrics::OnCancelAccepted(const Job& /*job*/) { cancellations_.Get().Inc(); }
+void JobMetrics::OnCancelAccepted(const Job& /*job*/) { cancellations_.Increment(); }
 
 void JobMetrics::OnRemedy(const Job& /*job*/, const trainctl::v1::Remedy& remedy) {
-  remedies_.WithLabels({remedy.cause()}).Inc();
+  remedies_.Add({{"cause", remedy.cause()}}).Increment();
 }
 
 void JobMetrics::OnLogBytes(const std::string& job_id, int64_t bytes) {
@@ -95,15 +90,16 @@ void JobMetrics::OnLogBytes(const std::string& job_id, int64_t bytes) {
     unshown_log_bytes_[job_id] = bytes;
     return;
   }
-  log_bytes_.WithLabels(it->second.labels).Set(static_cast<double>(bytes));
+  log_bytes_.Add(it->second.labels).Set(static_cast<double>(bytes));
 }
 
 void JobMetrics::OnStateChanged(const Job& job, trainctl::v1::JobState /*from*/) {
   const std::string kind = JobKindName(job.spec().kind());
-  if (job.state() == trainctl::v1::JOB_STATE_RESTARTING) restarts_.WithLabels({kind}).Inc();
+  if (job.state() == trainctl::v1::JOB_STATE_RESTARTING)
+    restarts_.Add({{"kind", kind}}).Increment();
   absl::MutexLock lock(&mu_);
   if (IsTerminal(job.state())) {
-    finished_.WithLabels({kind, JobStateName(job.state())}).Inc();
+    finished_.Add({{"kind", kind}, {"state", JobStateName(job.state())}}).Increment();
     DropSeries(job.id());
     ended_.insert(job.id());
     unshown_log_bytes_.erase(job.id());
@@ -116,7 +112,7 @@ void JobMetrics::OnStateChanged(const Job& job, trainctl::v1::JobState /*from*/)
     return;
   }
   // A new attempt shows at once, not at its first logged step.
-  attempt_.WithLabels(SeriesFor(job).labels).Set(job.attempt());
+  attempt_.Add(SeriesFor(job).labels).Set(job.attempt());
 }
 
 void JobMetrics::OnMetric(const Job& job, const trainctl::v1::MetricSample& sample) {
@@ -133,7 +129,7 @@ void JobMetrics::OnMetric(const Job& job, const trainctl::v1::MetricSample& samp
   const std::vector<SampleGauge>& gauges = SampleGauges();
   for (size_t i = 0; i < gauges.size(); ++i) {
     auto it = values.find(gauges[i].sample_name);
-    if (it != values.end()) sample_gauges_[i]->WithLabels(series.labels).Set(it->second);
+    if (it != values.end()) sample_gauges_[i]->Add(series.labels).Set(it->second);
   }
   SetProgress(job, series);
 }
@@ -141,32 +137,34 @@ void JobMetrics::OnMetric(const Job& job, const trainctl::v1::MetricSample& samp
 void JobMetrics::SetProgress(const Job& job, Series& series) {
   const auto& labels = series.labels;
   const trainctl::v1::Progress& p = job.progress();
-  attempt_.WithLabels(labels).Set(job.attempt());
-  step_.WithLabels(labels).Set(static_cast<double>(p.step()));
+  attempt_.Add(labels).Set(job.attempt());
+  step_.Add(labels).Set(static_cast<double>(p.step()));
   if (p.total_steps() <= 0) return;
-  total_steps_.WithLabels(labels).Set(static_cast<double>(p.total_steps()));
-  progress_.WithLabels(labels).Set(
+  total_steps_.Add(labels).Set(static_cast<double>(p.total_steps()));
+  progress_.Add(labels).Set(
       std::min(1.0, static_cast<double>(p.step()) / static_cast<double>(p.total_steps())));
   // JobManager's ETA (wall time per step, smoothed) once it has two samples of the attempt; until
   // then the trainer's own step time (compute only) is the best guess there is.
   if (p.eta_seconds() > 0) {
-    eta_.WithLabels(labels).Set(p.eta_seconds());
+    eta_.Add(labels).Set(p.eta_seconds());
   } else if (series.smoothed_step_time > 0) {
     const int64_t left = std::max<int64_t>(0, p.total_steps() - p.step());
-    eta_.WithLabels(labels).Set(static_cast<double>(left) * series.smoothed_step_time);
+    eta_.Add(labels).Set(static_cast<double>(left) * series.smoothed_step_time);
   }
 }
 
 JobMetrics::Series& JobMetrics::SeriesFor(const Job& job) {
-  std::vector<std::string> labels = {job.id(), job.spec().name(), JobKindName(job.spec().kind()),
-                                     absl::StrCat(NodeCount(job))};
+  prometheus::Labels labels = {{"job", job.id()},
+                               {"name", job.spec().name()},
+                               {"kind", JobKindName(job.spec().kind())},
+                               {"nodes", absl::StrCat(NodeCount(job))}};
   auto it = series_.find(job.id());
   if (it != series_.end() && it->second.labels == labels) return it->second;
   if (it != series_.end()) DropSeries(job.id());  // e.g. a restart placed on fewer nodes
   Series& series = series_[job.id()];
   series.labels = std::move(labels);
   if (auto bytes = unshown_log_bytes_.find(job.id()); bytes != unshown_log_bytes_.end()) {
-    log_bytes_.WithLabels(series.labels).Set(static_cast<double>(bytes->second));
+    log_bytes_.Add(series.labels).Set(static_cast<double>(bytes->second));
     unshown_log_bytes_.erase(bytes);
   }
   return series;
@@ -175,11 +173,11 @@ JobMetrics::Series& JobMetrics::SeriesFor(const Job& job) {
 void JobMetrics::DropSeries(const std::string& job_id) {
   auto it = series_.find(job_id);
   if (it == series_.end()) return;
-  const std::vector<std::string>& labels = it->second.labels;
+  const prometheus::Labels& labels = it->second.labels;
   for (auto* family : {&attempt_, &step_, &total_steps_, &progress_, &eta_, &log_bytes_}) {
-    family->Remove(labels);
+    metrics::RemoveSeries(*family, labels);
   }
-  for (auto* family : sample_gauges_) family->Remove(labels);
+  for (auto* family : sample_gauges_) metrics::RemoveSeries(*family, labels);
   series_.erase(it);
 }
 

@@ -51,8 +51,8 @@ class JobMetrics final : public JobObserver {
 
  private:
   struct Series {
-    std::vector<std::string> labels;  // job, name, kind, nodes
-    double smoothed_step_time = 0;    // seconds; 0 until a sample has step_time
+    prometheus::Labels labels;      // job, name, kind, nodes
+    double smoothed_step_time = 0;  // seconds; 0 until a sample has step_time
   };
 
   // The job's series, made (or relabelled, when its node count changed) for `job`.
@@ -60,19 +60,19 @@ class JobMetrics final : public JobObserver {
   void DropSeries(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetProgress(const Job& job, Series& series) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  metrics::Family<metrics::Counter>& submissions_;
-  metrics::Family<metrics::Counter>& cancellations_;
-  metrics::Family<metrics::Counter>& finished_;
-  metrics::Family<metrics::Counter>& restarts_;
-  metrics::Family<metrics::Counter>& remedies_;
-  metrics::Family<metrics::Gauge>& attempt_;
-  metrics::Family<metrics::Gauge>& step_;
-  metrics::Family<metrics::Gauge>& total_steps_;
-  metrics::Family<metrics::Gauge>& progress_;
-  metrics::Family<metrics::Gauge>& eta_;
-  metrics::Family<metrics::Gauge>& log_bytes_;
+  prometheus::Family<prometheus::Counter>& submissions_;
+  prometheus::Counter& cancellations_;
+  prometheus::Family<prometheus::Counter>& finished_;
+  prometheus::Family<prometheus::Counter>& restarts_;
+  prometheus::Family<prometheus::Counter>& remedies_;
+  prometheus::Family<prometheus::Gauge>& attempt_;
+  prometheus::Family<prometheus::Gauge>& step_;
+  prometheus::Family<prometheus::Gauge>& total_steps_;
+  prometheus::Family<prometheus::Gauge>& progress_;
+  prometheus::Family<prometheus::Gauge>& eta_;
+  prometheus::Family<prometheus::Gauge>& log_bytes_;
   // One per SampleGauges() entry, in that order.
-  std::vector<metrics::Family<metrics::Gauge>*> sample_gauges_;
+  std::vector<prometheus::Family<prometheus::Gauge>*> sample_gauges_;
 
   absl::Mutex mu_;
   std::map<std::string, Series> series_ ABSL_GUARDED_BY(mu_);  // by job id

@@ -173,8 +173,7 @@ grpc::ServerWriteReactor<JobEvent>* JobServiceImpl::WatchJob(
   source.follow = !request->replay_only();
   source.fetch = [store, id](int64_t after) { return store->ListEvents(id, after, kStreamBatch); };
   source.job_over = [store, id] { return JobOver(store, id); };
-  return new StoreTailWriter<JobEvent>(jobs_->notifier(), id, request->after_seq(),
-                                       std::move(source));
+  return new StoreTailWriter<JobEvent>(notifier_, id, request->after_seq(), std::move(source));
 }
 
 grpc::ServerWriteReactor<LogLine>* JobServiceImpl::StreamLogs(
@@ -205,7 +204,7 @@ grpc::ServerWriteReactor<LogLine>* JobServiceImpl::StreamLogs(
     return store->ListLogs(id, query);
   };
   source.job_over = [store, id] { return JobOver(store, id); };
-  return new StoreTailWriter<LogLine>(jobs_->notifier(), id, after, std::move(source));
+  return new StoreTailWriter<LogLine>(notifier_, id, after, std::move(source));
 }
 
 }  // namespace trainctl

@@ -15,6 +15,7 @@
 #include "common/thread_pool.h"
 #include "coordinator/job_diagnoser.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/job_notifier.h"
 #include "coordinator/rpc_authorizer.h"
 #include "trainctl/v1/job.grpc.pb.h"
 
@@ -25,8 +26,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 
 class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
  public:
-  // Does not take ownership; both must outlive the server.
-  JobServiceImpl(JobManager* jobs, ThreadPool* executor) : jobs_(jobs), executor_(executor) {}
+  // Does not take ownership; all three must outlive the server. The watch and log streams follow
+  // `notifier`, which must observe `jobs` (JobManager::AddObserver).
+  JobServiceImpl(JobManager* jobs, JobNotifier* notifier, ThreadPool* executor)
+      : jobs_(jobs), notifier_(notifier), executor_(executor) {}
 
   // What ListNodes answers (NodeInventory::List); without one it is UNIMPLEMENTED (a coordinator
   // with no scheduler).
@@ -72,6 +75,7 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
                                      std::function<absl::Status(const Caller&)> work);
 
   JobManager* const jobs_;
+  JobNotifier* const notifier_;
   ThreadPool* const executor_;
   NodeLister node_lister_;
   const JobDiagnoser* diagnoser_ = nullptr;

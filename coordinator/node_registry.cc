@@ -82,7 +82,7 @@ std::vector<std::pair<std::string, absl::Duration>> NodeRegistry::ExpiredLeases(
     const absl::Duration silent = now - LastSeen(node, now);
     if (silent > lease_timeout_) {
       expired.emplace_back(name, silent);
-      if (lease_misses_ != nullptr) lease_misses_->Inc();
+      if (lease_misses_ != nullptr) lease_misses_->Increment();
     }
   }
   return expired;

@@ -78,7 +78,7 @@ struct WorkerNode {
 class NodeRegistry {
  public:
   // `lease_misses` (trainctl_node_lease_misses_total) may be null.
-  NodeRegistry(absl::Duration lease_timeout, metrics::Counter* lease_misses)
+  NodeRegistry(absl::Duration lease_timeout, prometheus::Counter* lease_misses)
       : lease_timeout_(lease_timeout), lease_misses_(lease_misses) {}
 
   // Thread-safe. A message of `session` arrived at `now`; the session counts as heard from until it
@@ -128,7 +128,7 @@ class NodeRegistry {
   };
 
   const absl::Duration lease_timeout_;
-  metrics::Counter* const lease_misses_;
+  prometheus::Counter* const lease_misses_;
 
   mutable absl::Mutex heard_mu_;
   std::map<int64_t, Heard> heard_ ABSL_GUARDED_BY(heard_mu_);

@@ -28,27 +28,30 @@ std::string MethodLabel(const char* path) {
 
 class RpcTimer final : public grpc::experimental::Interceptor {
  public:
-  RpcTimer(metrics::Family<metrics::Histogram>* durations, absl::string_view method)
+  RpcTimer(prometheus::Family<prometheus::Histogram>* durations, absl::string_view method)
       : durations_(durations), method_(method), start_(std::chrono::steady_clock::now()) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start_;
       const auto code = static_cast<absl::StatusCode>(methods->GetSendStatus().error_code());
-      durations_->WithLabels({method_, absl::StatusCodeToString(code)}).Observe(took.count());
+      durations_
+          ->Add({{"method", method_}, {"code", absl::StatusCodeToString(code)}},
+                metrics::LatencyBuckets())
+          .Observe(took.count());
     }
     methods->Proceed();
   }
 
  private:
-  metrics::Family<metrics::Histogram>* const durations_;
+  prometheus::Family<prometheus::Histogram>* const durations_;
   const std::string method_;
   const std::chrono::steady_clock::time_point start_;
 };
 
 class RpcTimerFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit RpcTimerFactory(metrics::Family<metrics::Histogram>* durations)
+  explicit RpcTimerFactory(prometheus::Family<prometheus::Histogram>* durations)
       : durations_(durations) {}
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
@@ -58,7 +61,7 @@ class RpcTimerFactory final : public grpc::experimental::ServerInterceptorFactor
   }
 
  private:
-  metrics::Family<metrics::Histogram>* const durations_;
+  prometheus::Family<prometheus::Histogram>* const durations_;
 };
 
 }  // namespace
@@ -66,8 +69,7 @@ class RpcTimerFactory final : public grpc::experimental::ServerInterceptorFactor
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeRpcMetricsInterceptor(
     metrics::Registry* registry) {
   auto& durations = registry->AddHistogram("trainctl_rpc_duration_seconds",
-                                           "Unary RPC latency by method and gRPC status code.",
-                                           {"method", "code"}, metrics::LatencyBuckets());
+                                           "Unary RPC latency by method and gRPC status code.");
   return std::make_unique<RpcTimerFactory>(&durations);
 }
 

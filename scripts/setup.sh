@@ -11,7 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libgloo-dev libstb-dev libopenblas0-pthread
   libpcre2-dev libicu-dev nodejs npm
-  libcpp-httplib-dev libjpeg62-turbo-dev python3-pil
+  libcpp-httplib-dev prometheus-cpp-dev libjpeg62-turbo-dev python3-pil
   procps prometheus tmux
   libsystemd-dev systemd openssl libssl-dev clang libclang-rt-14-dev
 )

@@ -24,29 +24,29 @@ using ::testing::HasSubstr;
 using ::trainctl::testing::HttpGet;
 using ::trainctl::testing::PromtoolCheckMetrics;
 
-// A registry with every type, labels, escaping, NaN and infinities, and an empty labelled family.
+// A registry with every type, labels, escaping, bad UTF-8, NaN and infinities, and a family
+// without series.
 void Populate(Registry& registry) {
-  auto& submits =
-      registry.AddCounter("trainctl_job_submissions_total", "Accepted submits.", {"kind"});
-  submits.WithLabels({"sft"}).Inc(3);
-  submits.WithLabels({"grpo"}).Inc();
-  registry.AddCounter("trainctl_job_cancellations_total", "Accepted cancels.");
-  auto& loss = registry.AddGauge("trainctl_job_loss", "Training loss \\ \"latest\"\nstep.",
-                                 {"job", "name", "kind", "nodes"});
-  loss.WithLabels({"j1", "a \"quoted\\\" name\nwith newline", "sft", "2"})
+  auto& submits = registry.AddCounter("trainctl_job_submissions_total", "Accepted submits.");
+  submits.Add({{"kind", "sft"}}).Increment(3);
+  submits.Add({{"kind", "grpo"}}).Increment();
+  registry.AddCounter("trainctl_job_cancellations_total", "Accepted cancels.").Add({});
+  auto& loss = registry.AddGauge("trainctl_job_loss", "Training loss \\ \"latest\"\nstep.");
+  loss.Add({{"job", "j1"},
+            {"name", "a \"quoted\\\" name\nwith newline \xff"},
+            {"kind", "sft"},
+            {"nodes", "2"}})
       .Set(std::numeric_limits<double>::quiet_NaN());
-  loss.WithLabels({"j2", "plain", "grpo", "1"}).Set(0.25);
-  auto& eta = registry.AddGauge("trainctl_job_eta_seconds", "Time left.", {"job"});
-  eta.WithLabels({"j1"}).Set(std::numeric_limits<double>::infinity());
-  eta.WithLabels({"j2"}).Set(-std::numeric_limits<double>::infinity());
-  registry.AddGauge("trainctl_nodes", "Nodes by state.", {"state"});  // no series yet
-  auto& rpc = registry.AddHistogram("trainctl_rpc_duration_seconds", "Unary RPC latency.",
-                                    {"method", "code"}, LatencyBuckets());
-  rpc.WithLabels({"SubmitJob", "OK"}).Observe(0.002);
-  rpc.WithLabels({"ListJobs", "OK"}).Observe(40);
-  registry
-      .AddHistogram("trainctl_scheduler_pass_duration_seconds", "One pass.", {}, LatencyBuckets())
-      .Get()
+  loss.Add({{"job", "j2"}, {"name", "plain"}, {"kind", "grpo"}, {"nodes", "1"}}).Set(0.25);
+  auto& eta = registry.AddGauge("trainctl_job_eta_seconds", "Time left.");
+  eta.Add({{"job", "j1"}}).Set(std::numeric_limits<double>::infinity());
+  eta.Add({{"job", "j2"}}).Set(-std::numeric_limits<double>::infinity());
+  registry.AddGauge("trainctl_nodes", "Nodes by state.");  // no series yet
+  auto& rpc = registry.AddHistogram("trainctl_rpc_duration_seconds", "Unary RPC latency.");
+  rpc.Add({{"method", "SubmitJob"}, {"code", "OK"}}, LatencyBuckets()).Observe(0.002);
+  rpc.Add({{"method", "ListJobs"}, {"code", "OK"}}, LatencyBuckets()).Observe(40);
+  registry.AddHistogram("trainctl_scheduler_pass_duration_seconds", "One pass.")
+      .Add({}, LatencyBuckets())
       .Observe(0.0001);
 }
 
@@ -124,7 +124,7 @@ TEST(MetricsServer, BindFailureIsUnavailableNamingTheAddress) {
 
 TEST(MetricsServer, Ipv6Loopback) {
   Registry registry;
-  registry.AddGauge("trainctl_queue_depth", "Depth.").Get().Set(4);
+  registry.AddGauge("trainctl_queue_depth", "Depth.").Add({}).Set(4);
   auto server = MetricsServer::Start(&registry, "[::1]:0");
   if (!server.ok() && server.status().code() == absl::StatusCode::kUnavailable) {
     GTEST_SKIP() << "no IPv6 loopback here: " << server.status();
@@ -159,7 +159,7 @@ TEST(MetricsServer, StopsPromptlyAndFreesThePort) {
 // slowly it dribbles.
 TEST(MetricsServer, SlowClientsDoNotBlindHealthz) {
   Registry registry;
-  registry.AddGauge("trainctl_queue_depth", "Depth.").Get().Set(4);
+  registry.AddGauge("trainctl_queue_depth", "Depth.").Add({}).Set(4);
   auto server = MetricsServer::Start(&registry, "127.0.0.1:0");
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();

@@ -1,5 +1,7 @@
 #include "common/rank_env.h"
 
+#include <algorithm>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -108,6 +110,77 @@ TEST(IsEnvNameTest, Identifiers) {
   EXPECT_TRUE(IsEnvName("a"));
   EXPECT_FALSE(IsEnvName("9"));
   EXPECT_FALSE(IsEnvName("A.B"));
+}
+
+// What the worker writes, the trainer reads back unchanged.
+TEST(RankEnvTest, WhatTheWorkerWritesTheTrainerReadsBack) {
+  RankEnv written;
+  written.rank = 3;
+  written.local_rank = 1;
+  written.world_size = 4;
+  written.local_world_size = 2;
+  written.node_rank = 1;
+  written.master_addr = "10.0.0.1";
+  written.master_port = 29500;
+  written.node_addr = "10.0.0.2";
+  written.job_id = "j-1";
+  written.task_id = "t-1";
+  written.attempt = 2;
+  std::map<std::string, std::string> vars = written.WorkerVariables();
+  vars[kRankEventFdVariable] = "3";
+  vars["NCCL_DEBUG"] = "INFO";
+  vars["TRAINCTL_FUSED_KERNELS"] = "0";
+  vars["TRAINCTL_MODEL_REGISTRY"] = "/srv/models";
+  auto read = RankEnv::Parse(vars);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->rank, 3);
+  EXPECT_EQ(read->local_rank, 1);
+  EXPECT_EQ(read->world_size, 4);
+  EXPECT_EQ(read->local_world_size, 2);
+  EXPECT_EQ(read->node_rank, 1);
+  EXPECT_EQ(read->master_addr, "10.0.0.1");
+  EXPECT_EQ(read->master_port, 29500);
+  EXPECT_EQ(read->node_addr, "10.0.0.2");
+  EXPECT_EQ(read->job_id, "j-1");
+  EXPECT_EQ(read->task_id, "t-1");
+  EXPECT_EQ(read->attempt, 2);
+  EXPECT_EQ(read->event_fd, 3);
+  EXPECT_FALSE(read->fused_kernels);
+  EXPECT_EQ(read->model_registry, "/srv/models");
+  EXPECT_EQ(read->nccl, (std::map<std::string, std::string>{{"NCCL_DEBUG", "INFO"}}));
+  // Every name the worker sets is reserved from a job's env.
+  for (const auto& [name, value] : written.WorkerVariables()) {
+    EXPECT_NE(std::find(WorkerSetVariables().begin(), WorkerSetVariables().end(), name),
+              WorkerSetVariables().end())
+        << name;
+  }
+}
+
+TEST(RankEnvTest, AloneNeedsNothing) {
+  auto env = RankEnv::Parse({});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->world_size, 1);
+  EXPECT_EQ(env->rank, 0);
+  EXPECT_EQ(env->event_fd, -1);
+  EXPECT_EQ(env->master_addr, "127.0.0.1");
+  EXPECT_TRUE(env->fused_kernels);
+}
+
+TEST(RankEnvTest, ErrorsNameTheVariable) {
+  auto env = RankEnv::Parse({{"WORLD_SIZE", "2"}, {"RANK", "2"}, {"MASTER_PORT", "29500"}});
+  EXPECT_THAT(env.status().message(), HasSubstr("RANK: must be < WORLD_SIZE (2), got 2"));
+  env = RankEnv::Parse({{"WORLD_SIZE", "2"}, {"RANK", "1"}});
+  EXPECT_THAT(env.status().message(), HasSubstr("MASTER_PORT"));
+  env = RankEnv::Parse({{"WORLD_SIZE", "two"}});
+  EXPECT_THAT(env.status().message(), HasSubstr("WORLD_SIZE: must be an integer >= 1, got 'two'"));
+  env = RankEnv::Parse({{"TRAINCTL_COMM_SINGLE_RANK_GROUP", "1"}});
+  EXPECT_THAT(env.status().message(), HasSubstr("TRAINCTL_COMM_SINGLE_RANK_GROUP=1"));
+  env = RankEnv::Parse({{kRankEventFdVariable, "pipe"}});
+  EXPECT_THAT(env.status().message(), HasSubstr("TRAINCTL_EVENT_FD"));
+  env = RankEnv::Parse({{"MASTER_PORT", "70000"}});
+  EXPECT_THAT(env.status().message(), HasSubstr("MASTER_PORT"));
+  env = RankEnv::Parse({{"TRAINCTL_TEST_ADDRESS_SPACE_LIMIT", "lots"}});
+  EXPECT_THAT(env.status().message(), HasSubstr("TRAINCTL_TEST_ADDRESS_SPACE_LIMIT"));
 }
 
 }  // namespace

@@ -73,6 +73,7 @@ v1::SubmitJobRequest TinyJob(const std::string& name) {
 class AuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    jobs_.AddObserver(&notifier_);
     auto pki = testing::TestPki::Create(dir_.path());
     ASSERT_TRUE(pki.ok()) << pki.status();
     pki_ = std::make_unique<testing::TestPki>(*std::move(pki));
@@ -172,9 +173,9 @@ class AuthTest : public ::testing::Test {
   InMemoryJobStore store_;
   RealClock clock_;
   JobNotifier notifier_;
-  JobManager jobs_{&store_, &clock_, &notifier_};
+  JobManager jobs_{&store_, &clock_};
   ThreadPool executor_{2};
-  JobServiceImpl job_service_{&jobs_, &executor_};
+  JobServiceImpl job_service_{&jobs_, &notifier_, &executor_};
   Cluster cluster_{&jobs_, &clock_, ClusterOptions()};
   WorkerServiceImpl worker_service_{&cluster_};
   int port_ = 0;
@@ -393,7 +394,7 @@ TEST_F(AuthTest, RequiredClientCertificatesAreDemandedAtTheHandshake) {
   ASSERT_TRUE(server.ok()) << server.status();
   auto credentials = MakeServerCredentials({server->cert, server->key, pki_->ca(), true});
   ASSERT_TRUE(credentials.ok()) << credentials.status();
-  JobServiceImpl service(&jobs_, &executor_);
+  JobServiceImpl service(&jobs_, &notifier_, &executor_);
   service.SetAuthorizer(authorizer_.get());
   grpc::ServerBuilder builder;
   int port = 0;
@@ -447,9 +448,10 @@ TEST(AuthOffTest, EverythingIsAllowedAndJobsHaveNoOwner) {
   InMemoryJobStore store;
   RealClock clock;
   JobNotifier notifier;
-  JobManager jobs(&store, &clock, &notifier);
+  JobManager jobs(&store, &clock);
+  jobs.AddObserver(&notifier);
   ThreadPool executor(1);
-  JobServiceImpl service(&jobs, &executor);
+  JobServiceImpl service(&jobs, &notifier, &executor);
   RpcAuthorizer open;
   service.SetAuthorizer(&open);
   int port = 0;

@@ -11,7 +11,6 @@
 #include "coordinator/cluster.h"
 #include "coordinator/in_memory_job_store.h"
 #include "coordinator/job_manager.h"
-#include "coordinator/job_notifier.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/gated_job_store.h"
@@ -173,8 +172,7 @@ class ClusterTest : public ::testing::Test {
 
   testing::FakeClock clock_;
   GatedJobStore store_;
-  JobNotifier notifier_;
-  JobManager jobs_{&store_, &clock_, &notifier_};
+  JobManager jobs_{&store_, &clock_};
   std::unique_ptr<Cluster> cluster_;
   metrics::Registry* metrics_ = nullptr;  // set before a Restart to see the cluster's metrics
 };

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/in_memory_job_store.h"
+#include "coordinator/job_notifier.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/fake_clock.h"
@@ -28,6 +29,7 @@ class CountingListener : public JobNotifier::Listener {
 
 class JobManagerTest : public ::testing::Test {
  protected:
+  JobManagerTest() { jobs_.AddObserver(&notifier_); }
   Job Submit(const JobSpec& spec = SeedJobSpec()) {
     auto r = jobs_.Submit(spec, "");
     EXPECT_TRUE(r.ok()) << r.status();
@@ -40,7 +42,7 @@ class JobManagerTest : public ::testing::Test {
   InMemoryJobStore store_;
   testing::FakeClock clock_;
   JobNotifier notifier_;
-  JobManager jobs_{&store_, &clock_, &notifier_};
+  JobManager jobs_{&store_, &clock_};
 };
 
 TEST_F(JobManagerTest, SubmitStoresAPendingJobWithDefaultsAndResolvedDeepSpeed) {

@@ -21,7 +21,8 @@ namespace {
 
 namespace v1 = trainctl::v1;
 
-// The value of the sample named `series` (name and labels exactly as rendered), "" if absent.
+// The value of the sample named `series` (name and labels exactly as rendered: labels sorted by
+// name), "" if absent.
 std::string ValueOf(const std::string& text, const std::string& series) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (absl::ConsumePrefix(&line, series) && absl::ConsumePrefix(&line, " ")) {
@@ -66,13 +67,12 @@ class JobMetricsTest : public ::testing::Test {
   }
   // The label set of the seed job's per-job series.
   static std::string Labels(const std::string& id) {
-    return "{job=\"" + id + "\",name=\"sft-qwen2-vl-7b-instruct\",kind=\"sft\",nodes=\"1\"}";
+    return "{job=\"" + id + "\",kind=\"sft\",name=\"sft-qwen2-vl-7b-instruct\",nodes=\"1\"}";
   }
 
   InMemoryJobStore store_;
   testing::FakeClock clock_;
-  JobNotifier notifier_;
-  JobManager jobs_{&store_, &clock_, &notifier_};
+  JobManager jobs_{&store_, &clock_};
   metrics::Registry registry_;
   JobMetrics metrics_{&registry_};
 };
@@ -131,7 +131,8 @@ TEST_F(JobMetricsTest, NanLossIsExportedAsNan) {
   const std::string id = Running();
   ASSERT_TRUE(
       jobs_.RecordMetric(id, TrainerSample(5, std::numeric_limits<double>::quiet_NaN())).ok());
-  EXPECT_EQ(ValueOf(registry_.Render(), "trainctl_job_loss" + Labels(id)), "NaN");
+  // prometheus-cpp's spelling; Prometheus reads it as NaN.
+  EXPECT_EQ(ValueOf(registry_.Render(), "trainctl_job_loss" + Labels(id)), "Nan");
 }
 
 TEST_F(JobMetricsTest, SeriesGoWhenTheJobEndsAndLateSamplesDoNotBringThemBack) {
@@ -190,17 +191,17 @@ TEST_F(JobMetricsTest, ScrapeCountsJobsByStateAndKindAndNodes) {
   Running();
 
   std::string text = registry_.Render();
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs{state=\"pending\",kind=\"sft\"}"), "2") << text;
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs{state=\"running\",kind=\"sft\"}"), "1");
+  EXPECT_EQ(ValueOf(text, "trainctl_jobs{kind=\"sft\",state=\"pending\"}"), "2") << text;
+  EXPECT_EQ(ValueOf(text, "trainctl_jobs{kind=\"sft\",state=\"running\"}"), "1");
   // Every pair has a series, 0 when empty.
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs{state=\"failed\",kind=\"grpo\"}"), "0");
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs{state=\"restarting\",kind=\"pipeline\"}"), "0");
+  EXPECT_EQ(ValueOf(text, "trainctl_jobs{kind=\"grpo\",state=\"failed\"}"), "0");
+  EXPECT_EQ(ValueOf(text, "trainctl_jobs{kind=\"pipeline\",state=\"restarting\"}"), "0");
   EXPECT_EQ(ValueOf(text, "trainctl_nodes{state=\"live\"}"), "2");
   EXPECT_EQ(ValueOf(text, "trainctl_nodes{state=\"lost\"}"), "1");
   EXPECT_EQ(ValueOf(text, "trainctl_cluster_slots"), "12");
   EXPECT_EQ(ValueOf(text, "trainctl_cluster_free_slots"), "6");
-  EXPECT_EQ(ValueOf(text, std::string("trainctl_build_info{version=\"") + BuildVersion() +
-                              "\",revision=\"" + BuildRevision() + "\"}"),
+  EXPECT_EQ(ValueOf(text, std::string("trainctl_build_info{revision=\"") + BuildRevision() +
+                              "\",version=\"" + BuildVersion() + "\"}"),
             "1");
   EXPECT_FALSE(std::string(BuildVersion()).empty());
 
@@ -208,8 +209,8 @@ TEST_F(JobMetricsTest, ScrapeCountsJobsByStateAndKindAndNodes) {
   nodes.pop_back();
   ASSERT_TRUE(jobs_.Cancel("job-1", "").ok());
   text = registry_.Render();
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs{state=\"pending\",kind=\"sft\"}"), "1") << text;
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs{state=\"cancelled\",kind=\"sft\"}"), "1");
+  EXPECT_EQ(ValueOf(text, "trainctl_jobs{kind=\"sft\",state=\"pending\"}"), "1") << text;
+  EXPECT_EQ(ValueOf(text, "trainctl_jobs{kind=\"sft\",state=\"cancelled\"}"), "1");
   EXPECT_EQ(ValueOf(text, "trainctl_nodes{state=\"lost\"}"), "0");
 }
 

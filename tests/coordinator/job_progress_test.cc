@@ -40,8 +40,7 @@ class JobProgressTest : public ::testing::Test {
 
   InMemoryJobStore store_;
   testing::FakeClock clock_;
-  JobNotifier notifier_;
-  JobManager jobs_{&store_, &clock_, &notifier_};
+  JobManager jobs_{&store_, &clock_};
 };
 
 TEST_F(JobProgressTest, StepTimeIsWallTimePerStepWhateverTheLoggingInterval) {

@@ -67,8 +67,7 @@ void ExpectRemedyKept(JobManager& jobs, const std::string& id) {
 TEST(JobRemediesTest, InMemoryStoreKeepsTheRemedyAndTheMetricCountsIt) {
   InMemoryJobStore store;
   testing::FakeClock clock;
-  JobNotifier notifier;
-  JobManager jobs(&store, &clock, &notifier);
+  JobManager jobs(&store, &clock);
   metrics::Registry registry;
   JobMetrics job_metrics(&registry);
   jobs.AddObserver(&job_metrics);
@@ -91,15 +90,13 @@ TEST(JobRemediesTest, SqliteStoreKeepsTheRemedyAcrossAReopen) {
     auto store = SqliteJobStore::Open(options);
     ASSERT_TRUE(store.ok()) << store.status();
     testing::FakeClock clock;
-    JobNotifier notifier;
-    JobManager jobs(store->get(), &clock, &notifier);
+    JobManager jobs(store->get(), &clock);
     id = RunIntoRemedy(jobs);
   }
   auto store = SqliteJobStore::Open(options);
   ASSERT_TRUE(store.ok()) << store.status();
   testing::FakeClock clock;
-  JobNotifier notifier;
-  JobManager jobs(store->get(), &clock, &notifier);
+  JobManager jobs(store->get(), &clock);
   ExpectRemedyKept(jobs, id);
 }
 

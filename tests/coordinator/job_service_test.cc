@@ -35,8 +35,9 @@ class JobServiceTest : public ::testing::Test {
     options.path = dir_.path() + "/jobs.db";
     options.synchronous_full = false;
     store_ = std::move(SqliteJobStore::Open(options).value());
-    jobs_ = std::make_unique<JobManager>(store_.get(), &clock_, &notifier_);
-    service_ = std::make_unique<JobServiceImpl>(jobs_.get(), &executor_);
+    jobs_ = std::make_unique<JobManager>(store_.get(), &clock_);
+    jobs_->AddObserver(&notifier_);
+    service_ = std::make_unique<JobServiceImpl>(jobs_.get(), &notifier_, &executor_);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);

@@ -31,6 +31,7 @@ std::string ValueOf(const std::string& text, const std::string& series) {
 class RpcMetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    jobs_.AddObserver(&notifier_);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&service_);
@@ -47,9 +48,9 @@ class RpcMetricsTest : public ::testing::Test {
   InMemoryJobStore store_;
   RealClock clock_;
   JobNotifier notifier_;
-  JobManager jobs_{&store_, &clock_, &notifier_};
+  JobManager jobs_{&store_, &clock_};
   ThreadPool executor_{2};
-  JobServiceImpl service_{&jobs_, &executor_};
+  JobServiceImpl service_{&jobs_, &notifier_, &executor_};
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<cli::JobClient> client_;
@@ -91,17 +92,17 @@ TEST_F(RpcMetricsTest, UnaryCallsAreTimedByMethodAndCodeStreamsAreNot) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
 
   const std::string text = registry_.Render();
-  EXPECT_EQ(ValueOf(text, "trainctl_rpc_duration_seconds_count{method=\"SubmitJob\",code=\"OK\"}"),
+  EXPECT_EQ(ValueOf(text, "trainctl_rpc_duration_seconds_count{code=\"OK\",method=\"SubmitJob\"}"),
             "2")
       << text;
-  EXPECT_EQ(ValueOf(text, "trainctl_rpc_duration_seconds_count{method=\"SubmitJob\",code=\"" +
-                              std::string("INVALID_ARGUMENT") + "\"}"),
+  EXPECT_EQ(ValueOf(text, "trainctl_rpc_duration_seconds_count{code=\"" +
+                              std::string("INVALID_ARGUMENT") + "\",method=\"SubmitJob\"}"),
             "1");
   EXPECT_EQ(
-      ValueOf(text, "trainctl_rpc_duration_seconds_count{method=\"GetJob\",code=\"NOT_FOUND\"}"),
+      ValueOf(text, "trainctl_rpc_duration_seconds_count{code=\"NOT_FOUND\",method=\"GetJob\"}"),
       "1");
   EXPECT_EQ(ValueOf(text,
-                    "trainctl_rpc_duration_seconds_bucket{method=\"SubmitJob\",code=\"OK\","
+                    "trainctl_rpc_duration_seconds_bucket{code=\"OK\",method=\"SubmitJob\","
                     "le=\"+Inf\"}"),
             "2");
   EXPECT_FALSE(absl::StrContains(text, "WatchJob")) << text;

@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "coordinator/job_manager.h"
-#include "coordinator/job_notifier.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/job_store_test_util.h"
@@ -181,8 +180,7 @@ TEST_F(SqliteJobStoreTest, MigratedPipelineGetsItsStagesWhenPlaced) {
   EXPECT_EQ(job->current_stage(), 0);
 
   testing::FakeClock clock;
-  JobNotifier notifier;
-  JobManager jobs(store->get(), &clock, &notifier);
+  JobManager jobs(store->get(), &clock);
   auto placed = jobs.Place(id, {"node-a"}, "placed");
   ASSERT_TRUE(placed.ok()) << placed.status();
   ASSERT_EQ(placed->stages_size(), 2);

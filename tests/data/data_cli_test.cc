@@ -1,14 +1,14 @@
 // The `prepare` and `datagen` verbs end to end: shapes -> shards -> batches.
-#include "worker/trainer/data/data_cli.h"
+#include "common/data/data_cli.h"
 
 #include <algorithm>
 #include <sstream>
 
+#include "common/data/loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/data/qwen_tokenizer.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/trainer/data/loader.h"
 
 namespace trainctl::data {
 namespace {

@@ -1,7 +1,7 @@
 // Image sizes from headers (PNG IHDR, JPEG SOFn, stb_image's info for the rest) against the sizes
 // the decoders give, headers that lie about a tiny body, broken headers, and the token count the
 // processor will make of a size.
-#include "worker/trainer/data/image_header.h"
+#include "common/data/image_header.h"
 
 #include <stb/stb_image_write.h>
 
@@ -10,9 +10,9 @@
 #include <sstream>
 #include <string>
 
+#include "common/data/preprocessor_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/data/preprocessor_config.h"
 
 namespace trainctl::data {
 namespace {

@@ -1,7 +1,7 @@
 // smart_resize, Pillow-exact bicubic resizing, normalisation and HF's patch order, on images small
 // enough to check by hand. The bicubic goldens were produced by Pillow 9.4's
 // Image.resize(..., Image.BICUBIC) on the same pixels.
-#include "worker/trainer/data/image_processor.h"
+#include "common/data/image_processor.h"
 
 #include <stb/stb_image_write.h>
 
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "common/data/batch.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/data/batch.h"
 
 namespace trainctl::data {
 namespace {

@@ -2,7 +2,7 @@
 // python3-pil 9.4 over libjpeg-turbo) decoded by DecodeImage must give Pillow's
 // Image.open(f).convert("RGB") bytes exactly — 4:4:4, 4:2:0 (fancy upsampling), progressive,
 // grey and Adobe CMYK. Broken and truncated files, and decompression bombs, are errors.
-#include "worker/trainer/data/internal/jpeg_decode.h"
+#include "common/data/internal/jpeg_decode.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include "worker/trainer/data/image_processor.h"
+#include "common/data/image_processor.h"
 
 namespace trainctl::data {
 namespace {

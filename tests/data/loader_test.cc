@@ -1,6 +1,6 @@
 // The loader on synthetic shards: seeded order, rank partition, resumable position, padding and
 // masks, packing, prefetch.
-#include "worker/trainer/data/loader.h"
+#include "common/data/loader.h"
 
 #include <algorithm>
 #include <set>

@@ -1,18 +1,18 @@
 // prepare -> shards -> reader on the real Qwen tokenizer: what comes back is exactly what the
 // chat template and the image processor make of each record; bad records are named by file and
 // line, or skipped and counted.
-#include "worker/trainer/data/prepare.h"
+#include "common/data/prepare.h"
 
 #include <filesystem>
 #include <fstream>
 
+#include "common/data/internal/shard_layout.h"
+#include "common/data/shard_reader.h"
+#include "common/tokenizer/chat_template.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/data/qwen_tokenizer.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/trainer/data/internal/shard_layout.h"
-#include "worker/trainer/data/shard_reader.h"
-#include "worker/trainer/tokenizer/chat_template.h"
 
 namespace trainctl::data {
 namespace {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 
 namespace trainctl::data::testing {
 

@@ -1,5 +1,5 @@
 // Each input format becomes the chat messages it means.
-#include "worker/trainer/data/record_parser.h"
+#include "common/data/record_parser.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -1,6 +1,6 @@
 // The shapes set: byte-identical for a seed, and every answer re-derivable from the scene the
 // record carries and visible in the picture.
-#include "worker/trainer/data/shapes_datagen.h"
+#include "common/data/shapes_datagen.h"
 
 #include <filesystem>
 #include <fstream>
@@ -9,10 +9,10 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "common/data/record_parser.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/trainer/data/record_parser.h"
 
 namespace trainctl::data {
 namespace {
@@ -143,7 +143,8 @@ TEST(ShapesDatagenTest, ReasoningTracesRestateTheAnswerThenGiveIt) {
       if (answer == "1" && absl::EndsWith(what, "s")) what.pop_back();
       think = answer + " " + what + ".";
     }
-    EXPECT_EQ(traced[i]["solution"], "<think>" + think + "</think>\n<answer>" + answer + "</answer>")
+    EXPECT_EQ(traced[i]["solution"],
+              "<think>" + think + "</think>\n<answer>" + answer + "</answer>")
         << question;
   }
 }

@@ -1,5 +1,5 @@
 // Shards written, memory-mapped and read back; truncated and corrupted shards refused by name.
-#include "worker/trainer/data/shard_reader.h"
+#include "common/data/shard_reader.h"
 
 #include <cstring>
 #include <filesystem>
@@ -7,11 +7,11 @@
 #include <functional>
 #include <sstream>
 
+#include "common/data/internal/crc32c.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/data/synthetic_shards.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/trainer/data/internal/crc32c.h"
 
 namespace trainctl::data {
 namespace {

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "common/data/batch.h"
+#include "common/data/manifest.h"
+#include "common/data/shard_writer.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/data/batch.h"
-#include "worker/trainer/data/manifest.h"
-#include "worker/trainer/data/shard_writer.h"
 
 namespace trainctl::data::testing {
 

@@ -1,4 +1,4 @@
-// Image decoding (worker/trainer/data/image_processor.h): JPEG through libjpeg-turbo, PNG and the
+// Image decoding (common/data/image_processor.h): JPEG through libjpeg-turbo, PNG and the
 // rest through stb_image. A small picture that decodes also goes through Qwen2-VL's preprocessing
 // (smart_resize, bicubic resize, patches) with a small pixel budget.
 #include <cstddef>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "absl/strings/string_view.h"
-#include "worker/trainer/data/image_processor.h"
+#include "common/data/image_processor.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto image = trainctl::data::DecodeImage(

@@ -1,11 +1,11 @@
-// manifest.json of a prepared shard directory (worker/trainer/data/manifest.h); a manifest that
+// manifest.json of a prepared shard directory (common/data/manifest.h); a manifest that
 // parses is written back and must parse again.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 
 #include "absl/strings/string_view.h"
-#include "worker/trainer/data/manifest.h"
+#include "common/data/manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto manifest = trainctl::data::ParseManifest(

@@ -1,4 +1,4 @@
-// Prepared shard files (worker/trainer/data/shard_reader.h): the input is one shard file, written
+// Prepared shard files (common/data/shard_reader.h): the input is one shard file, written
 // to a scratch directory next to a manifest that agrees with it on what the manifest can know
 // (size, CRC-32C, patch dtype, and the sample count the footer claims), so that the fuzzer's
 // inputs reach the checks of the shard's header, index and records. Every sample of a shard that
@@ -11,9 +11,9 @@
 #include <cstring>
 #include <string>
 
-#include "worker/trainer/data/internal/crc32c.h"
-#include "worker/trainer/data/manifest.h"
-#include "worker/trainer/data/shard_reader.h"
+#include "common/data/internal/crc32c.h"
+#include "common/data/manifest.h"
+#include "common/data/shard_reader.h"
 
 namespace {
 
@@ -22,8 +22,8 @@ namespace data = trainctl::data;
 const std::string& ScratchDir() {
   static const std::string dir = [] {
     const char* tmp = getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-                          "/shard_reader_fuzz.XXXXXX";
+    std::string pattern =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/shard_reader_fuzz.XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) {
       std::perror("mkdtemp");
       std::abort();

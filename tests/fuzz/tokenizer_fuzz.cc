@@ -1,4 +1,4 @@
-// tokenizer.json (worker/trainer/tokenizer/bpe_tokenizer.h): the input up to its first NUL byte is
+// tokenizer.json (common/tokenizer/bpe_tokenizer.h): the input up to its first NUL byte is
 // the file; what follows the NUL (or a fixed sentence) is encoded with the tokenizer it loads,
 // and the ids decoded again.
 #include <cstddef>
@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/string_view.h"
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const char* bytes = reinterpret_cast<const char*>(data);

@@ -26,13 +26,14 @@ namespace v1 = trainctl::v1;
 using testing::Subprocess;
 using testing::WaitFor;
 
-// The value of the sample whose line starts with `series` (name and labels); NaN's text is "NaN".
+// The value of the sample whose line starts with `series` (name and labels, sorted by name); NaN's
+// text is prometheus-cpp's "Nan".
 // nullopt when there is no such line.
 std::optional<double> Sample(const std::string& body, const std::string& series) {
   for (absl::string_view line : absl::StrSplit(body, '\n')) {
     if (!absl::ConsumePrefix(&line, series + " ")) continue;
     double v = 0;
-    if (line == "NaN") return std::numeric_limits<double>::quiet_NaN();
+    if (line == "Nan") return std::numeric_limits<double>::quiet_NaN();
     return absl::SimpleAtod(line, &v) ? std::optional<double>(v) : std::nullopt;
   }
   return std::nullopt;
@@ -144,27 +145,28 @@ TEST_F(CoordinatorMetricsTest, JobsNodesRpcsAndARunningJobsSeriesPromtoolClean) 
   StartDaemons(FAKE_RANK_BIN);
   std::string body = Scrape();
   EXPECT_EQ(testing::PromtoolCheckMetrics(body), "") << body;
-  EXPECT_TRUE(absl::StrContains(body, "trainctl_build_info{version=\"")) << body;
+  EXPECT_TRUE(absl::StrContains(body, "trainctl_build_info{revision=\"")) << body;
   EXPECT_EQ(Sample(body, R"(trainctl_nodes{state="live"})"), 1) << body;
   EXPECT_EQ(Sample(body, R"(trainctl_nodes{state="lost"})"), 0) << body;
   EXPECT_EQ(Sample(body, "trainctl_cluster_slots"), 1) << body;
   EXPECT_EQ(Sample(body, "trainctl_cluster_free_slots"), 1) << body;
-  EXPECT_EQ(Sample(body, R"(trainctl_jobs{state="running",kind="sft"})"), 0) << body;
+  EXPECT_EQ(Sample(body, R"(trainctl_jobs{kind="sft",state="running"})"), 0) << body;
 
   // Fake ranks that log a loss every 20 ms for long enough to be scraped.
-  const std::string id = Submit(WriteSpec(
-      "fake", dir_.path() + "/out-fake", {},
-      {{"resources", {{"nodes", 1}, {"slots_per_node", 1}}},
-       {"env",
-        {{"TRAINCTL_FAKE_LINES", "100000"}, {"TRAINCTL_FAKE_PERIOD_MS", "20"}, {"TRAINCTL_FAKE_TRAINER_METRICS", "1"}}}}));
+  const std::string id = Submit(WriteSpec("fake", dir_.path() + "/out-fake", {},
+                                          {{"resources", {{"nodes", 1}, {"slots_per_node", 1}}},
+                                           {"env",
+                                            {{"TRAINCTL_FAKE_LINES", "100000"},
+                                             {"TRAINCTL_FAKE_PERIOD_MS", "20"},
+                                             {"TRAINCTL_FAKE_TRAINER_METRICS", "1"}}}}));
   ASSERT_FALSE(id.empty());
   const std::string labels =
-      absl::StrCat(R"({job=")", id, R"(",name="fake",kind="sft",nodes="1"})");
+      absl::StrCat(R"({job=")", id, R"(",kind="sft",name="fake",nodes="1"})");
   ASSERT_TRUE(WaitFor(
       [&] {
         body = Scrape();
         return Sample(body, "trainctl_job_loss" + labels).has_value() &&
-               Sample(body, R"(trainctl_jobs{state="running",kind="sft"})") == 1;
+               Sample(body, R"(trainctl_jobs{kind="sft",state="running"})") == 1;
       },
       absl::Seconds(30)))
       << body << Logs();
@@ -180,18 +182,18 @@ TEST_F(CoordinatorMetricsTest, JobsNodesRpcsAndARunningJobsSeriesPromtoolClean) 
   EXPECT_EQ(Sample(body, R"(trainctl_job_submissions_total{kind="sft"})"), 1) << body;
   EXPECT_EQ(Sample(body, "trainctl_cluster_free_slots"), 0) << body;
   // The submit's RPC, timed, with every bucket line and its count.
-  EXPECT_EQ(Sample(body, R"(trainctl_rpc_duration_seconds_count{method="SubmitJob",code="OK"})"), 1)
+  EXPECT_EQ(Sample(body, R"(trainctl_rpc_duration_seconds_count{code="OK",method="SubmitJob"})"), 1)
       << body;
   EXPECT_EQ(
       Sample(body,
-             R"(trainctl_rpc_duration_seconds_bucket{method="SubmitJob",code="OK",le="+Inf"})"),
+             R"(trainctl_rpc_duration_seconds_bucket{code="OK",method="SubmitJob",le="+Inf"})"),
       1)
       << body;
   EXPECT_TRUE(absl::StrContains(
-      body, R"(trainctl_rpc_duration_seconds_sum{method="SubmitJob",code="OK"} )"))
+      body, R"(trainctl_rpc_duration_seconds_sum{code="OK",method="SubmitJob"} )"))
       << body;
   EXPECT_TRUE(absl::StrContains(
-      body, R"(trainctl_rpc_duration_seconds_count{method="ListNodes",code="OK"} )"))
+      body, R"(trainctl_rpc_duration_seconds_count{code="OK",method="ListNodes"} )"))
       << body;
   // ETA appears once two samples gave a step time.
   ASSERT_TRUE(WaitFor(
@@ -204,15 +206,15 @@ TEST_F(CoordinatorMetricsTest, JobsNodesRpcsAndARunningJobsSeriesPromtoolClean) 
   body = WaitSeriesGone(id);
   ASSERT_TRUE(WaitFor(
       [&] {
-        return Sample(body = Scrape(), R"(trainctl_jobs{state="cancelled",kind="sft"})") == 1;
+        return Sample(body = Scrape(), R"(trainctl_jobs{kind="sft",state="cancelled"})") == 1;
       },
       absl::Seconds(30)))
       << body << Logs();
-  EXPECT_EQ(Sample(body, R"(trainctl_jobs{state="running",kind="sft"})"), 0) << body;
+  EXPECT_EQ(Sample(body, R"(trainctl_jobs{kind="sft",state="running"})"), 0) << body;
   EXPECT_EQ(Sample(body, "trainctl_job_cancellations_total"), 1) << body;
   EXPECT_EQ(Sample(body, R"(trainctl_jobs_finished_total{kind="sft",state="cancelled"})"), 1)
       << body;
-  EXPECT_EQ(Sample(body, R"(trainctl_rpc_duration_seconds_count{method="CancelJob",code="OK"})"), 1)
+  EXPECT_EQ(Sample(body, R"(trainctl_rpc_duration_seconds_count{code="OK",method="CancelJob"})"), 1)
       << body;
   EXPECT_EQ(testing::PromtoolCheckMetrics(body), "") << body;
 }
@@ -226,7 +228,7 @@ TEST_F(CoordinatorMetricsTest, RealTrainersFiguresUnderTheJobsLabels) {
                                           {{"resources", {{"nodes", 1}, {"slots_per_node", 1}}},
                                            {"env", {{"TRAINCTL_PEAK_FLOPS", "1e12"}}}}));
   ASSERT_FALSE(id.empty());
-  const std::string labels = absl::StrCat(R"({job=")", id, R"(",name="sft",kind="sft",nodes="1"})");
+  const std::string labels = absl::StrCat(R"({job=")", id, R"(",kind="sft",name="sft",nodes="1"})");
   std::string body;
   ASSERT_TRUE(WaitFor(
       [&] {

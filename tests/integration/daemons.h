@@ -75,9 +75,10 @@ inline std::vector<trainctl::v1::JobEvent> JobEvents(cli::JobClient& client,
 }
 
 // The real coordinator and workers of one test, the client that talks to them, and what tests ask
-// of them. A fixture derives from it, starts the daemons its own way, says where their logs are
-// (daemon_dir()/coordinator.log, daemon_dir()/worker-NAME.log) and calls StopDaemons() in its
-// destructor, before its temporary directory goes.
+// of them. A fixture derives from it, starts the daemons (StartCoordinator and StartWorker, or its
+// own way), says where their logs are (daemon_dir()/coordinator.log, daemon_dir()/worker-NAME.log)
+// and calls StopDaemons() in its destructor, before its temporary directory goes. Its test defines
+// TRAINCTL_COORDINATOR_BIN and TRAINCTL_WORKER_BIN.
 class Daemons {
  public:
   virtual ~Daemons() = default;
@@ -108,6 +109,38 @@ class Daemons {
         << ReadFileOrEmpty(daemon_dir() + "/coordinator.log");
     address_ = std::string(absl::StripAsciiWhitespace(ReadFileOrEmpty(ready)));
     client_ = std::make_unique<cli::JobClient>(address_);
+  }
+
+  // The command line of worker NAME of the coordinator at address_: its work dir
+  // daemon_dir()/work-NAME, heartbeats every 300 ms, reconnects within 1 s, ranks that run
+  // `trainer`, no nvidia-smi (a CPU node); `extra` flags last.
+  std::vector<std::string> WorkerArgv(const std::string& name, const std::string& trainer,
+                                      const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> argv = {TRAINCTL_WORKER_BIN,
+                                     "--coordinator",
+                                     address_,
+                                     "--node_name",
+                                     name,
+                                     "--work_dir",
+                                     daemon_dir() + "/work-" + name,
+                                     "--heartbeat_interval",
+                                     "300ms",
+                                     "--reconnect_max",
+                                     "1s",
+                                     "--trainer",
+                                     trainer,
+                                     "--nvidia_smi",
+                                     "/nonexistent/nvidia-smi"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+  // Starts that worker (WorkerArgv) as workers_[name], logging to daemon_dir()/worker-NAME.log;
+  // a worker of that name already there is stopped once the new one has started.
+  Subprocess& StartWorker(const std::string& name, const std::string& trainer,
+                          const std::vector<std::string>& extra = {}) {
+    workers_[name] = std::make_unique<Subprocess>(WorkerArgv(name, trainer, extra),
+                                                  daemon_dir() + "/worker-" + name + ".log");
+    return *workers_[name];
   }
 
   // Workers first, then the coordinator.

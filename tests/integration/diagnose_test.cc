@@ -20,7 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace v1 = trainctl::v1;
 using testing::RunResult;
-using testing::Subprocess;
 using testing::WaitFor;
 
 class DiagnoseTest : public ::testing::Test, protected testing::Daemons {
@@ -30,13 +29,7 @@ class DiagnoseTest : public ::testing::Test, protected testing::Daemons {
 
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(StartCoordinator());
-    workers_["node-a"] = std::make_unique<Subprocess>(
-        std::vector<std::string>{TRAINCTL_WORKER_BIN, "--coordinator", address_, "--node_name",
-                                 "node-a", "--work_dir", dir_.path() + "/work", "--slots", "2",
-                                 "--heartbeat_interval", "300ms", "--reconnect_max", "1s",
-                                 "--trainer", TRAINCTL_TRAINER_BIN, "--nvidia_smi",
-                                 "/nonexistent/nvidia-smi", "--output_roots", dir_.path()},
-        dir_.path() + "/worker-node-a.log");
+    StartWorker("node-a", TRAINCTL_TRAINER_BIN, {"--slots", "2", "--output_roots", dir_.path()});
     ASSERT_TRUE(WaitFor(
         [&] {
           auto nodes = client_->ListNodes();

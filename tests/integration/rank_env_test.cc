@@ -60,30 +60,11 @@ class RankEnvTest : public ::testing::Test, protected testing::Daemons {
     client_ = std::make_unique<cli::JobClient>(connection);
   }
 
-  // node-a, with its token file; its ranks run `trainer`.
+  // node-a (Daemons::StartWorker), with its token file; its ranks run `trainer`.
   void StartWorker(const std::string& trainer, const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {TRAINCTL_WORKER_BIN,
-                                     "--coordinator",
-                                     address_,
-                                     "--node_name",
-                                     "node-a",
-                                     "--work_dir",
-                                     dir_.path() + "/work-node-a",
-                                     "--output_roots",
-                                     dir_.path(),
-                                     "--token_file",
-                                     worker_token_,
-                                     "--heartbeat_interval",
-                                     "300ms",
-                                     "--reconnect_max",
-                                     "1s",
-                                     "--trainer",
-                                     trainer,
-                                     "--nvidia_smi",
-                                     "/nonexistent/nvidia-smi"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    workers_["node-a"] =
-        std::make_unique<testing::Subprocess>(argv, dir_.path() + "/worker-node-a.log");
+    std::vector<std::string> flags = {"--output_roots", dir_.path(), "--token_file", worker_token_};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    Daemons::StartWorker("node-a", trainer, flags);
   }
 
   std::string Script(const std::string& name, const std::string& body) {

@@ -32,7 +32,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace v1 = trainctl::v1;
 using testing::RunResult;
-using testing::Subprocess;
 using testing::WaitFor;
 
 // Measured with the trainer alone on the tiny model (shapes shards, one OpenMP thread, one malloc
@@ -51,29 +50,8 @@ class RemediesTest : public testing::ShapesTrainingTest, protected testing::Daem
   void SetUp() override {
     testing::ShapesTrainingTest::SetUp();
     ASSERT_NO_FATAL_FAILURE(StartCoordinator());
-    workers_["node-a"] =
-        std::make_unique<Subprocess>(std::vector<std::string>{TRAINCTL_WORKER_BIN,
-                                                              "--coordinator",
-                                                              address_,
-                                                              "--node_name",
-                                                              "node-a",
-                                                              "--work_dir",
-                                                              dir_.path() + "/work-node-a",
-                                                              "--slots",
-                                                              "1",
-                                                              "--heartbeat_interval",
-                                                              "300ms",
-                                                              "--reconnect_max",
-                                                              "1s",
-                                                              "--kill_grace",
-                                                              "2s",
-                                                              "--trainer",
-                                                              TRAINCTL_TRAINER_BIN,
-                                                              "--nvidia_smi",
-                                                              "/nonexistent/nvidia-smi",
-                                                              "--output_roots",
-                                                              dir_.path()},
-                                     dir_.path() + "/worker-node-a.log");
+    StartWorker("node-a", TRAINCTL_TRAINER_BIN,
+                {"--slots", "1", "--kill_grace", "2s", "--output_roots", dir_.path()});
     ASSERT_TRUE(WaitFor(
         [&] {
           auto nodes = client_->ListNodes();

@@ -33,34 +33,14 @@ class RobustnessTest : public ::testing::Test, protected testing::Daemons {
 
   ~RobustnessTest() override { StopDaemons(); }
 
-  // A worker daemon whose ranks run `trainer`.
+  // A worker daemon (Daemons::StartWorker) with `slots` whose ranks run `trainer`, under
+  // output_roots_; `extra` flags last.
   void StartWorker(const std::string& name, int slots, const std::string& trainer,
                    const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {TRAINCTL_WORKER_BIN,
-                                     "--coordinator",
-                                     address_,
-                                     "--node_name",
-                                     name,
-                                     "--work_dir",
-                                     WorkDir(name),
-                                     "--slots",
-                                     absl::StrCat(slots),
-                                     "--heartbeat_interval",
-                                     "300ms",
-                                     "--reconnect_max",
-                                     "1s",
-                                     "--kill_grace",
-                                     "2s",
-                                     "--trainer",
-                                     trainer,
-                                     "--nvidia_smi",
-                                     "/nonexistent/nvidia-smi"};
-    if (!output_roots_.empty()) {
-      argv.push_back("--output_roots");
-      argv.push_back(output_roots_);
-    }
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    workers_[name] = std::make_unique<Subprocess>(argv, dir_.path() + "/worker-" + name + ".log");
+    std::vector<std::string> flags = {"--slots", absl::StrCat(slots), "--kill_grace", "2s"};
+    if (!output_roots_.empty()) flags.insert(flags.end(), {"--output_roots", output_roots_});
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    Daemons::StartWorker(name, trainer, flags);
   }
   std::string WorkDir(const std::string& name) { return dir_.path() + "/work-" + name; }
 

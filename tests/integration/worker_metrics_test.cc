@@ -44,10 +44,11 @@ case "$1" in
 esac
 )";
 
+// The GPUs' labels as rendered: sorted by name.
 constexpr char kGpu0[] =
-    R"({gpu="0",UUID="GPU-8f6c3b1e-2a4d-4c1b-9e77-0d1c5a7e3f21",model_name="NVIDIA H100 80GB HBM3",Hostname="node-gpu"})";
+    R"({Hostname="node-gpu",UUID="GPU-8f6c3b1e-2a4d-4c1b-9e77-0d1c5a7e3f21",gpu="0",model_name="NVIDIA H100 80GB HBM3"})";
 constexpr char kGpu1[] =
-    R"({gpu="1",UUID="GPU-1b2c9d3e-7f60-4a8b-b1c2-d3e4f5a6b7c8",model_name="NVIDIA H100 80GB HBM3",Hostname="node-gpu"})";
+    R"({Hostname="node-gpu",UUID="GPU-1b2c9d3e-7f60-4a8b-b1c2-d3e4f5a6b7c8",gpu="1",model_name="NVIDIA H100 80GB HBM3"})";
 
 // The value of the sample whose line starts with `series` (name and labels), or -1.
 double Sample(const std::string& body, const std::string& series) {
@@ -209,11 +210,12 @@ TEST_F(WorkerMetricsTest, ServesGpuRankAndSessionSeriesWhileAJobRunsPromtoolClea
       << body;
 
   // A two-rank job: each rank's CPU time and resident set while it runs.
-  const std::string id = Submit({{"TRAINCTL_FAKE_LINES", "100000"}, {"TRAINCTL_FAKE_PERIOD_MS", "5"}});
+  const std::string id =
+      Submit({{"TRAINCTL_FAKE_LINES", "100000"}, {"TRAINCTL_FAKE_PERIOD_MS", "5"}});
   ASSERT_FALSE(id.empty());
   auto rank = [&](int r) {
-    return absl::StrCat(R"({node="node-gpu",job=")", id, R"(",task=")", id, R"(.0.0",rank=")", r,
-                        R"("})");
+    return absl::StrCat(R"({job=")", id, R"(",node="node-gpu",rank=")", r, R"(",task=")", id,
+                        R"(.0.0"})");
   };
   ASSERT_TRUE(WaitFor(
       [&] {

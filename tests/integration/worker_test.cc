@@ -83,29 +83,18 @@ class WorkerTest : public testing::ShapesTrainingTest, protected testing::Daemon
 
   ~WorkerTest() override { StopDaemons(); }
 
-  // A worker daemon; `netns` runs it in that network namespace; `trainer` "" = the real trainer.
-  Subprocess* StartWorker(const std::string& name, int slots, const std::string& trainer = "",
-                          const std::string& netns = "", const std::string& advertise = "",
-                          const std::string& coordinator = "") {
-    std::vector<std::string> argv;
-    if (!netns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", netns};
-    for (const std::string& a :
-         {std::string(TRAINCTL_WORKER_BIN), "--coordinator"s,
-          coordinator.empty() ? address_ : coordinator, "--node_name"s, name, "--work_dir"s,
-          dir_.path() + "/work-" + name, "--slots"s, absl::StrCat(slots), "--heartbeat_interval"s,
-          "300ms"s, "--reconnect_max"s, "1s"s, "--kill_grace"s, "2s"s, "--trainer"s,
-          trainer.empty() ? std::string(TRAINCTL_TRAINER_BIN) : trainer, "--nvidia_smi"s,
-          "/nonexistent/nvidia-smi"s}) {
-      argv.push_back(a);
-    }
-    argv.push_back("--output_roots");  // the jobs' output dirs are in the test's directory
-    argv.push_back(dir_.path());
-    if (!advertise.empty()) {
-      argv.push_back("--advertise_addr");
-      argv.push_back(advertise);
-    }
+  // A worker daemon (Daemons::WorkerArgv) with `slots`; `trainer` "" = the real trainer; `netns`
+  // runs it in that network namespace, `advertise` is its --advertise_addr.
+  void StartWorker(const std::string& name, int slots, const std::string& trainer = "",
+                   const std::string& netns = "", const std::string& advertise = "") {
+    std::vector<std::string> extra = {"--slots", absl::StrCat(slots), "--kill_grace", "2s",
+                                      // the jobs' output dirs are in the test's directory
+                                      "--output_roots", dir_.path()};
+    if (!advertise.empty()) extra.insert(extra.end(), {"--advertise_addr", advertise});
+    const std::string bin = trainer.empty() ? std::string(TRAINCTL_TRAINER_BIN) : trainer;
+    std::vector<std::string> argv = WorkerArgv(name, bin, extra);
+    if (!netns.empty()) argv.insert(argv.begin(), {"/usr/sbin/ip", "netns", "exec", netns});
     workers_[name] = std::make_unique<Subprocess>(argv, dir_.path() + "/worker-" + name + ".log");
-    return workers_[name].get();
   }
 
   bool NodeReady(const std::string& name) {
@@ -186,31 +175,30 @@ TEST_F(WorkerTest, GrpoJobRunsToTheEndAndDescribeShowsItsRewards) {
   StartWorker("node-a", 2);
   ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
   const nlohmann::json ds = {{"zero_optimization", {{"stage", 3}}},
-                   {"train_micro_batch_size_per_gpu", "auto"},
-                   {"gradient_accumulation_steps", "auto"}};
-  const std::string id = Submit(WriteSpec(
-      "grpo", dir_.path() + "/out-grpo",
-      {{"max_steps", 3},
-       {"per_device_train_batch_size", 2},
-       {"gradient_accumulation_steps", 1},
-       {"num_generations", 4},
-       {"max_completion_length", 6},
-       {"beta", 0.04},
-       {"save_steps", 3}},
-      {{"kind", "grpo"},
-       {"reward_funcs", {"accuracy", "format"}},
-       {"deepspeed_config_json", ds.dump()},
-       {"resources", {{"nodes", 1}, {"slots_per_node", 2}}}}));
+                             {"train_micro_batch_size_per_gpu", "auto"},
+                             {"gradient_accumulation_steps", "auto"}};
+  const std::string id = Submit(WriteSpec("grpo", dir_.path() + "/out-grpo",
+                                          {{"max_steps", 3},
+                                           {"per_device_train_batch_size", 2},
+                                           {"gradient_accumulation_steps", 1},
+                                           {"num_generations", 4},
+                                           {"max_completion_length", 6},
+                                           {"beta", 0.04},
+                                           {"save_steps", 3}},
+                                          {{"kind", "grpo"},
+                                           {"reward_funcs", {"accuracy", "format"}},
+                                           {"deepspeed_config_json", ds.dump()},
+                                           {"resources", {{"nodes", 1}, {"slots_per_node", 2}}}}));
   ASSERT_FALSE(id.empty());
   const v1::Job job = WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(240));
   EXPECT_EQ(job.progress().step(), 3);
   EXPECT_EQ(job.last_checkpoint().step(), 3);
-  RunResult described = testing::Run({TRAINCTL_CLI_BIN, "describe", id},
-                                     {{"TRAINCTL_COORDINATOR", address_}});
+  RunResult described =
+      testing::Run({TRAINCTL_CLI_BIN, "describe", id}, {{"TRAINCTL_COORDINATOR", address_}});
   ASSERT_EQ(described.exit_code, 0) << described.err;
-  for (const char* name : {"reward=", "reward_std=", "rewards/accuracy/mean=",
-                           "rewards/format/mean=", "kl=", "completions/mean_length=",
-                           "clip_ratio/region_mean="}) {
+  for (const char* name :
+       {"reward=", "reward_std=", "rewards/accuracy/mean=", "rewards/format/mean=", "kl=",
+        "completions/mean_length=", "clip_ratio/region_mean="}) {
     EXPECT_TRUE(absl::StrContains(described.out, name)) << name << "\n" << described.out;
   }
 }
@@ -482,7 +470,8 @@ TEST_F(NetnsTest, TwoNodeJobRendezvousesAcrossHostsAndSurvivesAWorkerKill) {
   workers_.clear();
   StartHosts(FAKE_RANK_BIN);
   ASSERT_TRUE(HostsReady()) << Logs();
-  const std::string hang = Submit(FakeSpec("hang", 2, 1, {{"TRAINCTL_FAKE_HANG", "1"}}, /*max_restarts=*/1));
+  const std::string hang =
+      Submit(FakeSpec("hang", 2, 1, {{"TRAINCTL_FAKE_HANG", "1"}}, /*max_restarts=*/1));
   WaitState(hang, v1::JOB_STATE_RUNNING, absl::Seconds(30));
   ASSERT_EQ(RankProcesses(hang).size(), 2u);
   const absl::Time killed = absl::Now();

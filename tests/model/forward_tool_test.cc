@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "common/data/image_processor.h"
 #include "nlohmann/json.hpp"
 #include "tests/model/model_test_util.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/trainer/data/image_processor.h"
 #include "worker/trainer/model/safetensors.h"
 #include "worker/trainer/model/state_dict_adapter.h"
 #include "worker/trainer/tool_request.h"

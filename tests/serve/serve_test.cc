@@ -21,14 +21,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/data/batch.h"
+#include "common/data/image_processor.h"
+#include "common/data/prepare.h"
 #include "nlohmann/json.hpp"
 #include "tests/data/qwen_tokenizer.h"
 #include "tests/testing/raw_socket.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/trainer/data/batch.h"
-#include "worker/trainer/data/image_processor.h"
-#include "worker/trainer/data/prepare.h"
 #include "worker/trainer/model/generation.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/model/state_dict_adapter.h"

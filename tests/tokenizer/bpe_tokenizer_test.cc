@@ -1,4 +1,4 @@
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 
 #include <thread>
 

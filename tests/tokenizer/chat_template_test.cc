@@ -1,4 +1,4 @@
-#include "worker/trainer/tokenizer/chat_template.h"
+#include "common/tokenizer/chat_template.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -6,11 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/subprocess.h"
 #include "tests/tokenizer/qwen_fixture.h"
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
 namespace trainctl::tokenizer {
 namespace {

@@ -1,8 +1,8 @@
 // The chat template and label mask on the real Qwen tokenizer.
+#include "common/tokenizer/chat_template.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/tokenizer/qwen_fixture.h"
-#include "worker/trainer/tokenizer/chat_template.h"
 
 namespace trainctl::tokenizer {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/trainer/tokenizer/internal/split_regex.h"
+#include "common/tokenizer/internal/split_regex.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

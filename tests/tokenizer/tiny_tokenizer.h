@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/trainer/tokenizer/internal/byte_level.h"
+#include "common/tokenizer/internal/byte_level.h"
 
 namespace trainctl::tokenizer::testing {
 

@@ -121,27 +121,6 @@ TEST(CommTest, OneRankNeedsNoPeers) {
   EXPECT_EQ((*comm)->bytes_sent(), 0u);
 }
 
-TEST(CommTest, LaunchEnvironmentErrorsNameTheVariable) {
-  setenv("WORLD_SIZE", "2", 1);
-  setenv("RANK", "2", 1);
-  setenv("MASTER_PORT", "29500", 1);
-  auto options = CommOptionsFromEnv();
-  EXPECT_FALSE(options.ok());
-  EXPECT_NE(options.status().message().find("RANK"), std::string::npos) << options.status();
-  setenv("RANK", "1", 1);
-  unsetenv("MASTER_PORT");
-  options = CommOptionsFromEnv();
-  EXPECT_NE(options.status().message().find("MASTER_PORT"), std::string::npos) << options.status();
-  setenv("WORLD_SIZE", "two", 1);
-  options = CommOptionsFromEnv();
-  EXPECT_NE(options.status().message().find("WORLD_SIZE"), std::string::npos) << options.status();
-  unsetenv("WORLD_SIZE");
-  unsetenv("RANK");
-  options = CommOptionsFromEnv();
-  ASSERT_TRUE(options.ok());
-  EXPECT_EQ(options->world_size, 1);
-}
-
 TEST(CommTest, RendezvousWithoutPeersTimesOutNamingTheAddress) {
   CommOptions options;
   options.rank = 1;

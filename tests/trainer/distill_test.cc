@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/data/loader.h"
+#include "common/data/shard_reader.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/trainer/shapes_fixture.h"
-#include "worker/trainer/data/loader.h"
-#include "worker/trainer/data/shard_reader.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/model/state_dict_adapter.h"

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/data/shard_reader.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/grpc_probe.h"
@@ -17,9 +19,7 @@
 #include "tests/testing/temp_dir.h"
 #include "tests/tokenizer/qwen_fixture.h"
 #include "tests/trainer/shapes_fixture.h"
-#include "worker/trainer/data/shard_reader.h"
 #include "worker/trainer/rewards/rule_rewards.h"
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
 namespace trainctl {
 namespace {

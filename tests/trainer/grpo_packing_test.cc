@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/data/batch.h"
 #include "tests/model/model_test_util.h"
-#include "worker/trainer/data/batch.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/stages/grpo_loss.h"
 #include "worker/trainer/stages/internal/grpo_rows.h"

@@ -21,13 +21,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/data/shard_reader.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/tokenizer/qwen_fixture.h"
 #include "tests/trainer/shapes_fixture.h"
-#include "worker/trainer/data/shard_reader.h"
 #include "worker/trainer/rewards/rule_rewards.h"
 
 namespace trainctl {

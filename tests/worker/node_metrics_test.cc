@@ -74,6 +74,15 @@ void KillAndReap(pid_t pid) {
   waitpid(pid, &status, 0);
 }
 
+// A GPU's labels as rendered (sorted by name) on node gpu-node-7, from kH100Csv.
+std::string Gpu(int index) {
+  static const char* const kUuids[] = {
+      "GPU-8f6c3b1e-2a4d-4c1b-9e77-0d1c5a7e3f21", "GPU-1b2c9d3e-7f60-4a8b-b1c2-d3e4f5a6b7c8",
+      "GPU-5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9", "GPU-0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"};
+  return absl::StrCat(R"({Hostname="gpu-node-7",UUID=")", kUuids[index], R"(",gpu=")", index,
+                      R"(",model_name="NVIDIA H100 80GB HBM3"})");
+}
+
 // The value of the sample whose line starts with `series` (name and labels), or -1.
 double Sample(const std::string& body, const std::string& series) {
   for (absl::string_view line : absl::StrSplit(body, '\n')) {
@@ -303,7 +312,7 @@ TEST_F(NodeMetricsTest, RendersTheWorkerItsRanksAndItsGpusPromtoolClean) {
   }
   node.PollOnce();
 
-  const std::string rank0 = R"({node="gpu-node-7",job="job-1",task="job-1.0.0",rank="0"})";
+  const std::string rank0 = R"({job="job-1",node="gpu-node-7",rank="0",task="job-1.0.0"})";
   std::string body;
   ASSERT_TRUE(testing::WaitFor(
       [&] {
@@ -328,8 +337,7 @@ TEST_F(NodeMetricsTest, RendersTheWorkerItsRanksAndItsGpusPromtoolClean) {
   // Not the leader of its own group: not (or no longer) the rank that pid was given to.
   EXPECT_FALSE(absl::StrContains(body, R"(rank="1")")) << body;
 
-  const std::string gpu0 =
-      R"({gpu="0",UUID="GPU-8f6c3b1e-2a4d-4c1b-9e77-0d1c5a7e3f21",model_name="NVIDIA H100 80GB HBM3",Hostname="gpu-node-7"})";
+  const std::string gpu0 = Gpu(0);
   EXPECT_EQ(Sample(body, "trainctl_gpu_utilization_ratio" + gpu0), 0.97);
   EXPECT_EQ(Sample(body, "trainctl_gpu_memory_used_bytes" + gpu0), 71234.0 * 1024 * 1024);
   EXPECT_EQ(Sample(body, "trainctl_gpu_memory_total_bytes" + gpu0), 81559.0 * 1024 * 1024);
@@ -337,11 +345,11 @@ TEST_F(NodeMetricsTest, RendersTheWorkerItsRanksAndItsGpusPromtoolClean) {
   EXPECT_EQ(Sample(body, "trainctl_gpu_temperature_celsius" + gpu0), 62);
   EXPECT_EQ(Sample(body, "trainctl_gpu_sm_clock_hertz" + gpu0), 1980e6);
   EXPECT_EQ(Sample(body, "trainctl_gpu_ecc_uncorrected_errors_total" + gpu0), 0);
-  const std::string gpu2 =
-      R"({gpu="2",UUID="GPU-5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",model_name="NVIDIA H100 80GB HBM3",Hostname="gpu-node-7"})";
+  const std::string gpu2 = Gpu(2);
   EXPECT_EQ(Sample(body, "trainctl_gpu_power_watts" + gpu2), -1) << "[N/A]: no sample";
   EXPECT_EQ(Sample(body, "trainctl_gpu_ecc_uncorrected_errors_total" + gpu2), 2);
-  EXPECT_FALSE(absl::StrContains(body, R"(trainctl_gpu_ecc_uncorrected_errors_total{gpu="3")"));
+  EXPECT_EQ(Sample(body, "trainctl_gpu_ecc_uncorrected_errors_total" + Gpu(3)), -1);
+  EXPECT_EQ(Sample(body, "trainctl_gpu_power_watts" + Gpu(3)), 120.5);
   EXPECT_EQ(Sample(body, R"(trainctl_gpu_xid_errors_total{Hostname="gpu-node-7",xid="79"})"), 2);
   EXPECT_EQ(Sample(body, R"(trainctl_gpu_xid_errors_total{Hostname="gpu-node-7",xid="13"})"), 1);
 
@@ -357,8 +365,7 @@ TEST_F(NodeMetricsTest, RendersTheWorkerItsRanksAndItsGpusPromtoolClean) {
 TEST_F(NodeMetricsTest, FollowsTheGpusAcrossPollsAndDropsThemWhenNvidiaSmiFails) {
   NodeMetrics node(Options(), &registry_, nullptr);
   node.PollOnce();
-  const std::string gpu2 =
-      R"({gpu="2",UUID="GPU-5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",model_name="NVIDIA H100 80GB HBM3",Hostname="gpu-node-7"})";
+  const std::string gpu2 = Gpu(2);
   EXPECT_EQ(Sample(registry_.Render(), "trainctl_gpu_ecc_uncorrected_errors_total" + gpu2), 2);
 
   // GPU 2 gains ECC errors and its power reading comes back; GPU 0's temperature turns [N/A].
@@ -370,8 +377,8 @@ TEST_F(NodeMetricsTest, FollowsTheGpusAcrossPollsAndDropsThemWhenNvidiaSmiFails)
   std::string body = registry_.Render();
   EXPECT_EQ(Sample(body, "trainctl_gpu_ecc_uncorrected_errors_total" + gpu2), 5);
   EXPECT_EQ(Sample(body, "trainctl_gpu_power_watts" + gpu2), 300.25);
-  EXPECT_FALSE(absl::StrContains(body, R"(trainctl_gpu_temperature_celsius{gpu="0")")) << body;
-  EXPECT_TRUE(absl::StrContains(body, R"(trainctl_gpu_temperature_celsius{gpu="1")")) << body;
+  EXPECT_EQ(Sample(body, "trainctl_gpu_temperature_celsius" + Gpu(0)), -1) << body;
+  EXPECT_EQ(Sample(body, "trainctl_gpu_temperature_celsius" + Gpu(1)), 31) << body;
 
   // The driver reloaded (volatile ECC counts start again): a counter reset, not a negative step.
   csv.replace(csv.find("1755, 5"), 7, "1755, 1");

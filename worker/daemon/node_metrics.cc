@@ -12,33 +12,23 @@
 namespace trainctl::worker {
 namespace {
 
-using metrics::Counter;
-using metrics::Family;
-using metrics::Gauge;
-
-// DCGM-exporter's label names, but `modelName` as `model_name`: promtool rejects camelCase.
-const std::vector<std::string>& GpuLabelNames() {
-  static const auto* names = new std::vector<std::string>{"gpu", "UUID", "model_name", "Hostname"};
-  return *names;
-}
-
-const std::vector<std::string>& RankLabelNames() {
-  static const auto* names = new std::vector<std::string>{"node", "job", "task", "rank"};
-  return *names;
-}
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Labels;
 
 // Moves a counter to `value`, a cumulative total kept elsewhere (the kernel's, the driver's). A
 // smaller value means the source started again: the child is made anew, which Prometheus reads
 // as a counter reset.
-void SetCounterTo(Family<Counter>& family, const std::vector<std::string>& labels, double value) {
-  Counter& counter = family.WithLabels(labels);
+void SetCounterTo(Family<Counter>& family, const Labels& labels, double value) {
+  Counter& counter = family.Add(labels);
   const double now = counter.Value();
   if (value >= now) {
-    counter.Inc(value - now);
+    counter.Increment(value - now);
     return;
   }
-  family.Remove(labels);
-  family.WithLabels(labels).Inc(value);
+  family.Remove(&counter);
+  family.Add(labels).Increment(value);
 }
 
 }  // namespace
@@ -47,55 +37,47 @@ NodeMetrics::NodeMetrics(NodeMetricsOptions options, metrics::Registry* registry
                          std::function<WorkerStats()> stats)
     : options_(std::move(options)),
       stats_(std::move(stats)),
-      info_(registry->AddGauge("trainctl_worker_info", "The running worker (always 1).",
-                               {"node", "version"})),
+      // The worker's own series carry {node}; the ranks' {node, job, task, rank}; the GPUs'
+      // DCGM-exporter's {gpu, UUID, model_name, Hostname} (`modelName` as `model_name`: promtool
+      // rejects camelCase).
+      info_(registry->AddGauge("trainctl_worker_info", "The running worker (always 1).")),
       slots_(registry->AddGauge("trainctl_worker_slots",
-                                "Slots the worker offers: GPUs, or CPU slots on a node without.",
-                                {"node"})),
+                                "Slots the worker offers: GPUs, or CPU slots on a node without.")),
       connected_(registry->AddGauge(
           "trainctl_worker_connected",
-          "1 while the worker is registered with the coordinator on a live session.", {"node"})),
+          "1 while the worker is registered with the coordinator on a live session.")),
       reconnects_(registry->AddCounter("trainctl_worker_reconnects_total",
-                                       "Sessions with the coordinator opened after the first.",
-                                       {"node"})),
+                                       "Sessions with the coordinator opened after the first.")),
       outbox_messages_(
           registry->AddGauge("trainctl_worker_outbox_messages",
-                             "Messages for the coordinator not yet acknowledged by it.", {"node"})),
+                             "Messages for the coordinator not yet acknowledged by it.")),
       outbox_spilled_bytes_(registry->AddGauge("trainctl_worker_outbox_spilled_bytes",
-                                               "Bytes of the outbox kept on disk.", {"node"})),
-      tasks_(
-          registry->AddGauge("trainctl_worker_tasks", "Tasks whose ranks are running.", {"node"})),
+                                               "Bytes of the outbox kept on disk.")),
+      tasks_(registry->AddGauge("trainctl_worker_tasks", "Tasks whose ranks are running.")),
       rank_cpu_(registry->AddCounter("trainctl_rank_cpu_seconds_total",
-                                     "CPU time (user + system) of a rank process.",
-                                     RankLabelNames())),
+                                     "CPU time (user + system) of a rank process.")),
       rank_rss_(registry->AddGauge("trainctl_rank_resident_memory_bytes",
-                                   "Resident set size of a rank process.", RankLabelNames())),
+                                   "Resident set size of a rank process.")),
       gpu_utilization_(registry->AddGauge("trainctl_gpu_utilization_ratio",
                                           "Fraction of the last sample period a kernel ran on the "
-                                          "GPU (nvidia-smi utilization.gpu).",
-                                          GpuLabelNames())),
+                                          "GPU (nvidia-smi utilization.gpu).")),
       gpu_memory_used_(registry->AddGauge("trainctl_gpu_memory_used_bytes",
-                                          "GPU memory in use (nvidia-smi memory.used).",
-                                          GpuLabelNames())),
+                                          "GPU memory in use (nvidia-smi memory.used).")),
       gpu_memory_total_(registry->AddGauge("trainctl_gpu_memory_total_bytes",
-                                           "GPU memory in all (nvidia-smi memory.total).",
-                                           GpuLabelNames())),
+                                           "GPU memory in all (nvidia-smi memory.total).")),
       gpu_power_(registry->AddGauge("trainctl_gpu_power_watts",
-                                    "GPU power draw (nvidia-smi power.draw).", GpuLabelNames())),
+                                    "GPU power draw (nvidia-smi power.draw).")),
       gpu_temperature_(registry->AddGauge("trainctl_gpu_temperature_celsius",
-                                          "GPU core temperature (nvidia-smi temperature.gpu).",
-                                          GpuLabelNames())),
+                                          "GPU core temperature (nvidia-smi temperature.gpu).")),
       gpu_sm_clock_(registry->AddGauge("trainctl_gpu_sm_clock_hertz",
-                                       "GPU SM clock (nvidia-smi clocks.sm).", GpuLabelNames())),
+                                       "GPU SM clock (nvidia-smi clocks.sm).")),
       gpu_ecc_(registry->AddCounter("trainctl_gpu_ecc_uncorrected_errors_total",
                                     "Uncorrected ECC errors since the driver loaded "
-                                    "(nvidia-smi ecc.errors.uncorrected.volatile.total).",
-                                    GpuLabelNames())),
+                                    "(nvidia-smi ecc.errors.uncorrected.volatile.total).")),
       gpu_xid_(registry->AddCounter(
           "trainctl_gpu_xid_errors_total",
-          "NVIDIA Xid errors in the kernel log (NVRM: Xid lines), by Xid code.",
-          {"Hostname", "xid"})) {
-  info_.WithLabels({options_.node_name, options_.version}).Set(1);
+          "NVIDIA Xid errors in the kernel log (NVRM: Xid lines), by Xid code.")) {
+  info_.Add({{"node", options_.node_name}, {"version", options_.version}}).Set(1);
   if (!options_.kernel_log.empty() && !options_.nvidia_smi.empty()) {
     kernel_log_ = std::make_unique<KernelLogReader>(options_.kernel_log);
   }
@@ -152,19 +134,19 @@ void NodeMetrics::PollOnce() {
   }
   for (int xid : *xids) {
     TRAINCTL_LOG(WARNING) << "kernel log: NVIDIA Xid " << xid;
-    gpu_xid_.WithLabels({options_.node_name, absl::StrCat(xid)}).Inc();
+    gpu_xid_.Add({{"Hostname", options_.node_name}, {"xid", absl::StrCat(xid)}}).Increment();
   }
 }
 
 void NodeMetrics::Collect() {
   const WorkerStats stats = stats_ ? stats_() : WorkerStats();
-  const std::vector<std::string> node = {options_.node_name};
-  slots_.WithLabels(node).Set(stats.slots);
-  connected_.WithLabels(node).Set(stats.connected ? 1 : 0);
+  const Labels node = {{"node", options_.node_name}};
+  slots_.Add(node).Set(stats.slots);
+  connected_.Add(node).Set(stats.connected ? 1 : 0);
   SetCounterTo(reconnects_, node, static_cast<double>(stats.reconnects));
-  outbox_messages_.WithLabels(node).Set(static_cast<double>(stats.outbox_messages));
-  outbox_spilled_bytes_.WithLabels(node).Set(static_cast<double>(stats.outbox_spilled_bytes));
-  tasks_.WithLabels(node).Set(stats.tasks);
+  outbox_messages_.Add(node).Set(static_cast<double>(stats.outbox_messages));
+  outbox_spilled_bytes_.Add(node).Set(static_cast<double>(stats.outbox_spilled_bytes));
+  tasks_.Add(node).Set(stats.tasks);
   CollectRanks(stats.ranks);
   CollectGpus();
 }
@@ -176,21 +158,25 @@ void NodeMetrics::CollectRanks(const std::vector<RankProcess>& ranks) {
     absl::StatusOr<ProcessSample> sample = ReadProcessSample(rank.pid);
     // Gone, a zombie, or (pid reused) no longer the leader of the rank's own process group.
     if (!sample.ok() || sample->state == 'Z' || sample->process_group != rank.pid) continue;
-    Labels labels = {options_.node_name, rank.job_id, rank.task_id, absl::StrCat(rank.rank)};
+    Labels labels = {{"node", options_.node_name},
+                     {"job", rank.job_id},
+                     {"task", rank.task_id},
+                     {"rank", absl::StrCat(rank.rank)}};
     const SeenProcess process{rank.pid, sample->start_ticks};
     auto before = seen_ranks_.find(labels);
     if (before != seen_ranks_.end() &&
         (before->second.pid != process.pid || before->second.start_ticks != process.start_ticks)) {
-      rank_cpu_.Remove(labels);  // another process under the same name: its own counter
+      // Another process under the same name: its own counter.
+      metrics::RemoveSeries(rank_cpu_, labels);
     }
     SetCounterTo(rank_cpu_, labels, sample->cpu_seconds);
-    rank_rss_.WithLabels(labels).Set(static_cast<double>(sample->resident_bytes));
+    rank_rss_.Add(labels).Set(static_cast<double>(sample->resident_bytes));
     seen.emplace(std::move(labels), process);
   }
   for (const auto& [labels, process] : seen_ranks_) {
     if (seen.count(labels) == 0) {
-      rank_cpu_.Remove(labels);
-      rank_rss_.Remove(labels);
+      metrics::RemoveSeries(rank_cpu_, labels);
+      metrics::RemoveSeries(rank_rss_, labels);
     }
   }
   seen_ranks_ = std::move(seen);
@@ -207,13 +193,16 @@ void NodeMetrics::CollectGpus() {
   // that follows sees only the result.
   for (Family<Gauge>* family : {&gpu_utilization_, &gpu_memory_used_, &gpu_memory_total_,
                                 &gpu_power_, &gpu_temperature_, &gpu_sm_clock_}) {
-    family->Clear();
+    metrics::RemoveAllSeries(*family);
   }
   std::vector<Labels> ecc_series;
   for (const GpuReading& gpu : gpus) {
-    const Labels labels = {absl::StrCat(gpu.index), gpu.uuid, gpu.name, options_.node_name};
+    const Labels labels = {{"gpu", absl::StrCat(gpu.index)},
+                           {"UUID", gpu.uuid},
+                           {"model_name", gpu.name},
+                           {"Hostname", options_.node_name}};
     auto set = [&](Family<Gauge>& family, const std::optional<double>& value) {
-      if (value.has_value()) family.WithLabels(labels).Set(*value);
+      if (value.has_value()) family.Add(labels).Set(*value);
     };
     set(gpu_utilization_, gpu.utilization_ratio);
     set(gpu_memory_used_, gpu.memory_used_bytes);
@@ -228,7 +217,7 @@ void NodeMetrics::CollectGpus() {
   }
   for (const Labels& labels : ecc_series_) {
     if (std::find(ecc_series.begin(), ecc_series.end(), labels) == ecc_series.end()) {
-      gpu_ecc_.Remove(labels);
+      metrics::RemoveSeries(gpu_ecc_, labels);
     }
   }
   ecc_series_ = std::move(ecc_series);

@@ -58,7 +58,7 @@ class NodeMetrics {
   void PollOnce();
 
  private:
-  using Labels = std::vector<std::string>;
+  using Labels = prometheus::Labels;
   // A rank series' process: a new pid (or a reused one) under the same labels restarts its counter.
   struct SeenProcess {
     pid_t pid = 0;
@@ -73,23 +73,23 @@ class NodeMetrics {
   const NodeMetricsOptions options_;
   const std::function<WorkerStats()> stats_;
 
-  metrics::Family<metrics::Gauge>& info_;
-  metrics::Family<metrics::Gauge>& slots_;
-  metrics::Family<metrics::Gauge>& connected_;
-  metrics::Family<metrics::Counter>& reconnects_;
-  metrics::Family<metrics::Gauge>& outbox_messages_;
-  metrics::Family<metrics::Gauge>& outbox_spilled_bytes_;
-  metrics::Family<metrics::Gauge>& tasks_;
-  metrics::Family<metrics::Counter>& rank_cpu_;
-  metrics::Family<metrics::Gauge>& rank_rss_;
-  metrics::Family<metrics::Gauge>& gpu_utilization_;
-  metrics::Family<metrics::Gauge>& gpu_memory_used_;
-  metrics::Family<metrics::Gauge>& gpu_memory_total_;
-  metrics::Family<metrics::Gauge>& gpu_power_;
-  metrics::Family<metrics::Gauge>& gpu_temperature_;
-  metrics::Family<metrics::Gauge>& gpu_sm_clock_;
-  metrics::Family<metrics::Counter>& gpu_ecc_;
-  metrics::Family<metrics::Counter>& gpu_xid_;
+  prometheus::Family<prometheus::Gauge>& info_;
+  prometheus::Family<prometheus::Gauge>& slots_;
+  prometheus::Family<prometheus::Gauge>& connected_;
+  prometheus::Family<prometheus::Counter>& reconnects_;
+  prometheus::Family<prometheus::Gauge>& outbox_messages_;
+  prometheus::Family<prometheus::Gauge>& outbox_spilled_bytes_;
+  prometheus::Family<prometheus::Gauge>& tasks_;
+  prometheus::Family<prometheus::Counter>& rank_cpu_;
+  prometheus::Family<prometheus::Gauge>& rank_rss_;
+  prometheus::Family<prometheus::Gauge>& gpu_utilization_;
+  prometheus::Family<prometheus::Gauge>& gpu_memory_used_;
+  prometheus::Family<prometheus::Gauge>& gpu_memory_total_;
+  prometheus::Family<prometheus::Gauge>& gpu_power_;
+  prometheus::Family<prometheus::Gauge>& gpu_temperature_;
+  prometheus::Family<prometheus::Gauge>& gpu_sm_clock_;
+  prometheus::Family<prometheus::Counter>& gpu_ecc_;
+  prometheus::Family<prometheus::Counter>& gpu_xid_;
 
   // The collector's own state (one Render at a time runs it).
   absl::Mutex collect_mu_;

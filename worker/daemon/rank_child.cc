@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/rank_env.h"
 
 extern char** environ;
 
@@ -173,7 +174,7 @@ std::vector<std::string> RankEnvironment(const std::map<std::string, std::string
     env["LOGNAME"] = user->name;
   }
   for (const auto& [key, value] : extra) env[key] = value;
-  env["TRAINCTL_EVENT_FD"] = std::to_string(kRankEventFd);
+  env[kRankEventFdVariable] = std::to_string(kRankEventFd);
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [key, value] : env) out.push_back(absl::StrCat(key, "=", value));

@@ -499,17 +499,19 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
     } else {
       rank.env["CUDA_VISIBLE_DEVICES"] = absl::StrCat(task.gpus[local]);
     }
-    rank.env["RANK"] = absl::StrCat(rank.rank);
-    rank.env["LOCAL_RANK"] = absl::StrCat(local);
-    rank.env["WORLD_SIZE"] = absl::StrCat(launch.world_size());
-    rank.env["LOCAL_WORLD_SIZE"] = absl::StrCat(slots);
-    rank.env["NODE_RANK"] = absl::StrCat(launch.node_rank());
-    rank.env["MASTER_ADDR"] = launch.master_addr();
-    rank.env["MASTER_PORT"] = absl::StrCat(port);
-    rank.env["TRAINCTL_NODE_ADDR"] = options_.advertise_addr;
-    rank.env["TRAINCTL_JOB_ID"] = launch.job_id();
-    rank.env["TRAINCTL_TASK_ID"] = id;
-    rank.env["TRAINCTL_ATTEMPT"] = absl::StrCat(launch.attempt());
+    RankEnv contract;  // common/rank_env.h: what the trainer's main reads back
+    contract.rank = rank.rank;
+    contract.local_rank = local;
+    contract.world_size = launch.world_size();
+    contract.local_world_size = slots;
+    contract.node_rank = launch.node_rank();
+    contract.master_addr = launch.master_addr();
+    contract.master_port = port;
+    contract.node_addr = options_.advertise_addr;
+    contract.job_id = launch.job_id();
+    contract.task_id = id;
+    contract.attempt = launch.attempt();
+    for (auto& [name, value] : contract.WorkerVariables()) rank.env[name] = std::move(value);
     rank.log_path = (dir / absl::StrCat("rank-", rank.rank, ".log")).string();
     rank.max_log_bytes = options_.max_rank_log_bytes;
     rank.user = options_.rank_user;

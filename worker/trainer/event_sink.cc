@@ -5,25 +5,18 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 
 namespace trainctl::trainer {
 
-absl::StatusOr<std::unique_ptr<JsonLinesEventSink>> JsonLinesEventSink::FromEnvironment(
-    const std::string& fallback_path) {
-  if (const char* env = std::getenv("TRAINCTL_EVENT_FD"); env != nullptr && *env != '\0') {
-    int fd = -1;
-    if (!absl::SimpleAtoi(env, &fd) || fd < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("TRAINCTL_EVENT_FD must be a file descriptor, got '", env, "'"));
-    }
-    return std::unique_ptr<JsonLinesEventSink>(new JsonLinesEventSink(fd, /*owned=*/false));
+absl::StatusOr<std::unique_ptr<JsonLinesEventSink>> JsonLinesEventSink::Open(
+    int event_fd, const std::string& fallback_path) {
+  if (event_fd >= 0) {
+    return std::unique_ptr<JsonLinesEventSink>(new JsonLinesEventSink(event_fd, /*owned=*/false));
   }
   if (fallback_path.empty()) {
     return std::unique_ptr<JsonLinesEventSink>(new JsonLinesEventSink(STDERR_FILENO, false));

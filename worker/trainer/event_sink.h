@@ -24,10 +24,10 @@ class EventSink {
 // Writes JSON lines to a file descriptor it does not own, or to a file it opens. Thread-safe.
 class JsonLinesEventSink final : public EventSink {
  public:
-  // From $TRAINCTL_EVENT_FD when set (INVALID_ARGUMENT if it is not a number), else appends to
+  // To `event_fd` (the worker's pipe, RankEnv::event_fd) when it is >= 0, else appends to
   // `fallback_path` (creating it), else to stderr when `fallback_path` is empty.
-  static absl::StatusOr<std::unique_ptr<JsonLinesEventSink>> FromEnvironment(
-      const std::string& fallback_path);
+  static absl::StatusOr<std::unique_ptr<JsonLinesEventSink>> Open(int event_fd,
+                                                                  const std::string& fallback_path);
   ~JsonLinesEventSink() override;
 
   void Emit(const std::string& type, nlohmann::json fields) override;

@@ -11,6 +11,7 @@
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/safetensors.h"
 #include "worker/trainer/model/state_dict_adapter.h"
+#include "worker/trainer/model/status_guard.h"
 #include "worker/trainer/tool_request.h"
 
 namespace trainctl::trainer {
@@ -66,11 +67,9 @@ absl::Status RunForwardOrThrow(const std::string& model_dir, const std::string& 
 
 absl::Status RunForward(const std::string& model_dir, const std::string& request_path,
                         const std::string& out_path, const model::ForwardOptions& options) {
-  try {
-    return RunForwardOrThrow(model_dir, request_path, out_path, options);
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(e.what_without_backtrace());
-  }
+  return model::Guarded(
+      "", [&] { return RunForwardOrThrow(model_dir, request_path, out_path, options); },
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace trainctl::trainer

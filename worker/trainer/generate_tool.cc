@@ -14,6 +14,7 @@
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/model/safetensors.h"
 #include "worker/trainer/model/state_dict_adapter.h"
+#include "worker/trainer/model/status_guard.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -161,11 +162,9 @@ SpecialTokens ReadSpecialTokens(const std::string& model_dir) {
 
 absl::Status RunGenerate(const std::string& model_dir, const std::string& request_path,
                          const std::string& out_path, const GenerateToolOptions& options) {
-  try {
-    return RunGenerateOrThrow(model_dir, request_path, out_path, options);
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(e.what_without_backtrace());
-  }
+  return model::Guarded(
+      "", [&] { return RunGenerateOrThrow(model_dir, request_path, out_path, options); },
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace trainctl::trainer

@@ -10,9 +10,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/data/image_processor.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "worker/trainer/data/image_processor.h"
 #include "worker/trainer/model/safetensors.h"
 
 namespace trainctl::trainer {

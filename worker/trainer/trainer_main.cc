@@ -25,6 +25,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/build_info.h"
 #include "common/job_spec.h"
+#include "common/rank_env.h"
+#include "common/verb_args.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/event_sink.h"
 #include "worker/trainer/forward_tool.h"
@@ -56,23 +58,44 @@ constexpr char kUsage[] =
     "                              [--min_pixels N] [--max_pixels N] [--max_body_mb N]\n"
     "                              [--request_timeout_s S] [--read_timeout_s S]\n";
 
-// `--name value` / `--name=value` / bare `--switch` (value "true").
-absl::StatusOr<std::map<std::string, std::string>> ParseFlags(
-    const std::vector<std::string>& args) {
-  std::map<std::string, std::string> flags;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].rfind("--", 0) != 0)
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[i], "'"));
-    std::string name = args[i].substr(2), value = "true";
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
-      value = args[++i];
-    }
-    flags[name] = value;
-  }
-  return flags;
+// Each verb's options (common/verb_args.h); a switch is given as `--name`.
+const std::map<std::string, std::vector<OptionSpec>>& VerbOptions() {
+  static const auto* const verbs = [] {
+    const std::vector<OptionSpec> model_options = {
+        {"model", "", true}, {"device", "", true}, {"dtype", "", true}, {"attention", "", true}};
+    auto with_model = [&](std::vector<OptionSpec> own) {
+      own.insert(own.end(), model_options.begin(), model_options.end());
+      return own;
+    };
+    return new std::map<std::string, std::vector<OptionSpec>>{
+        {"train",
+         {{"spec", "", true},
+          {"events", "", true},
+          {"threads", "", true},
+          {"no_resume", "", false}}},
+        {"forward", with_model({{"request", "", true}, {"out", "", true}})},
+        {"generate", with_model({{"request", "", true},
+                                 {"out", "", true},
+                                 {"max_new_tokens", "", true},
+                                 {"temperature", "", true},
+                                 {"top_p", "", true},
+                                 {"top_k", "", true},
+                                 {"seed", "", true}})},
+        {"export", {{"dtype", "", true}}},
+        {"serve", with_model({{"listen", "", true},
+                              {"max_batch", "", true},
+                              {"batch_window_ms", "", true},
+                              {"served_model_name", "", true},
+                              {"image_root", "", true},
+                              {"max_tokens", "", true},
+                              {"min_pixels", "", true},
+                              {"max_pixels", "", true},
+                              {"max_body_mb", "", true},
+                              {"request_timeout_s", "", true},
+                              {"read_timeout_s", "", true}})},
+    };
+  }();
+  return *verbs;
 }
 
 absl::StatusOr<ValidatedJobSpec> LoadSpec(const std::string& path) {
@@ -85,12 +108,13 @@ absl::StatusOr<ValidatedJobSpec> LoadSpec(const std::string& path) {
   return ValidateJobSpec(*spec);
 }
 
-int Train(const std::map<std::string, std::string>& flags) {
+int Train(const std::map<std::string, std::string>& flags, const RankEnv& env) {
   if (!flags.count("spec")) {
     std::cerr << kUsage;
     return 2;
   }
-  auto sink = JsonLinesEventSink::FromEnvironment(flags.count("events") ? flags.at("events") : "");
+  auto sink =
+      JsonLinesEventSink::Open(env.event_fd, flags.count("events") ? flags.at("events") : "");
   if (!sink.ok()) {
     std::cerr << "trainctl-trainer: " << sink.status().message() << "\n";
     return 1;
@@ -101,9 +125,8 @@ int Train(const std::map<std::string, std::string>& flags) {
   // error is also a typed warning naming the rank (a loss spike's the loop emits itself).
   auto fail = [&](const absl::Status& s) {
     if (std::optional<OutOfMemory> oom = ParseOutOfMemory(s.message())) {
-      const char* rank = std::getenv("RANK");
       events->Emit("warning", {{"kind", "oom"},
-                               {"rank", rank != nullptr ? std::atoi(rank) : 0},
+                               {"rank", env.rank},
                                {"device", oom->device},
                                {"bytes", oom->bytes},
                                {"message", std::string(s.message())}});
@@ -113,13 +136,9 @@ int Train(const std::map<std::string, std::string>& flags) {
     return TrainerExitCode(s);
   };
   // Tests only: an address-space limit on this rank, so that an allocation fails for real.
-  if (const char* limit = std::getenv("TRAINCTL_TEST_ADDRESS_SPACE_LIMIT"); limit && *limit) {
+  if (env.address_space_limit > 0) {
     rlimit rl{};
-    if (!absl::SimpleAtoi(limit, &rl.rlim_cur) || rl.rlim_cur == 0) {
-      return fail(absl::InvalidArgumentError(
-          "TRAINCTL_TEST_ADDRESS_SPACE_LIMIT: must be a positive number of bytes"));
-    }
-    rl.rlim_max = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max = env.address_space_limit;
     if (setrlimit(RLIMIT_AS, &rl) != 0) {
       return fail(absl::InternalError(absl::StrCat("setrlimit(RLIMIT_AS): ", strerror(errno))));
     }
@@ -135,7 +154,7 @@ int Train(const std::map<std::string, std::string>& flags) {
   if (!spec.ok()) return fail(spec.status());
   const std::string kind = JobKindName(spec->spec.kind());
   events->Emit("status", {{"state", "running"}, {"kind", kind}, {"name", spec->spec.name()}});
-  TrainRun run{spec->spec, /*resume=*/!flags.count("no_resume")};
+  TrainRun run{spec->spec, /*resume=*/!flags.count("no_resume"), env};
   absl::StatusOr<TrainResult> result;
   try {
     result = RunTraining(run, events);
@@ -226,12 +245,6 @@ int Export(const std::string& checkpoint, const std::string& out,
 
 int main(int argc, char** argv) {
   trainctl::model::KeepTensorMemoryInTheHeap();
-  // TRAINCTL_FUSED_KERNELS=0 (a job's env may set it): the decoder's RMSNorm, rotary and SwiGLU as
-  // LibTorch's composite ops instead of the fused CUDA kernels (model/fused_ops.h).
-  if (const char* fused = std::getenv("TRAINCTL_FUSED_KERNELS");
-      fused && std::string(fused) == "0") {
-    trainctl::model::SetFusedKernelsEnabled(false);
-  }
   if (argc < 2) {
     std::cerr << trainctl::trainer::kUsage;
     return 2;
@@ -246,31 +259,48 @@ int main(int argc, char** argv) {
     std::cout << trainctl::trainer::kUsage;
     return 0;
   }
-  if (verb == "export") {
-    if (argc < 4 || argv[2][0] == '-' || argv[3][0] == '-') {
-      std::cerr << trainctl::trainer::kUsage;
-      return 2;
-    }
-    auto export_flags = trainctl::trainer::ParseFlags({argv + 4, argv + argc});
-    if (!export_flags.ok()) {
-      std::cerr << "trainctl-trainer: " << export_flags.status().message() << "\n"
-                << trainctl::trainer::kUsage;
-      return 2;
-    }
-    return trainctl::trainer::Export(argv[2], argv[3], *export_flags);
+  // The one read of the environment (common/rank_env.h): passed down from here.
+  const absl::StatusOr<trainctl::RankEnv> env = trainctl::RankEnv::FromProcess();
+  if (!env.ok()) {
+    std::cerr << "trainctl-trainer: " << env.status().message() << "\n";
+    return 2;
   }
-  auto flags = trainctl::trainer::ParseFlags({argv + 2, argv + argc});
-  if (!flags.ok()) {
-    std::cerr << "trainctl-trainer: " << flags.status().message() << "\n"
+  // TRAINCTL_FUSED_KERNELS=0 (a job's env may set it): the decoder's RMSNorm, rotary and SwiGLU as
+  // LibTorch's composite ops instead of the fused CUDA kernels (model/fused_ops.h).
+  if (!env->fused_kernels) trainctl::model::SetFusedKernelsEnabled(false);
+  const auto verb_options = trainctl::trainer::VerbOptions().find(verb);
+  if (verb_options == trainctl::trainer::VerbOptions().end()
+#ifndef TRAINCTL_WITH_SERVE
+      || verb == "serve"
+#endif
+  ) {
+    std::cerr << "trainctl-trainer: unknown verb '" << verb << "'\n" << trainctl::trainer::kUsage;
+    return 2;
+  }
+  auto parsed = trainctl::ParseArgs({argv + 2, argv + argc}, verb_options->second,
+                                    /*allow_passthrough=*/false);
+  // export takes CHECKPOINT_DIR OUT_DIR; every other verb options only.
+  const size_t positional = verb == "export" ? 2 : 0;
+  if (parsed.ok() && parsed->positional.size() != positional) {
+    parsed = absl::InvalidArgumentError(
+        positional == 0 ? absl::StrCat("unexpected argument '", parsed->positional.front(), "'")
+                        : "export takes CHECKPOINT_DIR OUT_DIR");
+  }
+  if (!parsed.ok()) {
+    std::cerr << "trainctl-trainer: " << parsed.status().message() << "\n"
               << trainctl::trainer::kUsage;
     return 2;
   }
-  if (verb == "train") return trainctl::trainer::Train(*flags);
-  if (verb == "forward") return trainctl::trainer::Forward(*flags);
-  if (verb == "generate") return trainctl::trainer::Generate(*flags);
+  const std::map<std::string, std::string>& flags = parsed->options;
+  if (verb == "export") {
+    return trainctl::trainer::Export(parsed->positional[0], parsed->positional[1], flags);
+  }
+  if (verb == "train") return trainctl::trainer::Train(flags, *env);
+  if (verb == "forward") return trainctl::trainer::Forward(flags);
+  if (verb == "generate") return trainctl::trainer::Generate(flags);
 #ifdef TRAINCTL_WITH_SERVE
-  if (verb == "serve") return trainctl::serve::RunServe(*flags);
+  return trainctl::serve::RunServe(flags);
+#else
+  return 2;  // not reached: serve is an unknown verb in this build
 #endif
-  std::cerr << "trainctl-trainer: unknown verb '" << verb << "'\n" << trainctl::trainer::kUsage;
-  return 2;
 }

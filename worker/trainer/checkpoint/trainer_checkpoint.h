@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/trainer/data/loader.h"
+#include "common/data/loader.h"
 #include "worker/trainer/zero/engine.h"
 
 namespace trainctl::trainer {

@@ -13,6 +13,7 @@
 #include "common/diagnostics_reports.h"
 #include "common/diagnostics_spec.h"
 #include "common/status_macros.h"
+#include "worker/trainer/model/status_guard.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -22,12 +23,12 @@ namespace v1 = trainctl::v1;
 constexpr const char* kCollectives[] = {"all_reduce", "all_gather", "reduce_scatter"};
 constexpr int64_t kHostBytes = 64;
 
-// One collective of `numel` float32 elements (the whole buffer), started and awaited.
-absl::Status RunOnce(zero::Comm& comm, const std::string& collective, const torch::Tensor& whole,
-                     const torch::Tensor& part) {
-  if (collective == "all_reduce") return comm.AllReduce(whole, "bandwidth probe").Await();
-  if (collective == "all_gather") return comm.AllGather(part, whole, "bandwidth probe").Await();
-  return comm.ReduceScatter(whole, part, "bandwidth probe").Await();
+// One collective of `numel` float32 elements (the whole buffer), started and waited for.
+void RunOnce(zero::Comm& comm, const std::string& collective, const torch::Tensor& whole,
+             const torch::Tensor& part) {
+  if (collective == "all_reduce") return comm.AllReduce(whole, "bandwidth probe").Wait();
+  if (collective == "all_gather") return comm.AllGather(part, whole, "bandwidth probe").Wait();
+  comm.ReduceScatter(whole, part, "bandwidth probe").Wait();
 }
 
 void Synchronize(const torch::Device& device) {
@@ -35,9 +36,9 @@ void Synchronize(const torch::Device& device) {
 }
 
 // Every rank's `mine` (same length everywhere), rank after rank.
-absl::StatusOr<torch::Tensor> GatherAll(zero::Comm& comm, const torch::Tensor& mine) {
+torch::Tensor GatherAll(zero::Comm& comm, const torch::Tensor& mine) {
   torch::Tensor out = torch::empty({mine.numel() * comm.world_size()}, mine.options());
-  RETURN_IF_ERROR(comm.AllGather(mine, out, "bandwidth probe results").Await());
+  comm.AllGather(mine, out, "bandwidth probe results").Wait();
   return out.cpu();
 }
 
@@ -80,7 +81,7 @@ absl::StatusOr<v1::BandwidthReport> RunBandwidthProbe(zero::Comm& comm, const to
   report.set_dtype("float32");
   report.set_iterations(options.iterations);
   std::vector<double> mine;  // this rank's mean time per row, in microseconds
-  try {
+  RETURN_IF_ERROR(model::Guarded("bandwidth probe", [&]() -> absl::Status {
     for (int64_t size : options.sizes) {
       if (size < kMinProbeBytes || size > kMaxProbeBytes) {
         return absl::InvalidArgumentError(absl::StrCat("bandwidth probe: size ", size,
@@ -92,7 +93,7 @@ absl::StatusOr<v1::BandwidthReport> RunBandwidthProbe(zero::Comm& comm, const to
       const torch::Tensor part = torch::ones({numel / world}, floats);
       for (const char* collective : kCollectives) {
         for (int i = 0; i < options.warmup; ++i) {
-          RETURN_IF_ERROR(RunOnce(comm, collective, whole, part));
+          RunOnce(comm, collective, whole, part);
         }
         Synchronize(device);
         double total_us = 0;
@@ -100,7 +101,7 @@ absl::StatusOr<v1::BandwidthReport> RunBandwidthProbe(zero::Comm& comm, const to
           comm.Barrier("bandwidth probe");
           Synchronize(device);
           const auto start = std::chrono::steady_clock::now();
-          RETURN_IF_ERROR(RunOnce(comm, collective, whole, part));
+          RunOnce(comm, collective, whole, part);
           Synchronize(device);
           if (options.after_collective) options.after_collective(collective, numel * 4);
           total_us +=
@@ -114,14 +115,12 @@ absl::StatusOr<v1::BandwidthReport> RunBandwidthProbe(zero::Comm& comm, const to
       }
     }
     // Every rank's times and host, to every rank.
-    ASSIGN_OR_RETURN(
-        const torch::Tensor times,
-        GatherAll(comm,
-                  torch::tensor(mine, torch::TensorOptions().dtype(torch::kFloat64)).to(device)));
+    const torch::Tensor times = GatherAll(
+        comm, torch::tensor(mine, torch::TensorOptions().dtype(torch::kFloat64)).to(device));
     torch::Tensor host = torch::zeros({kHostBytes}, torch::TensorOptions().dtype(torch::kUInt8));
     const std::string name = options.host.substr(0, kHostBytes - 1);
     std::copy(name.begin(), name.end(), reinterpret_cast<char*>(host.data_ptr<uint8_t>()));
-    ASSIGN_OR_RETURN(const torch::Tensor hosts, GatherAll(comm, host.to(device)));
+    const torch::Tensor hosts = GatherAll(comm, host.to(device));
     const auto* t = times.data_ptr<double>();
     const auto* h = hosts.data_ptr<uint8_t>();
     std::set<std::string> nodes;
@@ -150,11 +149,8 @@ absl::StatusOr<v1::BandwidthReport> RunBandwidthProbe(zero::Comm& comm, const to
       row->set_algbw_gbps(algbw);
       row->set_busbw_gbps(algbw * BusBandwidthFactor(row->collective(), world));
     }
-  } catch (const zero::CollectiveError& e) {
-    return absl::UnavailableError(absl::StrCat("bandwidth probe: ", e.what()));
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("bandwidth probe: ", e.what_without_backtrace()));
-  }
+    return absl::OkStatus();
+  }));
   return report;
 }
 

@@ -12,7 +12,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/trainer/model/internal/sampling.h"
+#include "worker/trainer/model/status_guard.h"
 
 #ifdef TRAINCTL_CUDA_BUILD
 #include <ATen/cuda/CUDAContext.h>
@@ -333,43 +335,46 @@ absl::StatusOr<GenerationOutput> Generate(Qwen2VLForConditionalGeneration& model
       gens.push_back(at::make_generator<at::CPUGeneratorImpl>(seed));
     }
   }
-  try {
-    KvCache cache;
-    Clock::time_point start = Clock::now();
-    torch::Tensor hidden = model.Prefill(prompts, seq + options.max_new_tokens, cache);
-    torch::Tensor logits = model.Head(hidden.narrow(1, seq - 1, 1)).squeeze(1);
-    DecodeStepper stepper(model, cache, batch, options);
-    RowBook book(batch, options, out);
-    internal::CpuSamplingBuffers sampling_buffers;
-    // On the CPU, rows that finished leave the batch (each step's cost grows with its rows); on a
-    // CUDA device the batch keeps its size, finished rows fed pad, so the graph keeps replaying.
-    const bool compact = options.compact_finished_rows && cache.rope_deltas.device().is_cpu();
-    bool prefill_done = false;
-    while (true) {
-      if (!book.AllDone()) {
-        book.Record(NextTokens(logits, options, gens, book.rows(), batch, sampling_buffers));
-      }
-      if (!prefill_done) {
-        out.prefill_seconds = SecondsSince(start);
-        start = Clock::now();
-        prefill_done = true;
-      }
-      const bool local_done = book.AllDone();
-      if (options.all_done ? options.all_done(local_done) : local_done) break;
-      if (compact) {
-        const std::vector<int64_t> open = book.OpenPositions();
-        if (!open.empty() && open.size() < book.rows().size()) {
-          stepper.KeepRows(open);
-          book.Keep(open);
+  // A collective in options.all_done (ranks deciding together) fails as UNAVAILABLE.
+  RETURN_IF_ERROR(Guarded(
+      "",
+      [&] {
+        KvCache cache;
+        Clock::time_point start = Clock::now();
+        torch::Tensor hidden = model.Prefill(prompts, seq + options.max_new_tokens, cache);
+        torch::Tensor logits = model.Head(hidden.narrow(1, seq - 1, 1)).squeeze(1);
+        DecodeStepper stepper(model, cache, batch, options);
+        RowBook book(batch, options, out);
+        internal::CpuSamplingBuffers sampling_buffers;
+        // On the CPU, rows that finished leave the batch (each step's cost grows with its rows); on
+        // a CUDA device the batch keeps its size, finished rows fed pad, so the graph keeps
+        // replaying.
+        const bool compact = options.compact_finished_rows && cache.rope_deltas.device().is_cpu();
+        bool prefill_done = false;
+        while (true) {
+          if (!book.AllDone()) {
+            book.Record(NextTokens(logits, options, gens, book.rows(), batch, sampling_buffers));
+          }
+          if (!prefill_done) {
+            out.prefill_seconds = SecondsSince(start);
+            start = Clock::now();
+            prefill_done = true;
+          }
+          const bool local_done = book.AllDone();
+          if (options.all_done ? options.all_done(local_done) : local_done) break;
+          if (compact) {
+            const std::vector<int64_t> open = book.OpenPositions();
+            if (!open.empty() && open.size() < book.rows().size()) {
+              stepper.KeepRows(open);
+              book.Keep(open);
+            }
+          }
+          logits = stepper.Step(book.Feed());
+          ++out.decode_steps;
         }
-      }
-      logits = stepper.Step(book.Feed());
-      ++out.decode_steps;
-    }
-    out.decode_seconds = SecondsSince(start);
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(e.what_without_backtrace());
-  }
+        out.decode_seconds = SecondsSince(start);
+      },
+      absl::StatusCode::kInvalidArgument));
   return out;
 }
 

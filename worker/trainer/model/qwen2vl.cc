@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "worker/trainer/model/internal/activation_checkpoint.h"
 #include "worker/trainer/model/internal/linear_cross_entropy.h"
+#include "worker/trainer/model/status_guard.h"
 
 namespace trainctl::model {
 namespace {
@@ -593,11 +594,9 @@ torch::Tensor Qwen2VLForConditionalGeneration::forward(const ModelInputs& inputs
 
 absl::StatusOr<torch::Tensor> ForwardOrStatus(Qwen2VLForConditionalGeneration& model,
                                               const ModelInputs& inputs) {
-  try {
-    return model.forward(inputs);
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(e.what_without_backtrace());
-  }
+  return Guarded(
+      "", [&] { return absl::StatusOr<torch::Tensor>(model.forward(inputs)); },
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace trainctl::model

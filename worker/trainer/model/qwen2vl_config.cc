@@ -405,14 +405,10 @@ std::string Qwen2VLConfigToJson(const Qwen2VLConfig& c) {
   return out.dump(2) + "\n";
 }
 
-std::string ModelRegistryDir() {
-  if (const char* env = std::getenv("TRAINCTL_MODEL_REGISTRY"); env != nullptr && *env != '\0') {
-    return env;
-  }
-  return TRAINCTL_MODEL_REGISTRY_DIR;
-}
+std::string ModelRegistryDir() { return TRAINCTL_MODEL_REGISTRY_DIR; }
 
-absl::StatusOr<std::string> FindModelConfig(const std::string& name_or_dir) {
+absl::StatusOr<std::string> FindModelConfig(const std::string& name_or_dir,
+                                            const std::string& registry) {
   std::vector<std::string> tried;
   std::error_code ec;
   const fs::path given(name_or_dir);
@@ -425,7 +421,8 @@ absl::StatusOr<std::string> FindModelConfig(const std::string& name_or_dir) {
   std::string name = name_or_dir;
   if (name.rfind("Qwen/", 0) == 0) name = name.substr(5);
   if (!name.empty() && name.find("..") == std::string::npos) {
-    const fs::path file = fs::path(ModelRegistryDir()) / name / "config.json";
+    const fs::path file =
+        fs::path(registry.empty() ? ModelRegistryDir() : registry) / name / "config.json";
     if (fs::is_regular_file(file, ec)) return file.string();
     tried.push_back(file.string());
   }

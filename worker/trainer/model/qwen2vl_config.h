@@ -82,14 +82,15 @@ absl::StatusOr<Qwen2VLConfig> LoadQwen2VLConfig(const std::string& path);
 // text fields at the top, vision_config, rope_scaling), keeping any other keys of raw_json.
 std::string Qwen2VLConfigToJson(const Qwen2VLConfig& config);
 
-// The directory holding the named configs: $TRAINCTL_MODEL_REGISTRY when set, else the source
-// tree's configs/models.
+// The directory holding the named configs that this build knows: the source tree's configs/models.
 std::string ModelRegistryDir();
 
 // Resolves a model reference to the path of its config.json: a config.json file, a directory
-// holding one, or a registry name ("tiny", "Qwen2-VL-2B-Instruct"; a leading "Qwen/" is ignored).
+// holding one, or a registry name ("tiny", "Qwen2-VL-2B-Instruct"; a leading "Qwen/" is ignored)
+// looked up in `registry` (ModelRegistryDir() when empty; a rank's TRAINCTL_MODEL_REGISTRY).
 // NOT_FOUND listing what was tried.
-absl::StatusOr<std::string> FindModelConfig(const std::string& name_or_dir);
+absl::StatusOr<std::string> FindModelConfig(const std::string& name_or_dir,
+                                            const std::string& registry = "");
 
 }  // namespace trainctl::model
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/trainer/model/status_guard.h"
 
 namespace trainctl::model {
 namespace internal {
@@ -58,9 +59,9 @@ struct DtypeEntry {
   torch::ScalarType type;
 };
 constexpr DtypeEntry kDtypes[] = {
-    {"F64", torch::kFloat64}, {"F32", torch::kFloat32}, {"F16", torch::kFloat16},
-    {"BF16", torch::kBFloat16}, {"I64", torch::kInt64}, {"I32", torch::kInt32},
-    {"I16", torch::kInt16},   {"I8", torch::kInt8},     {"U8", torch::kUInt8},
+    {"F64", torch::kFloat64},   {"F32", torch::kFloat32}, {"F16", torch::kFloat16},
+    {"BF16", torch::kBFloat16}, {"I64", torch::kInt64},   {"I32", torch::kInt32},
+    {"I16", torch::kInt16},     {"I8", torch::kInt8},     {"U8", torch::kUInt8},
     {"BOOL", torch::kBool},
 };
 
@@ -180,13 +181,10 @@ absl::StatusOr<torch::Tensor> SafetensorsFile::Get(const std::string& name,
     std::memcpy(tensor.data_ptr(), ptr, info->end - info->begin);
   }
   if (dtype.has_value() && *dtype != stored->type) {
-    try {
-      tensor = tensor.to(*dtype);
-    } catch (const c10::Error& e) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " in ", path_,
-                                                     ": cannot convert ", info->dtype, " to ",
-                                                     c10::toString(*dtype), ": ", e.what()));
-    }
+    RETURN_IF_ERROR(Guarded(
+        absl::StrCat("tensor ", name, " in ", path_, ": cannot convert ", info->dtype, " to ",
+                     c10::toString(*dtype)),
+        [&] { tensor = tensor.to(*dtype); }, absl::StatusCode::kInvalidArgument));
   }
   return tensor;
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/trainer/model/status_guard.h"
 
 namespace trainctl::model {
 namespace {
@@ -106,13 +107,9 @@ absl::Status LoadHfCheckpoint(Qwen2VLForConditionalGeneration& model, const std:
   for (const auto& [model_key, key] : source_of) {
     torch::Tensor param = params[model_key];
     ASSIGN_OR_RETURN(torch::Tensor value, ckpt->Get(key, param.scalar_type()));
-    try {
-      param.copy_(value);
-    } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("copying tensor ", key, " from ", ckpt->FileOf(key),
-                                              " into ", model_key, ": ",
-                                              e.what_without_backtrace()));
-    }
+    RETURN_IF_ERROR(Guarded(
+        absl::StrCat("copying tensor ", key, " from ", ckpt->FileOf(key), " into ", model_key),
+        [&] { param.copy_(value); }));
   }
   return absl::OkStatus();
 }
@@ -155,13 +152,13 @@ absl::StatusOr<std::shared_ptr<Qwen2VLForConditionalGeneration>> LoadHfModel(
     const std::string& dir, torch::ScalarType dtype) {
   ASSIGN_OR_RETURN(Qwen2VLConfig config, LoadQwen2VLConfig(dir));
   std::shared_ptr<Qwen2VLForConditionalGeneration> model;
-  try {
-    model = std::make_shared<Qwen2VLForConditionalGeneration>(config);
-    model->to(dtype);
-  } catch (const c10::Error& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("building the model of ", config.source, ": ", e.what_without_backtrace()));
-  }
+  RETURN_IF_ERROR(Guarded(
+      absl::StrCat("building the model of ", config.source),
+      [&] {
+        model = std::make_shared<Qwen2VLForConditionalGeneration>(config);
+        model->to(dtype);
+      },
+      absl::StatusCode::kResourceExhausted));
   RETURN_IF_ERROR(LoadHfCheckpoint(*model, dir));
   return model;
 }

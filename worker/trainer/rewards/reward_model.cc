@@ -11,6 +11,7 @@
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/model/safetensors.h"
 #include "worker/trainer/model/state_dict_adapter.h"
+#include "worker/trainer/model/status_guard.h"
 
 namespace trainctl::rewards {
 namespace {
@@ -80,17 +81,17 @@ absl::StatusOr<std::vector<double>> RewardModel::Score(const model::ModelInputs&
   }
   model::Qwen2VLForConditionalGeneration& net = engine_->model();
   torch::Tensor scores;
-  try {
-    const torch::Tensor hidden = net.ForwardHidden(inputs);  // [B, T, hidden]
-    const torch::Tensor at_last =
-        hidden.index({torch::arange(rows, last.options()), last}).unsqueeze(1);  // [B, 1, hidden]
-    // The head is per position, so normalising and scoring only the last tokens is HF's
-    // logits[arange(B), last] without the [B, T, 1] intermediate.
-    scores = net.Head(at_last).select(2, 0).select(1, 0);
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("reward model forward: ", e.what_without_backtrace()));
-  }
+  RETURN_IF_ERROR(model::Guarded(
+      "reward model forward",
+      [&] {
+        const torch::Tensor hidden = net.ForwardHidden(inputs);  // [B, T, hidden]
+        const torch::Tensor at_last = hidden.index({torch::arange(rows, last.options()), last})
+                                          .unsqueeze(1);  // [B, 1, hidden]
+        // The head is per position, so normalising and scoring only the last tokens is HF's
+        // logits[arange(B), last] without the [B, T, 1] intermediate.
+        scores = net.Head(at_last).select(2, 0).select(1, 0);
+      },
+      absl::StatusCode::kInvalidArgument));
   const torch::Tensor cpu = scores.to(torch::kCPU, torch::kDouble).contiguous();
   return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + rows);
 }

@@ -22,10 +22,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/trainer/data/chat_prompt.h"
-#include "worker/trainer/data/image_processor.h"
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
-#include "worker/trainer/tokenizer/chat_template.h"
+#include "common/data/chat_prompt.h"
+#include "common/data/image_processor.h"
+#include "common/tokenizer/bpe_tokenizer.h"
+#include "common/tokenizer/chat_template.h"
 
 namespace trainctl::serve {
 

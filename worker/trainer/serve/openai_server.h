@@ -32,9 +32,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 #include "worker/trainer/serve/chat_request.h"
 #include "worker/trainer/serve/generation_queue.h"
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
 namespace trainctl::http {
 class BoundedServer;

@@ -5,7 +5,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "worker/trainer/data/image_header.h"
+#include "common/data/image_header.h"
 
 namespace trainctl::serve {
 namespace {
@@ -13,8 +13,8 @@ namespace {
 absl::Status Invalid(const std::string& param, absl::string_view message) {
   // ReadImageHeader's messages already start with the part's path: name it once.
   const bool named = absl::StartsWith(message, absl::StrCat(param, ": "));
-  absl::Status status = absl::InvalidArgumentError(
-      named ? std::string(message) : absl::StrCat(param, ": ", message));
+  absl::Status status =
+      absl::InvalidArgumentError(named ? std::string(message) : absl::StrCat(param, ": ", message));
   status.SetPayload(kParamPayload, absl::Cord(param));
   return status;
 }

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 #include "worker/trainer/serve/chat_request.h"
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
 namespace trainctl::serve {
 

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/trainer/data/batch.h"
+#include "common/data/batch.h"
 #include "worker/trainer/model/generation.h"
 
 namespace trainctl::serve {

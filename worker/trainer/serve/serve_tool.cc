@@ -10,7 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "worker/trainer/data/preprocessor_config.h"
+#include "common/data/preprocessor_config.h"
 #include "worker/trainer/generate_tool.h"
 #include "worker/trainer/model/forward_tool.h"
 #include "worker/trainer/model/state_dict_adapter.h"

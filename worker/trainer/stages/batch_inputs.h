@@ -4,7 +4,7 @@
 
 #include <torch/torch.h>
 
-#include "worker/trainer/data/batch.h"
+#include "common/data/batch.h"
 #include "worker/trainer/model/qwen2vl.h"
 
 namespace trainctl::trainer {

@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/data/loader.h"
 #include "common/status_macros.h"
-#include "worker/trainer/data/loader.h"
+#include "worker/trainer/model/status_guard.h"
 #include "worker/trainer/stages/distill_loss.h"
 #include "worker/trainer/stages/internal/labelled_batches.h"
 
@@ -35,7 +36,7 @@ class DistillStage final : public Stage {
       return absl::InvalidArgumentError(
           "spec.teacher_model_name_or_path: required for logit distillation");
     }
-    ASSIGN_OR_RETURN(auto resolved, ResolveModel(teacher));
+    ASSIGN_OR_RETURN(auto resolved, ResolveModel(teacher, ctx.env.model_registry));
     if (resolved.first.vocab_size != ctx.config.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
           "spec.teacher_model_name_or_path: the teacher (", teacher, ") has a vocabulary of ",
@@ -60,16 +61,12 @@ class DistillStage final : public Stage {
     double loss_value = 0, kd_value = 0, ce_value = 0;
     for (const data::Batch& batch : micro.batches) {
       torch::Tensor loss;
-      try {
+      RETURN_IF_ERROR(model::Guarded("", [&] {
         LossSums sums = MicroBatchSums(ctx, batch);
         loss = (alpha_ * sums.kd + (1 - alpha_) * sums.ce) / denominator;
         kd_value += sums.kd.item<double>() / denominator;
         ce_value += sums.ce.item<double>() / denominator;
-      } catch (const c10::Error& e) {
-        return absl::InternalError(e.what_without_backtrace());
-      } catch (const zero::CollectiveError& e) {
-        return absl::UnavailableError(e.what());
-      }
+      }));
       RETURN_IF_ERROR(ctx.engine->Backward(loss));
       loss_value += loss.item<double>();
     }

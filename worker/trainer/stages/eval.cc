@@ -11,8 +11,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/data/shard_reader.h"
 #include "common/status_macros.h"
-#include "worker/trainer/data/shard_reader.h"
 #include "worker/trainer/rewards/reward_model.h"
 #include "worker/trainer/rewards/rule_rewards.h"
 #include "worker/trainer/stages/eval_metrics.h"
@@ -114,7 +114,8 @@ class EvalStage final : public MeasuringStage {
           rewards::RewardModel::Load(ctx.spec.reward_model_name_or_path(), ctx.options, &ctx.comm));
     }
     if (!ctx.spec.baseline_model_name_or_path().empty()) {
-      ASSIGN_OR_RETURN(auto resolved, ResolveModel(ctx.spec.baseline_model_name_or_path()));
+      ASSIGN_OR_RETURN(auto resolved, ResolveModel(ctx.spec.baseline_model_name_or_path(),
+                                                   ctx.env.model_registry));
       ASSIGN_OR_RETURN(baseline_, zero::Engine::CreateFrozen(resolved.first, ctx.options, &ctx.comm,
                                                              ctx.training.seed(), resolved.second));
       baseline_->model().SetAttentionImpl(ctx.engine->model().attention_impl());

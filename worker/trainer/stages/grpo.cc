@@ -12,10 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/data/loader.h"
+#include "common/data/shard_reader.h"
 #include "common/status_macros.h"
-#include "worker/trainer/data/loader.h"
-#include "worker/trainer/data/shard_reader.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 #include "worker/trainer/model/generation.h"
+#include "worker/trainer/model/status_guard.h"
 #include "worker/trainer/rewards/reward_model.h"
 #include "worker/trainer/rewards/rule_rewards.h"
 #include "worker/trainer/stages/grpo_loss.h"
@@ -23,7 +25,6 @@
 #include "worker/trainer/stages/internal/grpo_rows.h"
 #include "worker/trainer/stages/internal/labelled_batches.h"
 #include "worker/trainer/stages/internal/rollout.h"
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -33,7 +34,6 @@ using internal::GrpoRow;
 
 double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
 
-using internal::Guarded;
 using internal::SamplingSeed;
 
 class GrpoStage final : public Stage {
@@ -75,31 +75,33 @@ class GrpoStage final : public Stage {
       }
     }
     if (!ctx.spec.reward_model_name_or_path().empty()) {
-      ASSIGN_OR_RETURN(reward_model_, rewards::RewardModel::Load(
-                                          ctx.spec.reward_model_name_or_path(), ctx.options,
-                                          &ctx.comm));
+      ASSIGN_OR_RETURN(
+          reward_model_,
+          rewards::RewardModel::Load(ctx.spec.reward_model_name_or_path(), ctx.options, &ctx.comm));
       reward_names_.push_back("reward_model");
     }
     weights_.assign(reward_names_.size(), 1.0);
     if (t.reward_weights_size() > 0) {
       if (t.reward_weights_size() != static_cast<int>(reward_names_.size())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "training.reward_weights: one per reward (", reward_names_.size(), "), got ",
-            t.reward_weights_size()));
+        return absl::InvalidArgumentError(absl::StrCat("training.reward_weights: one per reward (",
+                                                       reward_names_.size(), "), got ",
+                                                       t.reward_weights_size()));
       }
       weights_.assign(t.reward_weights().begin(), t.reward_weights().end());
     }
     if (reward_names_.empty()) {
-      return absl::InvalidArgumentError("grpo needs at least one reward (reward_funcs or "
-                                        "reward_model_name_or_path)");
+      return absl::InvalidArgumentError(
+          "grpo needs at least one reward (reward_funcs or "
+          "reward_model_name_or_path)");
     }
 
     // The reference: the starting policy, frozen, sharded like the policy.
     if (options_.beta != 0) {
-      ASSIGN_OR_RETURN(auto resolved, ResolveModel(ctx.spec.model_name_or_path()));
-      ASSIGN_OR_RETURN(reference_, zero::Engine::CreateFrozen(resolved.first, ctx.options,
-                                                              &ctx.comm, t.seed(),
-                                                              resolved.second));
+      ASSIGN_OR_RETURN(auto resolved,
+                       ResolveModel(ctx.spec.model_name_or_path(), ctx.env.model_registry));
+      ASSIGN_OR_RETURN(reference_,
+                       zero::Engine::CreateFrozen(resolved.first, ctx.options, &ctx.comm, t.seed(),
+                                                  resolved.second));
       reference_->model().SetAttentionImpl(ctx.engine->model().attention_impl());
     }
 
@@ -184,8 +186,8 @@ class GrpoStage final : public Stage {
       ASSIGN_OR_RETURN(GrpoRow row, internal::PromptRow(*reader_, sample, t.max_prompt_length()));
       if (row.prompt_cut_images && !warned_long_prompt_) {
         ctx.Warn(absl::StrCat("sample ", sample, ": its prompt (", row.prompt.size(),
-                              " tokens) is longer than max_prompt_length ",
-                              t.max_prompt_length(), " but holds images; kept whole"));
+                              " tokens) is longer than max_prompt_length ", t.max_prompt_length(),
+                              " but holds images; kept whole"));
         warned_long_prompt_ = true;
       }
       rows_.push_back(std::move(row));
@@ -219,9 +221,9 @@ class GrpoStage final : public Stage {
       new_tokens += static_cast<int64_t>(rows_[i].completion.size());
       truncated += rows_[i].truncated ? 1 : 0;
     }
-    torch::Tensor sums = torch::tensor(
-        {static_cast<double>(new_tokens), static_cast<double>(truncated), seconds},
-        torch::kFloat64);
+    torch::Tensor sums =
+        torch::tensor({static_cast<double>(new_tokens), static_cast<double>(truncated), seconds},
+                      torch::kFloat64);
     RETURN_IF_ERROR(ctx.comm.AllReduceSum(sums, "completion lengths"));
     const double total_rows = static_cast<double>(rows_here * world_);
     rollout_metrics_ = nlohmann::json::object();
@@ -257,7 +259,7 @@ class GrpoStage final : public Stage {
       GrpoRow& row = rows_[static_cast<size_t>(i)];
       std::vector<int32_t> ids(row.completion.begin(), row.completion.end());
       ASSIGN_OR_RETURN(row.text, tokenizer_->Decode(ids, /*skip_special_tokens=*/true,
-                                                      /*drop_unknown_ids=*/true));
+                                                    /*drop_unknown_ids=*/true));
       for (size_t f = 0; f < rule_rewards_.size(); ++f) {
         all[rank_ * rows_here + i][static_cast<int64_t>(f)] =
             rule_rewards_[f](row.text, row.solution);
@@ -318,7 +320,7 @@ class GrpoStage final : public Stage {
   absl::StatusOr<torch::Tensor> LogProbs(StageContext& ctx, zero::Engine& engine,
                                          const internal::TrainInputs& in) {
     torch::Tensor logps;
-    RETURN_IF_ERROR(Guarded("log-probabilities", [&]() -> absl::Status {
+    RETURN_IF_ERROR(model::Guarded("log-probabilities", [&]() -> absl::Status {
       internal::AutocastGuard autocast(ctx.options.compute_dtype == torch::kBFloat16,
                                        ctx.device.type(), torch::kBFloat16);
       logps = internal::TrainLogProbs(engine.model(), in);
@@ -339,8 +341,7 @@ class GrpoStage final : public Stage {
       if (!(mask_truncated && row.truncated)) active += static_cast<double>(row.completion.size());
       tokens += static_cast<int64_t>(row.prompt.size() + row.completion.size());
     }
-    torch::Tensor counts =
-        torch::tensor({active, static_cast<double>(tokens)}, torch::kFloat64);
+    torch::Tensor counts = torch::tensor({active, static_cast<double>(tokens)}, torch::kFloat64);
     RETURN_IF_ERROR(ctx.comm.AllReduceSum(counts, "completion tokens"));
     GrpoStepShape shape;
     shape.world_size = world_;
@@ -368,10 +369,10 @@ class GrpoStage final : public Stage {
       loss += lo.contribution.item<double>();
       stats.Add(lo.stats);
     }
-    torch::Tensor sums = torch::tensor({loss, stats.kl_sum, stats.kl_count, stats.clip_low_sum,
-                                        stats.clip_high_sum, stats.clip_region_sum,
-                                        stats.clip_count},
-                                       torch::kFloat64);
+    torch::Tensor sums =
+        torch::tensor({loss, stats.kl_sum, stats.kl_count, stats.clip_low_sum, stats.clip_high_sum,
+                       stats.clip_region_sum, stats.clip_count},
+                      torch::kFloat64);
     RETURN_IF_ERROR(ctx.comm.AllReduceSum(sums, "grpo statistics"));
     GrpoLossStats global;
     global.kl_sum = sums[1].item<double>();

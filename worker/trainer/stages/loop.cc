@@ -18,16 +18,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/data/manifest.h"
 #include "common/deepspeed_config.h"
 #include "common/diagnostics_spec.h"
 #include "common/job_spec.h"
 #include "common/process_stats.h"
 #include "common/status_macros.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
-#include "worker/trainer/data/manifest.h"
 #include "worker/trainer/diagnostics/bandwidth_probe.h"
 #include "worker/trainer/diagnostics/nccl_log.h"
 #include "worker/trainer/model/attention.h"
+#include "worker/trainer/model/status_guard.h"
 #include "worker/trainer/stages/internal/flops.h"
 #include "worker/trainer/stages/loss_spike.h"
 #include "worker/trainer/stages/lr_schedule.h"
@@ -45,7 +46,6 @@ std::string DeviceName(const torch::Device& device) {
   (void)device;
   return std::string();
 }
-
 
 namespace fs = std::filesystem;
 
@@ -78,26 +78,25 @@ std::string HostName() {
 // NCCL's INFO log for this rank (diagnostics/nccl_log.h): the variables the job did not set, set
 // before the process group exists. The files go to <output_dir>/diagnostics, or a temporary
 // directory of this process when the job has no output_dir (a probe job).
-absl::StatusOr<NcclLogPlan> PrepareNcclLog(const trainctl::v1::JobSpec& spec, int rank,
+absl::StatusOr<NcclLogPlan> PrepareNcclLog(const trainctl::v1::JobSpec& spec, const RankEnv& env,
                                            const std::string& host) {
   std::error_code ec;
-  const fs::path dir =
-      spec.output_dir().empty()
-          ? fs::temp_directory_path(ec) / ("trainctl-nccl-" + std::to_string(getpid()))
-          : fs::path(spec.output_dir()) / "diagnostics";
+  const fs::path dir = spec.output_dir().empty() ? fs::temp_directory_path(ec) /
+                                                       ("trainctl-nccl-" + std::to_string(getpid()))
+                                                 : fs::path(spec.output_dir()) / "diagnostics";
   fs::create_directories(dir, ec);
   if (ec) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create ", dir.string(), " for NCCL's log: ", ec.message()));
   }
-  const char* local_rank = std::getenv("LOCAL_RANK");
   NcclLogPlan plan = PlanNcclLog(
-      [](const std::string& name) -> std::optional<std::string> {
-        const char* value = std::getenv(name.c_str());
-        if (value == nullptr) return std::nullopt;
-        return std::string(value);
+      [&env](const std::string& name) -> std::optional<std::string> {
+        auto it = env.nccl.find(name);
+        if (it == env.nccl.end()) return std::nullopt;
+        return it->second;
       },
-      rank, local_rank ? std::atoi(local_rank) : 0, dir.string(), host, getpid());
+      env.rank, env.local_rank, dir.string(), host, getpid());
+  // For NCCL, which reads its settings from the environment when it creates its communicator.
   for (const auto& [name, value] : plan.set_env) setenv(name.c_str(), value.c_str(), 0);
   return plan;
 }
@@ -111,7 +110,7 @@ int64_t Interval(double steps, int64_t total) {
 class Loop {
  public:
   Loop(const TrainRun& run, EventSink* events)
-      : spec_(run.spec), t_(run.spec.training()), events_(events) {}
+      : spec_(run.spec), t_(run.spec.training()), env_(run.env), events_(events) {}
   ~Loop() {
     stage_.reset();
     if (comm_ && comm_->failed()) (void)engine_.release();
@@ -181,18 +180,18 @@ class Loop {
 
   absl::Status Setup() {
     ASSIGN_OR_RETURN(stage_, MakeStage(spec_));
-    const torch::Device device = RankDevice();
+    const torch::Device device = RankDevice(env_.local_rank);
     if (device.is_cuda() && t_.has_tf32() && t_.tf32()) {
       at::globalContext().setAllowTF32CuBLAS(true);
       at::globalContext().setAllowTF32CuDNN(true);
     }
-    ASSIGN_OR_RETURN(zero::CommOptions comm_options, zero::CommOptionsFromEnv());
+    zero::CommOptions comm_options = zero::RankCommOptions(env_);
     comm_options.timeout = std::chrono::seconds(t_.ddp_timeout());
     comm_options.device = device;
     const std::string host = HostName();
     std::optional<NcclLogPlan> nccl_log;
     if (device.is_cuda() && NcclLogEnabled(spec_)) {
-      ASSIGN_OR_RETURN(nccl_log, PrepareNcclLog(spec_, comm_options.rank, host));
+      ASSIGN_OR_RETURN(nccl_log, PrepareNcclLog(spec_, env_, host));
     }
     ASSIGN_OR_RETURN(comm_, zero::Comm::Create(comm_options));
     RETURN_IF_ERROR(RunDiagnostics(nccl_log, device, host));
@@ -208,7 +207,7 @@ class Loop {
     // with, so that every checkpoint this job saves is a whole model (serve, eval, a next stage).
     if (tokenizer_dir_.empty()) tokenizer_dir_ = PreparedWithTokenizer(spec_.data_path());
     ctx_.emplace(StageContext{spec_, t_, device, *comm_, engine_.get(), options_, config_,
-                              tokenizer_dir_, *events_});
+                              tokenizer_dir_, *events_, env_});
     for (const std::string& w : warnings_) ctx_->Warn(w);
     if (ctx_->lead()) {
       events_->Emit("setup",
@@ -240,13 +239,13 @@ class Loop {
     save_every_ = Interval(t_.save_steps(), total_steps_);
     shape_ = ModelShape{engine_->Memory().parameters, config_.vocab_size, config_.hidden_size,
                         config_.num_hidden_layers};
-    const ComputePrecision precision =
-        options_.compute_dtype != torch::kFloat32 ? ComputePrecision::kHalf
-        : (device.is_cuda() && t_.tf32())         ? ComputePrecision::kTf32
-                                                  : ComputePrecision::kFp32;
+    const ComputePrecision precision = options_.compute_dtype != torch::kFloat32
+                                           ? ComputePrecision::kHalf
+                                       : (device.is_cuda() && t_.tf32()) ? ComputePrecision::kTf32
+                                                                         : ComputePrecision::kFp32;
     std::string peak_error;
-    peak_flops_ =
-        PeakFlops(std::getenv("TRAINCTL_PEAK_FLOPS"), DeviceName(device), precision, &peak_error);
+    peak_flops_ = PeakFlops(env_.peak_flops.empty() ? nullptr : env_.peak_flops.c_str(),
+                            DeviceName(device), precision, &peak_error);
     if (!peak_error.empty()) ctx_->Warn(peak_error);
     return absl::OkStatus();
   }
@@ -273,7 +272,7 @@ class Loop {
   // does not train). Returns the attention implementation asked for.
   absl::StatusOr<model::AttentionImpl> BuildEngine(const std::string& model_ref,
                                                    const torch::Device& device) {
-    ASSIGN_OR_RETURN(auto resolved_model, ResolveModel(model_ref));
+    ASSIGN_OR_RETURN(auto resolved_model, ResolveModel(model_ref, env_.model_registry));
     config_ = std::move(resolved_model.first);
     if (!resolved_model.second.empty()) {
       tokenizer_dir_ = resolved_model.second;
@@ -311,8 +310,8 @@ class Loop {
     }
     // TRAINCTL_ATTENTION=eager|sdpa overrides the default (fused on CUDA in LibTorch 2.x builds).
     model::AttentionImpl attention = model::AttentionImpl::kAuto;
-    if (const char* name = std::getenv("TRAINCTL_ATTENTION"); name != nullptr && *name) {
-      auto parsed = model::ParseAttentionImpl(name);
+    if (!env_.attention.empty()) {
+      auto parsed = model::ParseAttentionImpl(env_.attention);
       if (!parsed.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("TRAINCTL_ATTENTION: ", parsed.status().message()));
@@ -404,8 +403,8 @@ class Loop {
     // Model FLOPs per device (this rank's tokens), and MFU where the device's peak is known.
     if (window_samples_ > 0) {
       const double seq_len = static_cast<double>(window_tokens_) / window_samples_;
-      const double flops = values["tokens_per_second"].get<double>() *
-                           TrainingFlopsPerToken(shape_, seq_len);
+      const double flops =
+          values["tokens_per_second"].get<double>() * TrainingFlopsPerToken(shape_, seq_len);
       values["flops_per_second"] = flops;
       if (peak_flops_) values["mfu"] = flops / *peak_flops_;
     }
@@ -436,13 +435,10 @@ class Loop {
     SaveOptions options;
     options.write_hf_weights = gather_on_save_;
     options.tokenizer_dir = tokenizer_dir_;
-    std::string dir;
-    try {
-      ASSIGN_OR_RETURN(dir, SaveCheckpoint(spec_.output_dir(), state_, *engine_, options));
-    } catch (const zero::CollectiveError& e) {
-      return absl::UnavailableError(
-          absl::StrCat("saving checkpoint ", state_.global_step, ": ", e.what()));
-    }
+    ASSIGN_OR_RETURN(const std::string dir,
+                     model::Guarded(absl::StrCat("saving checkpoint ", state_.global_step), [&] {
+                       return SaveCheckpoint(spec_.output_dir(), state_, *engine_, options);
+                     }));
     last_saved_step_ = state_.global_step;
     if (ctx_->lead()) {
       events_->Emit("checkpoint",
@@ -453,6 +449,7 @@ class Loop {
 
   const trainctl::v1::JobSpec& spec_;
   const trainctl::v1::TrainingArguments& t_;
+  const RankEnv& env_;
   EventSink* events_;
   std::unique_ptr<zero::Comm> comm_;
   model::Qwen2VLConfig config_;
@@ -472,7 +469,7 @@ class Loop {
   int64_t window_steps_ = 0, window_tokens_ = 0, window_samples_ = 0;
   std::map<std::string, double> window_metrics_;
   ModelShape shape_;
-  std::optional<double> peak_flops_;  // per device, FLOP/s
+  std::optional<double> peak_flops_;        // per device, FLOP/s
   std::optional<LossSpikeDetector> spike_;  // spec.remedies.loss_spike set
   int64_t rewarm_from_ = 0;                 // the step resumed from
   int64_t rewarm_steps_ = 0;
@@ -484,14 +481,13 @@ void StageContext::Warn(const std::string& message) const {
   if (lead()) events.Emit("warning", {{"message", message}});
 }
 
-torch::Device RankDevice() {
+torch::Device RankDevice(int local_rank) {
   if (!torch::cuda::is_available()) return torch::Device(torch::kCPU);
-  const char* local_rank = std::getenv("LOCAL_RANK");
-  return torch::Device(torch::kCUDA,
-                       static_cast<c10::DeviceIndex>(local_rank ? std::atoi(local_rank) : 0));
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
-absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(const std::string& ref) {
+absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(
+    const std::string& ref, const std::string& registry) {
   // A training job's output directory (what a pipeline stage hands the next one): its newest
   // complete checkpoint, which holds HF weights unless ZeRO-3 saved them sharded only.
   if (fs::is_directory(ref) && !HasWeights(ref) && !fs::exists(fs::path(ref) / "config.json")) {
@@ -503,14 +499,14 @@ absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(const 
             " has no model.safetensors (ZeRO-3 without stage3_gather_16bit_weights_on_model_save);"
             " write one with `trainctl-trainer export`"));
       }
-      return ResolveModel(*latest);
+      return ResolveModel(*latest, registry);
     }
   }
   if (fs::is_directory(ref) && HasWeights(ref)) {
     ASSIGN_OR_RETURN(model::Qwen2VLConfig config, model::LoadQwen2VLConfig(ref));
     return std::make_pair(std::move(config), ref);
   }
-  ASSIGN_OR_RETURN(const std::string config_path, model::FindModelConfig(ref));
+  ASSIGN_OR_RETURN(const std::string config_path, model::FindModelConfig(ref, registry));
   ASSIGN_OR_RETURN(model::Qwen2VLConfig config, model::LoadQwen2VLConfig(config_path));
   return std::make_pair(std::move(config), std::string());
 }

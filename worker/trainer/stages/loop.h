@@ -29,9 +29,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/data/loader.h"
+#include "common/rank_env.h"
 #include "nlohmann/json.hpp"
 #include "trainctl/v1/job.pb.h"
-#include "worker/trainer/data/loader.h"
 #include "worker/trainer/event_sink.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/zero/comm.h"
@@ -42,6 +43,7 @@ namespace trainctl::trainer {
 struct TrainRun {
   trainctl::v1::JobSpec spec;  // validated, defaults applied (common/job_spec.h)
   bool resume = true;          // continue from the newest complete checkpoint in output_dir
+  RankEnv env;                 // this rank's launch environment, read by the trainer's main
 };
 
 struct TrainResult {
@@ -64,6 +66,7 @@ struct StageContext {
   const model::Qwen2VLConfig& config;  // the engine's model's
   const std::string& tokenizer_dir;    // the model directory when it is one, else ""
   EventSink& events;
+  const RankEnv& env;  // the rank's launch environment (the model registry, a teacher's key)
 
   // Rank 0 speaks for the job: metrics, checkpoints and warnings come once, not once per rank.
   bool lead() const { return comm.rank() == 0; }
@@ -140,11 +143,13 @@ absl::StatusOr<TrainResult> RunTraining(const TrainRun& run, EventSink* events);
 // The model's config and, when `ref` is a directory with weights, that directory to load them
 // from; otherwise a registry name or config path and "" (initialise from the seed). A training
 // job's output directory (checkpoint-N folders, no config.json) stands for its newest complete
-// checkpoint: how a pipeline stage takes the previous stage's model.
-absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(const std::string& ref);
+// checkpoint: how a pipeline stage takes the previous stage's model. Registry names are looked up
+// in `registry` (model::FindModelConfig; the rank's TRAINCTL_MODEL_REGISTRY, "" for the default).
+absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(
+    const std::string& ref, const std::string& registry);
 
-// The compute device of this rank: CUDA device LOCAL_RANK when CUDA is available, else the CPU.
-torch::Device RankDevice();
+// The compute device of a rank: CUDA device `local_rank` when CUDA is available, else the CPU.
+torch::Device RankDevice(int local_rank);
 
 }  // namespace trainctl::trainer
 

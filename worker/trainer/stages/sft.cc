@@ -6,8 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/data/loader.h"
 #include "common/status_macros.h"
-#include "worker/trainer/data/loader.h"
+#include "worker/trainer/model/status_guard.h"
 #include "worker/trainer/stages/internal/labelled_batches.h"
 
 namespace trainctl::trainer {
@@ -32,16 +33,12 @@ class SftStage final : public Stage {
     torch::Tensor loss_sum;
     for (const data::Batch& batch : micro.batches) {
       torch::Tensor loss;
-      try {
+      RETURN_IF_ERROR(model::Guarded("", [&] {
         const internal::TrainedPositions trained = internal::Trained(ctx, batch);
         loss = internal::CrossEntropySumAt(ctx, ctx.engine->model(), batch, trained.positions,
                                            trained.labels.index_select(0, trained.positions)) /
                micro.label_tokens;
-      } catch (const c10::Error& e) {
-        return absl::InternalError(e.what_without_backtrace());
-      } catch (const zero::CollectiveError& e) {
-        return absl::UnavailableError(e.what());
-      }
+      }));
       RETURN_IF_ERROR(ctx.engine->Backward(loss));
       loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
     }

@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/data/prepare.h"
 #include "common/status_macros.h"
-#include "worker/trainer/data/prepare.h"
 #include "worker/trainer/stages/internal/endpoint_teacher.h"
 #include "worker/trainer/stages/internal/model_teacher.h"
 #include "worker/trainer/stages/internal/trace_records.h"
@@ -92,7 +92,7 @@ class TraceDistillStage final : public MeasuringStage {
       o.base_url = ctx.spec.teacher_endpoint();
       while (!o.base_url.empty() && o.base_url.back() == '/') o.base_url.pop_back();
       o.model = ctx.spec.teacher_endpoint_model();
-      if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr) o.api_key = key;
+      o.api_key = ctx.env.openai_api_key;
       o.concurrency = t.teacher_concurrency();
       o.timeout_seconds = t.teacher_timeout();
       o.max_retries = t.teacher_max_retries();
@@ -246,7 +246,8 @@ class TraceDistillStage final : public MeasuringStage {
   // teacher's.
   static absl::StatusOr<std::string> DatasetTokenizer(const StageContext& ctx) {
     const std::string& student = ctx.spec.model_name_or_path();
-    if (auto resolved = ResolveModel(student); resolved.ok() && HasTokenizer(resolved->second)) {
+    if (auto resolved = ResolveModel(student, ctx.env.model_registry);
+        resolved.ok() && HasTokenizer(resolved->second)) {
       return resolved->second;
     }
     if (HasTokenizer(student)) return student;

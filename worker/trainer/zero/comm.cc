@@ -26,7 +26,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -44,56 +43,21 @@ using BackendBase = c10d::ProcessGroup;
 constexpr char kHeartbeatPrefix[] = "trainctl/heartbeat/";
 constexpr auto kHeartbeatEvery = std::chrono::milliseconds(300);
 
-absl::StatusOr<int> EnvInt(const char* name, int fallback, int min) {
-  const char* raw = std::getenv(name);
-  if (raw == nullptr || *raw == '\0') return fallback;
-  int value = 0;
-  if (!absl::SimpleAtoi(raw, &value) || value < min) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "environment variable ", name, ": must be an integer >= ", min, ", got '", raw, "'"));
-  }
-  return value;
-}
-
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
 }  // namespace
 
-absl::StatusOr<CommOptions> CommOptionsFromEnv() {
+CommOptions RankCommOptions(const RankEnv& env) {
   CommOptions options;
-  auto world = EnvInt("WORLD_SIZE", 1, 1);
-  if (!world.ok()) return world.status();
-  auto rank = EnvInt("RANK", 0, 0);
-  if (!rank.ok()) return rank.status();
-  if (*rank >= *world) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "environment variable RANK: must be < WORLD_SIZE (", *world, "), got ", *rank));
-  }
-  options.world_size = *world;
-  options.rank = *rank;
-  if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {
-    options.master_addr = addr;
-  }
-  auto port = EnvInt("MASTER_PORT", 0, 1);
-  if (!port.ok()) return port.status();
-  if (*world > 1 && (*port == 0 || *port > 65535)) {
-    return absl::InvalidArgumentError(
-        "environment variable MASTER_PORT: a port in [1, 65535] is required when WORLD_SIZE > 1");
-  }
-  options.master_port = *port;
-  // A one-rank job normally has no process group. TRAINCTL_COMM_SINGLE_RANK_GROUP=1 creates one
-  // anyway, so a one-GPU machine can check the NCCL path end to end.
-  if (const char* single = std::getenv("TRAINCTL_COMM_SINGLE_RANK_GROUP");
-      single != nullptr && std::string(single) == "1") {
-    options.group_when_alone = true;
-  }
-  if (options.world_size == 1 && options.group_when_alone && (*port == 0 || *port > 65535)) {
-    return absl::InvalidArgumentError(
-        "environment variable MASTER_PORT: a port in [1, 65535] is required with "
-        "TRAINCTL_COMM_SINGLE_RANK_GROUP=1");
-  }
+  options.rank = env.rank;
+  options.world_size = env.world_size;
+  options.master_addr = env.master_addr;
+  options.master_port = env.master_port;
+  options.group_when_alone = env.single_rank_group;
+  options.gloo_ifname = env.gloo_socket_ifname;
+  options.node_addr = env.node_addr;
   return options;
 }
 
@@ -150,14 +114,13 @@ absl::StatusOr<std::unique_ptr<Comm>> Comm::Create(const CommOptions& options) {
     } else {
 #ifdef TRAINCTL_HAVE_GLOO
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-      // GLOO_SOCKET_IFNAME picks the interface, as in PyTorch; otherwise the address the worker
-      // daemon advertises for this node (TRAINCTL_NODE_ADDR), loopback when the rendezvous host is
-      // loopback, or this host's name.
-      const char* node_addr = std::getenv("TRAINCTL_NODE_ADDR");
-      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
-        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-      } else if (node_addr != nullptr && *node_addr) {
-        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(node_addr));
+      // The interface by name, as PyTorch's GLOO_SOCKET_IFNAME; else the node's advertised address.
+      if (!options.gloo_ifname.empty()) {
+        gloo_options->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForInterface(options.gloo_ifname));
+      } else if (!options.node_addr.empty()) {
+        gloo_options->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForHostname(options.node_addr));
       } else if (options.master_addr == "127.0.0.1" || options.master_addr == "localhost") {
         gloo_options->devices.push_back(
             c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
@@ -273,17 +236,8 @@ Handle::~Handle() {
   }
 }
 
-absl::Status Handle::Await() {
-  try {
-    Wait();
-  } catch (const CollectiveError& e) {
-    return absl::UnavailableError(e.what());
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Comm::AllReduceSum(const torch::Tensor& t, const std::string& what) {
-  return AllReduce(t, what).Await();
+  return model::Guarded("", [&] { AllReduce(t, what).Wait(); });
 }
 
 void ReleaseIfFailed(std::unique_ptr<Comm>& comm) {

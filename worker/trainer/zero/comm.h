@@ -1,6 +1,6 @@
 // The collectives the ZeRO engine needs, over one LibTorch c10d process group: NCCL in CUDA builds,
 // Gloo on CPUs. Ranks rendezvous through a TCPStore from the torchrun-style launch environment
-// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE).
+// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE: common/rank_env.h, read by the trainer's main).
 //
 // Every collective is asynchronous and returns a Handle; Wait() finishes it. Where a backend lacks
 // a collective (Gloo has no reduce_scatter and no _allgather_base on LibTorch 1.13) the same result
@@ -27,6 +27,8 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "absl/status/statusor.h"
+#include "common/rank_env.h"
+#include "worker/trainer/model/status_guard.h"
 
 namespace c10d {
 class Store;
@@ -34,9 +36,11 @@ class Store;
 
 namespace trainctl::zero {
 
-class CollectiveError : public std::runtime_error {
+// A collective that failed: a peer is gone or the timeout passed. Guarded (model/status_guard.h)
+// turns it into UNAVAILABLE.
+class CollectiveError : public model::PeerFailure {
  public:
-  using std::runtime_error::runtime_error;
+  using model::PeerFailure::PeerFailure;
 };
 
 struct CommOptions {
@@ -50,12 +54,16 @@ struct CommOptions {
   // With world_size 1, still form a process group and run every collective through it (checks a
   // backend on one device); off, a lone rank's collectives are local copies.
   bool group_when_alone = false;
+  // Gloo's interface: by name (GLOO_SOCKET_IFNAME) when set, else this node's address (the one
+  // the worker advertises), else loopback when the rendezvous host is loopback, else this host's
+  // name.
+  std::string gloo_ifname;
+  std::string node_addr;
 };
 
-// RANK, WORLD_SIZE (default 0 and 1), MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (required
-// when WORLD_SIZE > 1), and TRAINCTL_COMM_SINGLE_RANK_GROUP=1 for group_when_alone.
-// INVALID_ARGUMENT naming the variable when one is malformed or out of range.
-absl::StatusOr<CommOptions> CommOptionsFromEnv();
+// A rank's options from its launch environment (common/rank_env.h), timeout and device left at
+// their defaults.
+CommOptions RankCommOptions(const RankEnv& env);
 
 class Comm;
 
@@ -71,10 +79,9 @@ class Handle {
   // An NCCL collective on device tensors is stream-ordered instead: Wait() makes the current
   // CUDA stream wait for it and returns at once (no host synchronisation); a hung collective is
   // then ended by the NCCL watchdog after the group's timeout, which tears the process down.
+  // The one way to finish a collective: code that returns a Status waits inside
+  // model::Guarded, which turns CollectiveError into UNAVAILABLE.
   void Wait();
-  // Wait() with a failure as UNAVAILABLE carrying CollectiveError's message: how collectives'
-  // errors leave the zero/ layer.
-  absl::Status Await();
   bool pending() const { return comm_ != nullptr; }
 
  private:

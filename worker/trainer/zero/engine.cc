@@ -11,6 +11,7 @@
 #include "worker/trainer/model/autocast_state.h"
 #include "worker/trainer/model/safetensors.h"
 #include "worker/trainer/model/state_dict_adapter.h"
+#include "worker/trainer/model/status_guard.h"
 #include "worker/trainer/zero/internal/engine_unit.h"
 
 namespace trainctl::zero {
@@ -103,15 +104,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Make(const model::Qwen2VLConfig&
         absl::StrCat("zero_optimization.stage: must be 0, 1, 2 or 3, got ", options.stage));
   }
   std::unique_ptr<Engine> engine(new Engine(options, comm, frozen));
-  try {
-    RETURN_IF_ERROR(engine->Build(config, seed, weights_dir));
-  } catch (const c10::Error& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("building the model of ", config.source, ": ", e.what_without_backtrace()));
-  } catch (const CollectiveError& e) {
-    return absl::UnavailableError(
-        absl::StrCat("building the model of ", config.source, ": ", e.what()));
-  }
+  RETURN_IF_ERROR(model::Guarded(
+      absl::StrCat("building the model of ", config.source),
+      [&] { return engine->Build(config, seed, weights_dir); },
+      absl::StatusCode::kResourceExhausted));
   if (frozen) engine->model_->eval();
   return engine;
 }
@@ -291,14 +287,7 @@ void Engine::RefreshWorkingWeights() {
 
 absl::Status Engine::Backward(const torch::Tensor& loss) {
   if (frozen_) return absl::FailedPreconditionError("Backward on a frozen (forward-only) engine");
-  try {
-    BackwardOrThrow(loss);
-  } catch (const CollectiveError& e) {
-    return absl::UnavailableError(absl::StrCat("backward: ", e.what()));
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("backward: ", e.what_without_backtrace()));
-  }
-  return absl::OkStatus();
+  return model::Guarded("backward", [&] { BackwardOrThrow(loss); });
 }
 
 void Engine::BackwardOrThrow(const torch::Tensor& loss) {
@@ -354,13 +343,7 @@ torch::Tensor& Engine::ShardGrad(Unit& u) {
 
 absl::StatusOr<StepResult> Engine::Step(double lr) {
   if (frozen_) return absl::FailedPreconditionError("Step on a frozen (forward-only) engine");
-  try {
-    return StepOrThrow(lr);
-  } catch (const CollectiveError& e) {
-    return absl::UnavailableError(absl::StrCat("optimizer step: ", e.what()));
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("optimizer step: ", e.what_without_backtrace()));
-  }
+  return model::Guarded("optimizer step", [&] { return StepOrThrow(lr); });
 }
 
 StepResult Engine::StepOrThrow(double lr) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/trainer/model/status_guard.h"
 #include "worker/trainer/zero/engine.h"
 #include "worker/trainer/zero/internal/engine_unit.h"
 
@@ -58,21 +59,20 @@ Engine::HeldWeights::~HeldWeights() {
 absl::StatusOr<Engine::HeldWeights> Engine::HoldWeights() {
   HeldWeights held;
   if (options_.stage < 3) return held;
-  try {
-    // Every gather in flight at once, then bound.
-    for (auto& u : units_) {
-      if (!u->persistent) StartGather(*u);
-    }
-    for (auto& u : units_) {
-      AcquireOne(*u);
-      held.bytes_ += u->padded * static_cast<int64_t>(torch::elementSize(options_.compute_dtype));
-    }
-  } catch (const CollectiveError& e) {
-    return absl::UnavailableError(absl::StrCat("gathering the weights for generation: ", e.what()));
-  } catch (const c10::Error& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("gathering the weights for generation: ", e.what_without_backtrace()));
-  }
+  RETURN_IF_ERROR(model::Guarded(
+      "gathering the weights for generation",
+      [&] {
+        // Every gather in flight at once, then bound.
+        for (auto& u : units_) {
+          if (!u->persistent) StartGather(*u);
+        }
+        for (auto& u : units_) {
+          AcquireOne(*u);
+          held.bytes_ +=
+              u->padded * static_cast<int64_t>(torch::elementSize(options_.compute_dtype));
+        }
+      },
+      absl::StatusCode::kResourceExhausted));
   held.engine_ = this;
   return held;
 }

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "worker/trainer/data/batch.h"
+#include "common/data/batch.h"
 #include "worker/trainer/model/generation.h"
 
 namespace trainctl::trainer::internal {

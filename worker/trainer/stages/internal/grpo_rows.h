@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/trainer/data/shard_reader.h"
+#include "common/data/shard_reader.h"
 #include "worker/trainer/model/qwen2vl.h"
 
 namespace trainctl::trainer::internal {

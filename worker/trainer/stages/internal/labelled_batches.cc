@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/data/shard_reader.h"
 #include "common/status_macros.h"
-#include "worker/trainer/data/shard_reader.h"
 #include "worker/trainer/stages/batch_inputs.h"
 #include "worker/trainer/stages/internal/autocast.h"
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/trainer/data/batch.h"
-#include "worker/trainer/data/loader.h"
-#include "worker/trainer/data/shard_reader.h"
+#include "common/data/batch.h"
+#include "common/data/loader.h"
+#include "common/data/shard_reader.h"
 #include "worker/trainer/model/qwen2vl.h"
 #include "worker/trainer/stages/loop.h"
 

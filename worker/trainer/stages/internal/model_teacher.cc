@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/data/chat_prompt.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "worker/trainer/data/chat_prompt.h"
 #include "worker/trainer/stages/internal/grpo_rows.h"
 #include "worker/trainer/stages/internal/rollout.h"
 

@@ -15,10 +15,10 @@
 #include <memory>
 #include <string>
 
-#include "worker/trainer/data/image_processor.h"
+#include "common/data/image_processor.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 #include "worker/trainer/stages/internal/teacher.h"
 #include "worker/trainer/stages/loop.h"
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
 namespace trainctl::trainer::internal {
 

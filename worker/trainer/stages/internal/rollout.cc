@@ -5,6 +5,7 @@
 
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "worker/trainer/model/status_guard.h"
 #include "worker/trainer/stages/internal/autocast.h"
 
 namespace trainctl::trainer::internal {
@@ -80,7 +81,7 @@ absl::StatusOr<model::GenerationOutput> GenerateCompletions(StageContext& ctx, z
   RolloutCost here;
   model::GenerationOutput generated;
   const absl::Time start = absl::Now();
-  RETURN_IF_ERROR(Guarded("generation", [&]() -> absl::Status {
+  RETURN_IF_ERROR(model::Guarded("generation", [&]() -> absl::Status {
     const model::ModelInputs prompts = PromptInputs(rows, options.pad_token_id, ctx.device);
     zero::Engine::HeldWeights held;
     if (hold) {

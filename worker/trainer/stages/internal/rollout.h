@@ -13,25 +13,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "worker/trainer/data/shard_reader.h"
+#include "common/data/shard_reader.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 #include "worker/trainer/model/generation.h"
 #include "worker/trainer/stages/internal/grpo_rows.h"
 #include "worker/trainer/stages/loop.h"
-#include "worker/trainer/tokenizer/bpe_tokenizer.h"
 
 namespace trainctl::trainer::internal {
-
-// Runs `fn`, turning the exceptions of tensor code and collectives into a status.
-template <typename Fn>
-absl::Status Guarded(const std::string& what, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const zero::CollectiveError& e) {
-    return absl::UnavailableError(absl::StrCat(what, ": ", e.what()));
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
-  }
-}
 
 // Maps (seed, generation, completion) to a sampling seed: reproducible, the same on any number of
 // ranks and after a resume.

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/trainer/tokenizer/chat_template.h"
+#include "common/tokenizer/chat_template.h"
 
 namespace trainctl::trainer::internal {
 

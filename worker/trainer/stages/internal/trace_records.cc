@@ -13,8 +13,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "worker/trainer/data/prepare.h"
-#include "worker/trainer/data/record_parser.h"
+#include "common/data/prepare.h"
+#include "common/data/record_parser.h"
 #include "worker/trainer/rewards/rule_rewards.h"
 
 namespace trainctl::trainer::internal {
