@@ -13,7 +13,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/daemon.h"
 #include "common/http_server.h"
+#include "common/logging.h"
 
 namespace trainctl::metrics {
 namespace {
@@ -135,6 +137,22 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(Registry* re
   server->port_ = port;
   server->address_ = parsed->ipv6 ? absl::StrCat("[", parsed->host, "]:", port)
                                   : absl::StrCat(parsed->host, ":", port);
+  return server;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> StartDaemonMetrics(Registry* registry,
+                                                                  const std::string& listen,
+                                                                  const std::string& ready_file) {
+  if (listen.empty()) return std::unique_ptr<MetricsServer>();
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server = MetricsServer::Start(registry, listen);
+  if (!server.ok()) {
+    return absl::Status(server.status().code(),
+                        absl::StrCat("--metrics_listen: ", server.status().message()));
+  }
+  TRAINCTL_LOG(INFO) << "metrics on http://" << (*server)->address() << "/metrics";
+  if (absl::Status s = WriteReadyFile(ready_file, (*server)->address()); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("--metrics_ready_file: ", s.message()));
+  }
   return server;
 }
 

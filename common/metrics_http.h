@@ -35,6 +35,13 @@ class MetricsServer {
   std::string address_;
 };
 
+// A daemon's --metrics_listen: null when `listen` is empty; else the server started on it and
+// logged, its address written to `ready_file` (WriteReadyFile in common/daemon.h). Errors name
+// --metrics_listen or --metrics_ready_file.
+absl::StatusOr<std::unique_ptr<MetricsServer>> StartDaemonMetrics(Registry* registry,
+                                                                  const std::string& listen,
+                                                                  const std::string& ready_file);
+
 }  // namespace trainctl::metrics
 
 #endif  // TRAINCTL_COMMON_METRICS_HTTP_H_

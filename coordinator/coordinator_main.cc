@@ -9,14 +9,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/access_tokens.h"
@@ -122,14 +117,6 @@ absl::StatusOr<std::unique_ptr<JobStore>> OpenStore(const std::string& path,
   auto store = SqliteJobStore::Open(options);
   if (!store.ok()) return store.status();
   return std::unique_ptr<JobStore>(std::move(*store));
-}
-
-// Writes `address` to `path` (nothing when `path` is empty); readers never see a half-written file.
-void WriteReadyFile(const std::string& path, const std::string& address) {
-  if (path.empty()) return;
-  const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << address << "\n";
-  std::filesystem::rename(tmp, path);
 }
 
 std::string BoundAddress(const std::string& listen, int port) {
@@ -351,34 +338,34 @@ int Run() {
   if (db_lock != nullptr) {
     if (absl::Status s = db_lock->SetAddress(bound); !s.ok()) TRAINCTL_LOG(WARNING) << s.message();
   }
-  std::unique_ptr<metrics::MetricsServer> metrics_server;
-  if (const std::string listen_metrics = absl::GetFlag(FLAGS_metrics_listen);
-      !listen_metrics.empty()) {
-    auto started = metrics::MetricsServer::Start(&registry, listen_metrics);
-    if (!started.ok()) {
-      TRAINCTL_LOG(ERROR) << "--metrics_listen: " << started.status().message();
-      server->Shutdown();
-      cluster.Stop();
-      return 1;
-    }
-    metrics_server = std::move(*started);
-    TRAINCTL_LOG(INFO) << "metrics on http://" << metrics_server->address() << "/metrics";
-    WriteReadyFile(absl::GetFlag(FLAGS_metrics_ready_file), metrics_server->address());
+  auto metrics_server = metrics::StartDaemonMetrics(&registry, absl::GetFlag(FLAGS_metrics_listen),
+                                                    absl::GetFlag(FLAGS_metrics_ready_file));
+  if (!metrics_server.ok()) {
+    TRAINCTL_LOG(ERROR) << metrics_server.status().message();
+    server->Shutdown();
+    cluster.Stop();
+    return 1;
   }
-  WriteReadyFile(absl::GetFlag(FLAGS_ready_file), bound);
+  if (absl::Status s = WriteReadyFile(absl::GetFlag(FLAGS_ready_file), bound); !s.ok()) {
+    TRAINCTL_LOG(ERROR) << "--ready_file: " << s.message();
+    server->Shutdown();
+    cluster.Stop();
+    return 1;
+  }
   serving.store(true, std::memory_order_release);
 
-  std::thread stopper([&server, &signals, &service, &token_reloader] {
-    int sig = 0;
-    while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) token_reloader.Reload();
-    TRAINCTL_LOG(INFO) << "signal " << sig << ": shutting down";
-    service.Stopping("stopping: draining RPCs");
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  });
-  server->Wait();
-  stopper.join();
+  {
+    StopSignalThread stopper(
+        signals,
+        [&server, &service](int) {
+          service.Stopping("stopping: draining RPCs");
+          server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+        },
+        [&token_reloader] { token_reloader.Reload(); });
+    server->Wait();
+  }
   // Before the cluster stops: a scrape asks the cluster's loop for its nodes.
-  metrics_server.reset();
+  metrics_server->reset();
   cluster.Stop();
   TRAINCTL_LOG(INFO) << "stopped";
   return 0;
@@ -388,10 +375,7 @@ int Run() {
 }  // namespace trainctl
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("trainctl-coordinator --listen HOST:PORT --db PATH");
-  absl::FlagsUsageConfig usage_config;
-  usage_config.version_string = [] { return trainctl::VersionText("trainctl-coordinator"); };
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::ParseCommandLine(argc, argv);
+  trainctl::ParseDaemonFlags(argc, argv, "trainctl-coordinator",
+                             "trainctl-coordinator --listen HOST:PORT --db PATH");
   return trainctl::Run();
 }

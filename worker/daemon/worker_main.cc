@@ -16,12 +16,8 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
-#include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -361,8 +357,7 @@ int Run() {
   metrics::Registry registry;
   Worker worker(options);
   std::unique_ptr<NodeMetrics> node_metrics;
-  std::unique_ptr<metrics::MetricsServer> metrics_server;
-  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen); !listen.empty()) {
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
     NodeMetricsOptions metrics_options;
     metrics_options.node_name = options.node_name;
     metrics_options.version = BuildVersion();
@@ -371,36 +366,21 @@ int Run() {
     metrics_options.poll_interval = absl::GetFlag(FLAGS_gpu_metrics_interval);
     node_metrics = std::make_unique<NodeMetrics>(std::move(metrics_options), &registry,
                                                  [&worker] { return worker.Stats(); });
-    auto server = metrics::MetricsServer::Start(&registry, listen);
-    if (!server.ok()) {
-      TRAINCTL_LOG(ERROR) << "--metrics_listen: " << server.status().message();
-      return 2;
-    }
-    metrics_server = std::move(*server);
-    node_metrics->Start();
-    TRAINCTL_LOG(INFO) << "serving metrics on http://" << metrics_server->address() << "/metrics";
-    if (const std::string ready = absl::GetFlag(FLAGS_metrics_ready_file); !ready.empty()) {
-      const std::string tmp = ready + ".tmp";
-      std::ofstream(tmp) << metrics_server->address() << "\n";
-      std::error_code ec;
-      std::filesystem::rename(tmp, ready, ec);  // readers never see a half-written file
-      if (ec) {
-        TRAINCTL_LOG(ERROR) << "--metrics_ready_file: cannot write " << ready << ": "
-                            << ec.message();
-        return 2;
-      }
-    }
   }
-  std::thread stopper([&worker, &signals, &service] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    TRAINCTL_LOG(INFO) << "signal " << sig << ": stopping ranks and shutting down";
-    service.Stopping("stopping: ending ranks, reporting them");
-    worker.Stop();
-  });
-  worker.Run();
-  // Run only returns after Stop; the stopper thread has done its work.
-  stopper.join();
+  auto metrics_server = metrics::StartDaemonMetrics(&registry, absl::GetFlag(FLAGS_metrics_listen),
+                                                    absl::GetFlag(FLAGS_metrics_ready_file));
+  if (!metrics_server.ok()) {
+    TRAINCTL_LOG(ERROR) << metrics_server.status().message();
+    return 2;
+  }
+  if (node_metrics != nullptr) node_metrics->Start();
+  {
+    StopSignalThread stopper(signals, [&worker, &service](int) {
+      service.Stopping("stopping: ending ranks, reporting them");
+      worker.Stop();
+    });
+    worker.Run();  // returns after Stop
+  }
   TRAINCTL_LOG(INFO) << "stopped";
   return 0;
 }
@@ -409,12 +389,9 @@ int Run() {
 }  // namespace trainctl::worker
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  trainctl::ParseDaemonFlags(
+      argc, argv, "trainctl-worker",
       "trainctl-worker --coordinator HOST:PORT [--node_name N] [--advertise_addr A] "
       "[--work_dir D] [--labels k=v,...] [--slots N] [--metrics_listen HOST:PORT]");
-  absl::FlagsUsageConfig usage_config;
-  usage_config.version_string = [] { return trainctl::VersionText("trainctl-worker"); };
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::ParseCommandLine(argc, argv);
   return trainctl::worker::Run();
 }
