@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,13 @@ const OptionSpec* Find(const std::vector<OptionSpec>& specs, const std::string& 
   return nullptr;
 }
 
+// "--name=value" as ("--name", "value"); "--name" as ("--name", nullopt).
+std::pair<std::string, std::optional<std::string>> SplitOption(const std::string& arg) {
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos) return {arg, std::nullopt};
+  return {arg.substr(0, eq), arg.substr(eq + 1)};
+}
+
 }  // namespace
 
 absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args,
@@ -27,12 +35,7 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args,
       out.positional.push_back(arg);
       continue;
     }
-    std::string token = arg;
-    std::optional<std::string> value;
-    if (auto eq = arg.find('='); eq != std::string::npos) {
-      token = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    }
+    auto [token, value] = SplitOption(arg);
     const OptionSpec* spec = Find(specs, token);
     if (spec == nullptr) {
       if (!allow_passthrough || !absl::StartsWith(arg, "--")) {
@@ -81,12 +84,7 @@ absl::StatusOr<LeadingArgs> ParseLeadingOptions(const std::vector<std::string>& 
   size_t i = 0;
   while (i < args.size() && args[i].size() >= 2 && args[i][0] == '-') {
     const std::string& arg = args[i];
-    std::string token = arg;
-    std::optional<std::string> value;
-    if (auto eq = arg.find('='); eq != std::string::npos) {
-      token = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    }
+    auto [token, value] = SplitOption(arg);
     const OptionSpec* spec = Find(globals, token);
     if (spec == nullptr) {
       return absl::InvalidArgumentError(
