@@ -13,6 +13,20 @@
 // ("ignored") unless they ask for a behaviour trainctl cannot give (nvme offload, apex amp, ...),
 // which are errors. Unknown keys are warnings.
 //
+// One source for each training value (the engine's options, worker/trainer/zero/engine_options.cc,
+// take each from exactly one place):
+//   * with a DeepSpeed config, the resolved config: micro batch, accumulation, gradient_clipping,
+//     the optimizer's lr/betas/eps/weight_decay (when it has an "optimizer" section), bf16/fp16
+//     and loss scaling, ZeRO stage, buckets, offload. Its "auto" values were filled from the
+//     job's flags, so a flag and the config never disagree (an explicit mismatch is an error);
+//   * without one, or for a value the config does not carry, the job's training arguments
+//     (max_grad_norm, learning_rate, adam_*, weight_decay, bf16/fp16);
+//   * always the training arguments: the schedule (lr_scheduler_type, warmup), steps and epochs,
+//     logging and saving, seed, gradient checkpointing;
+//   * the model's hidden size fills the bucket sizes left "auto" (reduce_bucket_size,
+//     stage3_prefetch_bucket_size, stage3_param_persistence_threshold) on the ranks, where the
+//     model is known.
+//
 // Everything here is a pure function of its arguments and is safe to call from any thread.
 #ifndef TRAINCTL_COMMON_DEEPSPEED_CONFIG_H_
 #define TRAINCTL_COMMON_DEEPSPEED_CONFIG_H_

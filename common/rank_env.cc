@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 
 extern char** environ;
 
@@ -78,40 +79,37 @@ const std::vector<std::string>& WorkerSetVariables() {
   return *names;
 }
 
-absl::StatusOr<RankEnv> RankEnv::Parse(const std::map<std::string, std::string>& vars) {
-  RankEnv env;
-  for (const auto& [name, min, out] :
-       {std::tuple<const char*, int, int*>{"WORLD_SIZE", 1, &env.world_size},
+absl::Status RankEnv::Parse(const std::map<std::string, std::string>& vars, RankEnv* out) {
+  RankEnv& env = *out;
+  env = RankEnv();
+  for (const auto& [name, min, field] :
+       {std::tuple<const char*, int, int*>{kRankEventFdVariable, 0, &env.event_fd},
+        {"WORLD_SIZE", 1, &env.world_size},
         {"RANK", 0, &env.rank},
         {"LOCAL_RANK", 0, &env.local_rank},
         {"LOCAL_WORLD_SIZE", 1, &env.local_world_size},
         {"NODE_RANK", 0, &env.node_rank},
         {"MASTER_PORT", 1, &env.master_port},
-        {"TRAINCTL_ATTEMPT", 0, &env.attempt},
-        {kRankEventFdVariable, 0, &env.event_fd}}) {
-    if (absl::Status s = ParseInt(vars, name, min, out); !s.ok()) return s;
+        {"TRAINCTL_ATTEMPT", 0, &env.attempt}}) {
+    RETURN_IF_ERROR(ParseInt(vars, name, min, field));
   }
   if (env.rank >= env.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "environment variable RANK: must be < WORLD_SIZE (", env.world_size, "), got ", env.rank));
   }
-  if (env.master_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "environment variable MASTER_PORT: a port in [1, 65535], got ", env.master_port));
-  }
   env.single_rank_group = Get(vars, "TRAINCTL_COMM_SINGLE_RANK_GROUP") == "1";
-  if (env.master_port == 0 && env.world_size > 1) {
-    return absl::InvalidArgumentError(
-        "environment variable MASTER_PORT: a port in [1, 65535] is required when WORLD_SIZE > 1");
-  }
-  if (env.master_port == 0 && env.single_rank_group) {
-    return absl::InvalidArgumentError(
-        "environment variable MASTER_PORT: a port in [1, 65535] is required with "
-        "TRAINCTL_COMM_SINGLE_RANK_GROUP=1");
+  // The rendezvous port matters only where a process group forms.
+  if (env.world_size > 1 || env.single_rank_group) {
+    if (env.master_port == 0 || env.master_port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "environment variable MASTER_PORT: a port in [1, 65535] is required ",
+          env.world_size > 1 ? "when WORLD_SIZE > 1" : "with TRAINCTL_COMM_SINGLE_RANK_GROUP=1"));
+    }
   }
   if (std::string addr = Get(vars, "MASTER_ADDR"); !addr.empty()) env.master_addr = addr;
   if (const std::string raw = Get(vars, "TRAINCTL_TEST_ADDRESS_SPACE_LIMIT"); !raw.empty()) {
     if (!absl::SimpleAtoi(raw, &env.address_space_limit) || env.address_space_limit == 0) {
+      env.address_space_limit = 0;
       return absl::InvalidArgumentError(
           "environment variable TRAINCTL_TEST_ADDRESS_SPACE_LIMIT: must be a positive number of "
           "bytes");
@@ -121,7 +119,6 @@ absl::StatusOr<RankEnv> RankEnv::Parse(const std::map<std::string, std::string>&
   env.job_id = Get(vars, "TRAINCTL_JOB_ID");
   env.task_id = Get(vars, "TRAINCTL_TASK_ID");
   env.attention = Get(vars, "TRAINCTL_ATTENTION");
-  env.fused_kernels = Get(vars, "TRAINCTL_FUSED_KERNELS") != "0";
   env.peak_flops = Get(vars, "TRAINCTL_PEAK_FLOPS");
   env.model_registry = Get(vars, "TRAINCTL_MODEL_REGISTRY");
   env.openai_api_key = Get(vars, "OPENAI_API_KEY");
@@ -129,10 +126,10 @@ absl::StatusOr<RankEnv> RankEnv::Parse(const std::map<std::string, std::string>&
   for (const auto& [name, value] : vars) {
     if (absl::StartsWith(name, "NCCL_")) env.nccl.emplace(name, value);
   }
-  return env;
+  return absl::OkStatus();
 }
 
-absl::StatusOr<RankEnv> RankEnv::FromProcess() {
+absl::Status RankEnv::FromProcess(RankEnv* out) {
   std::map<std::string, std::string> vars;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const absl::string_view text(*entry);
@@ -141,7 +138,7 @@ absl::StatusOr<RankEnv> RankEnv::FromProcess() {
       vars.emplace(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
     }
   }
-  return Parse(vars);
+  return Parse(vars, out);
 }
 
 bool IsEnvName(absl::string_view name) {

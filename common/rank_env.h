@@ -33,7 +33,7 @@ struct RankEnv {
   // Set by the worker for each rank (WorkerVariables, plus TRAINCTL_EVENT_FD and, on GPU nodes,
   // CUDA_VISIBLE_DEVICES); a job's env may not set them (WorkerSetVariables).
   int rank = 0;                           // RANK
-  int local_rank = 0;                     // LOCAL_RANK: the CUDA device among the visible ones
+  int local_rank = 0;                     // LOCAL_RANK: the rank's index on its node
   int world_size = 1;                     // WORLD_SIZE
   int local_world_size = 1;               // LOCAL_WORLD_SIZE
   int node_rank = 0;                      // NODE_RANK
@@ -48,7 +48,6 @@ struct RankEnv {
   // The trainer's switches, which a job's env (or a user running the trainer alone) may set.
   bool single_rank_group = false;    // TRAINCTL_COMM_SINGLE_RANK_GROUP=1: a group even alone
   std::string attention;             // TRAINCTL_ATTENTION: auto|eager|sdpa, as written
-  bool fused_kernels = true;         // TRAINCTL_FUSED_KERNELS=0 turns the fused CUDA ops off
   std::string peak_flops;            // TRAINCTL_PEAK_FLOPS, as written (the MFU's denominator)
   uint64_t address_space_limit = 0;  // TRAINCTL_TEST_ADDRESS_SPACE_LIMIT (tests only); 0: none
   std::string model_registry;        // TRAINCTL_MODEL_REGISTRY: named model configs' folder
@@ -60,11 +59,13 @@ struct RankEnv {
   // the launcher sets to the pipe it opens, nor CUDA_VISIBLE_DEVICES, nor the switches).
   std::map<std::string, std::string> WorkerVariables() const;
 
-  // From a rank's variables. INVALID_ARGUMENT naming the variable when one is malformed or out
-  // of range (RANK >= WORLD_SIZE, no MASTER_PORT for several ranks, ...).
-  static absl::StatusOr<RankEnv> Parse(const std::map<std::string, std::string>& variables);
-  // Parse(this process's environment). Only a main calls it.
-  static absl::StatusOr<RankEnv> FromProcess();
+  // Fills `out` from a rank's variables. INVALID_ARGUMENT naming the variable when one is
+  // malformed or out of range (RANK >= WORLD_SIZE, no MASTER_PORT for several ranks, ...); `out`
+  // then still holds what was read before it, TRAINCTL_EVENT_FD first, so the error can be
+  // reported on the event pipe.
+  static absl::Status Parse(const std::map<std::string, std::string>& variables, RankEnv* out);
+  // Parse(this process's environment). Only the trainer's main calls it (for `train`).
+  static absl::Status FromProcess(RankEnv* out);
 };
 
 // The names the worker sets in every rank, which a job's env may not set: WorkerVariables' names,

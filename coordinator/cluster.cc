@@ -15,6 +15,7 @@
 #include "common/worker_limits.h"
 #include "coordinator/internal/cluster_metrics.h"
 #include "coordinator/internal/cluster_tasks.h"
+#include "coordinator/job_launch.h"
 #include "coordinator/job_stages.h"
 #include "coordinator/job_state.h"
 #include "coordinator/remedy_ladder.h"
@@ -38,37 +39,6 @@ SchedJob ToSchedJob(const Job& job) {
   s.slots_per_node = std::max(1, job.spec().resources().slots_per_node());
   s.node_selector.insert(job.spec().node_selector().begin(), job.spec().node_selector().end());
   return s;
-}
-
-// What the job's ranks run: its spec and resolved DeepSpeed config, or for a pipeline those of its
-// current stage (common/pipeline_spec.h), so that workers and trainers see an ordinary job.
-absl::Status LaunchSpec(const Job& job, v1::JobSpec* spec, std::string* deepspeed) {
-  if (job.spec().kind() != v1::JOB_KIND_PIPELINE && job.remedies().empty()) {
-    *spec = job.spec();
-    *deepspeed = job.resolved_deepspeed_config_json();
-    return absl::OkStatus();
-  }
-  if (job.spec().kind() != v1::JOB_KIND_PIPELINE) {
-    // The remedies' settings on top of the spec, validated and resolved as at submit.
-    absl::StatusOr<v1::JobSpec> remedied = ApplyRemedies(job.spec(), job.remedies());
-    if (!remedied.ok()) return remedied.status();
-    absl::StatusOr<ValidatedJobSpec> validated = ValidateJobSpec(*remedied);
-    if (!validated.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the spec with its remedies is not valid: ", validated.status().message()));
-    }
-    *spec = std::move(validated->spec);
-    *deepspeed = std::move(validated->resolved_deepspeed_config_json);
-    return absl::OkStatus();
-  }
-  absl::StatusOr<v1::JobSpec> stage = PipelineStageSpec(job.spec(), job.current_stage());
-  if (!stage.ok()) return stage.status();
-  absl::StatusOr<std::string> ds = PipelineStageDeepSpeedConfig(
-      job.resolved_deepspeed_config_json(), PipelineStageName(job.spec(), job.current_stage()));
-  if (!ds.ok()) return ds.status();
-  *spec = std::move(*stage);
-  *deepspeed = std::move(*ds);
-  return absl::OkStatus();
 }
 
 // "stage sft (2/4): " before a pipeline's messages; "" for other jobs.
@@ -528,14 +498,15 @@ void Cluster::LaunchTask(Run& run, Task& task) {
   }
   v1::CoordinatorMessage message;
   v1::LaunchTask* launch = message.mutable_launch();
-  if (absl::Status s = LaunchSpec(run.job, launch->mutable_spec(),
-                                  launch->mutable_resolved_deepspeed_config_json());
-      !s.ok()) {
+  absl::StatusOr<JobLaunch> resolved = ResolveJobLaunch(run.job);
+  if (!resolved.ok()) {
     EndTask(task, v1::TASK_STATE_FAILED);
-    FailRun(run, absl::StrCat("cannot launch: ", s.message()));
+    FailRun(run, absl::StrCat("cannot launch: ", resolved.status().message()));
     MaybeFinish(run.job.id());
     return;
   }
+  *launch->mutable_spec() = std::move(resolved->spec);
+  launch->set_resolved_deepspeed_config_json(std::move(resolved->resolved_deepspeed_config));
   launch->set_task_id(task.id);
   launch->set_job_id(task.job_id);
   launch->set_attempt(task.attempt);

@@ -1,6 +1,7 @@
 #include "coordinator/event_ingester.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -33,19 +34,22 @@ struct EventIngester::Metrics {
         commits(r->AddHistogram("trainctl_store_commit_duration_seconds",
                                 "Store commit latency by what was committed.")),
         logs_commit(commits.Add({{"op", "logs"}}, metrics::LatencyBuckets())),
-        events_commit(commits.Add({{"op", "events"}}, metrics::LatencyBuckets())) {}
-
-  // The label of a trainer event's type: one of a fixed set, so a peer cannot mint series.
-  prometheus::Counter& Events(const std::string& type) {
-    static const char* const kKnown[] = {"metric", "checkpoint", "topology", "bandwidth", "warning",
-                                         "status", "setup",      "memory",   "generation"};
-    for (const char* known : kKnown) {
-      if (type == known) return events.Add({{"type", type}});
+        events_commit(commits.Add({{"op", "events"}}, metrics::LatencyBuckets())) {
+    for (const char* type : {"metric", "checkpoint", "topology", "bandwidth", "warning", "status",
+                             "setup", "memory", "generation", "other"}) {
+      by_type.emplace(type, &events.Add({{"type", type}}));
     }
-    return events.Add({{"type", "other"}});
+  }
+
+  // The counter of a trainer event's type: one of a fixed set, so a peer cannot mint series (made
+  // once: prometheus-cpp's Family::Add allocates a child on every call).
+  prometheus::Counter& Events(const std::string& type) {
+    auto it = by_type.find(type);
+    return *(it != by_type.end() ? it->second : by_type.at("other"));
   }
 
   prometheus::Family<prometheus::Counter>& events;
+  std::map<std::string, prometheus::Counter*> by_type;  // filled once, read without a lock
   prometheus::Counter& lines;
   prometheus::Counter& dropped;
   prometheus::Counter& stored_bytes;

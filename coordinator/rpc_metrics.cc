@@ -1,12 +1,15 @@
 #include "coordinator/rpc_metrics.h"
 
 #include <chrono>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "google/protobuf/descriptor.h"
 
 namespace trainctl {
@@ -26,25 +29,45 @@ std::string MethodLabel(const char* path) {
   return method == nullptr ? "other" : method->name();
 }
 
+// The histogram of each (method, code), made once. prometheus-cpp's Family::Add builds a child
+// before it looks the labels up, so calling it per RPC would allocate a histogram per RPC.
+class DurationSeries {
+ public:
+  explicit DurationSeries(prometheus::Family<prometheus::Histogram>* family) : family_(family) {}
+
+  prometheus::Histogram& Get(const std::string& method, absl::StatusCode code) {
+    absl::MutexLock lock(&mu_);
+    auto [it, added] = series_.try_emplace({method, code}, nullptr);
+    if (added) {
+      it->second = &family_->Add({{"method", method}, {"code", absl::StatusCodeToString(code)}},
+                                 metrics::LatencyBuckets());
+    }
+    return *it->second;
+  }
+
+ private:
+  prometheus::Family<prometheus::Histogram>* const family_;
+  absl::Mutex mu_;
+  std::map<std::pair<std::string, absl::StatusCode>, prometheus::Histogram*> series_
+      ABSL_GUARDED_BY(mu_);
+};
+
 class RpcTimer final : public grpc::experimental::Interceptor {
  public:
-  RpcTimer(prometheus::Family<prometheus::Histogram>* durations, absl::string_view method)
+  RpcTimer(DurationSeries* durations, absl::string_view method)
       : durations_(durations), method_(method), start_(std::chrono::steady_clock::now()) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start_;
       const auto code = static_cast<absl::StatusCode>(methods->GetSendStatus().error_code());
-      durations_
-          ->Add({{"method", method_}, {"code", absl::StatusCodeToString(code)}},
-                metrics::LatencyBuckets())
-          .Observe(took.count());
+      durations_->Get(method_, code).Observe(took.count());
     }
     methods->Proceed();
   }
 
  private:
-  prometheus::Family<prometheus::Histogram>* const durations_;
+  DurationSeries* const durations_;
   const std::string method_;
   const std::chrono::steady_clock::time_point start_;
 };
@@ -57,11 +80,11 @@ class RpcTimerFactory final : public grpc::experimental::ServerInterceptorFactor
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
     if (info->type() != grpc::experimental::ServerRpcInfo::Type::UNARY) return nullptr;
-    return new RpcTimer(durations_, MethodLabel(info->method()));
+    return new RpcTimer(&durations_, MethodLabel(info->method()));
   }
 
  private:
-  prometheus::Family<prometheus::Histogram>* const durations_;
+  DurationSeries durations_;
 };
 
 }  // namespace

@@ -129,10 +129,11 @@ TEST(RankEnvTest, WhatTheWorkerWritesTheTrainerReadsBack) {
   std::map<std::string, std::string> vars = written.WorkerVariables();
   vars[kRankEventFdVariable] = "3";
   vars["NCCL_DEBUG"] = "INFO";
-  vars["TRAINCTL_FUSED_KERNELS"] = "0";
   vars["TRAINCTL_MODEL_REGISTRY"] = "/srv/models";
-  auto read = RankEnv::Parse(vars);
-  ASSERT_TRUE(read.ok()) << read.status();
+  RankEnv env;
+  const absl::Status status = RankEnv::Parse(vars, &env);
+  ASSERT_TRUE(status.ok()) << status;
+  const RankEnv* read = &env;
   EXPECT_EQ(read->rank, 3);
   EXPECT_EQ(read->local_rank, 1);
   EXPECT_EQ(read->world_size, 4);
@@ -145,7 +146,6 @@ TEST(RankEnvTest, WhatTheWorkerWritesTheTrainerReadsBack) {
   EXPECT_EQ(read->task_id, "t-1");
   EXPECT_EQ(read->attempt, 2);
   EXPECT_EQ(read->event_fd, 3);
-  EXPECT_FALSE(read->fused_kernels);
   EXPECT_EQ(read->model_registry, "/srv/models");
   EXPECT_EQ(read->nccl, (std::map<std::string, std::string>{{"NCCL_DEBUG", "INFO"}}));
   // Every name the worker sets is reserved from a job's env.
@@ -157,30 +157,42 @@ TEST(RankEnvTest, WhatTheWorkerWritesTheTrainerReadsBack) {
 }
 
 TEST(RankEnvTest, AloneNeedsNothing) {
-  auto env = RankEnv::Parse({});
-  ASSERT_TRUE(env.ok()) << env.status();
-  EXPECT_EQ(env->world_size, 1);
-  EXPECT_EQ(env->rank, 0);
-  EXPECT_EQ(env->event_fd, -1);
-  EXPECT_EQ(env->master_addr, "127.0.0.1");
-  EXPECT_TRUE(env->fused_kernels);
+  RankEnv env;
+  ASSERT_TRUE(RankEnv::Parse({}, &env).ok());
+  EXPECT_EQ(env.world_size, 1);
+  EXPECT_EQ(env.rank, 0);
+  EXPECT_EQ(env.event_fd, -1);
+  EXPECT_EQ(env.master_addr, "127.0.0.1");
+  // Alone, no process group forms: the port is not needed (an unrelated MASTER_PORT past 65535
+  // is left alone), but it must still be a number when set.
+  EXPECT_TRUE(RankEnv::Parse({{"MASTER_PORT", "70000"}}, &env).ok());
 }
 
+// Each error names the variable; the event pipe, read first, is known even when the rest fails.
 TEST(RankEnvTest, ErrorsNameTheVariable) {
-  auto env = RankEnv::Parse({{"WORLD_SIZE", "2"}, {"RANK", "2"}, {"MASTER_PORT", "29500"}});
-  EXPECT_THAT(env.status().message(), HasSubstr("RANK: must be < WORLD_SIZE (2), got 2"));
-  env = RankEnv::Parse({{"WORLD_SIZE", "2"}, {"RANK", "1"}});
-  EXPECT_THAT(env.status().message(), HasSubstr("MASTER_PORT"));
-  env = RankEnv::Parse({{"WORLD_SIZE", "two"}});
-  EXPECT_THAT(env.status().message(), HasSubstr("WORLD_SIZE: must be an integer >= 1, got 'two'"));
-  env = RankEnv::Parse({{"TRAINCTL_COMM_SINGLE_RANK_GROUP", "1"}});
-  EXPECT_THAT(env.status().message(), HasSubstr("TRAINCTL_COMM_SINGLE_RANK_GROUP=1"));
-  env = RankEnv::Parse({{kRankEventFdVariable, "pipe"}});
-  EXPECT_THAT(env.status().message(), HasSubstr("TRAINCTL_EVENT_FD"));
-  env = RankEnv::Parse({{"MASTER_PORT", "70000"}});
-  EXPECT_THAT(env.status().message(), HasSubstr("MASTER_PORT"));
-  env = RankEnv::Parse({{"TRAINCTL_TEST_ADDRESS_SPACE_LIMIT", "lots"}});
-  EXPECT_THAT(env.status().message(), HasSubstr("TRAINCTL_TEST_ADDRESS_SPACE_LIMIT"));
+  auto error = [](std::map<std::string, std::string> vars) {
+    vars[kRankEventFdVariable] = "3";
+    RankEnv env;
+    const absl::Status status = RankEnv::Parse(vars, &env);
+    EXPECT_EQ(env.event_fd, 3);
+    return std::string(status.message());
+  };
+  EXPECT_THAT(error({{"WORLD_SIZE", "2"}, {"RANK", "2"}, {"MASTER_PORT", "29500"}}),
+              HasSubstr("RANK: must be < WORLD_SIZE (2), got 2"));
+  EXPECT_THAT(error({{"WORLD_SIZE", "2"}, {"RANK", "1"}}), HasSubstr("MASTER_PORT"));
+  EXPECT_THAT(error({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_PORT", "70000"}}),
+              HasSubstr("MASTER_PORT: a port in [1, 65535] is required when WORLD_SIZE > 1"));
+  EXPECT_THAT(error({{"WORLD_SIZE", "two"}}),
+              HasSubstr("WORLD_SIZE: must be an integer >= 1, got 'two'"));
+  EXPECT_THAT(error({{"TRAINCTL_COMM_SINGLE_RANK_GROUP", "1"}}),
+              HasSubstr("TRAINCTL_COMM_SINGLE_RANK_GROUP=1"));
+  EXPECT_THAT(error({{"MASTER_PORT", "tcp://10.0.0.1:29500"}}), HasSubstr("MASTER_PORT"));
+  EXPECT_THAT(error({{"TRAINCTL_TEST_ADDRESS_SPACE_LIMIT", "lots"}}),
+              HasSubstr("TRAINCTL_TEST_ADDRESS_SPACE_LIMIT"));
+  RankEnv env;
+  EXPECT_THAT(std::string(RankEnv::Parse({{kRankEventFdVariable, "pipe"}}, &env).message()),
+              HasSubstr("TRAINCTL_EVENT_FD"));
+  EXPECT_EQ(env.event_fd, -1);
 }
 
 }  // namespace

@@ -108,11 +108,15 @@ absl::StatusOr<ValidatedJobSpec> LoadSpec(const std::string& path) {
   return ValidateJobSpec(*spec);
 }
 
-int Train(const std::map<std::string, std::string>& flags, const RankEnv& env) {
+int Train(const std::map<std::string, std::string>& flags) {
   if (!flags.count("spec")) {
     std::cerr << kUsage;
     return 2;
   }
+  // The one read of the rank's environment (common/rank_env.h), passed down from here. Its event
+  // pipe is read first, so that an error in the rest is reported on it.
+  RankEnv env;
+  const absl::Status env_status = RankEnv::FromProcess(&env);
   auto sink =
       JsonLinesEventSink::Open(env.event_fd, flags.count("events") ? flags.at("events") : "");
   if (!sink.ok()) {
@@ -135,6 +139,7 @@ int Train(const std::map<std::string, std::string>& flags, const RankEnv& env) {
     std::cerr << "trainctl-trainer: " << s.message() << "\n";
     return TrainerExitCode(s);
   };
+  if (!env_status.ok()) return fail(env_status);
   // Tests only: an address-space limit on this rank, so that an allocation fails for real.
   if (env.address_space_limit > 0) {
     rlimit rl{};
@@ -259,15 +264,13 @@ int main(int argc, char** argv) {
     std::cout << trainctl::trainer::kUsage;
     return 0;
   }
-  // The one read of the environment (common/rank_env.h): passed down from here.
-  const absl::StatusOr<trainctl::RankEnv> env = trainctl::RankEnv::FromProcess();
-  if (!env.ok()) {
-    std::cerr << "trainctl-trainer: " << env.status().message() << "\n";
-    return 2;
+  // TRAINCTL_FUSED_KERNELS=0 (a job's env may set it), for every verb: the decoder's RMSNorm,
+  // rotary and SwiGLU as LibTorch's composite ops instead of the fused CUDA kernels
+  // (model/fused_ops.h). `train` reads the rest of the rank's environment itself (RankEnv).
+  if (const char* fused = std::getenv("TRAINCTL_FUSED_KERNELS");
+      fused && std::string(fused) == "0") {
+    trainctl::model::SetFusedKernelsEnabled(false);
   }
-  // TRAINCTL_FUSED_KERNELS=0 (a job's env may set it): the decoder's RMSNorm, rotary and SwiGLU as
-  // LibTorch's composite ops instead of the fused CUDA kernels (model/fused_ops.h).
-  if (!env->fused_kernels) trainctl::model::SetFusedKernelsEnabled(false);
   const auto verb_options = trainctl::trainer::VerbOptions().find(verb);
   if (verb_options == trainctl::trainer::VerbOptions().end()
 #ifndef TRAINCTL_WITH_SERVE
@@ -295,7 +298,7 @@ int main(int argc, char** argv) {
   if (verb == "export") {
     return trainctl::trainer::Export(parsed->positional[0], parsed->positional[1], flags);
   }
-  if (verb == "train") return trainctl::trainer::Train(flags, *env);
+  if (verb == "train") return trainctl::trainer::Train(flags);
   if (verb == "forward") return trainctl::trainer::Forward(flags);
   if (verb == "generate") return trainctl::trainer::Generate(flags);
 #ifdef TRAINCTL_WITH_SERVE

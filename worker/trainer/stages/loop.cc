@@ -483,7 +483,10 @@ void StageContext::Warn(const std::string& message) const {
 
 torch::Device RankDevice(int local_rank) {
   if (!torch::cuda::is_available()) return torch::Device(torch::kCPU);
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  // The worker makes one GPU visible to each rank (CUDA_VISIBLE_DEVICES): it is device 0 whatever
+  // the local rank. Ranks started by hand on a node that shows them all pick theirs by local rank.
+  const int64_t visible = static_cast<int64_t>(torch::cuda::device_count());
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(visible == 1 ? 0 : local_rank));
 }
 
 absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(

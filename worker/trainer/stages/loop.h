@@ -148,7 +148,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainRun& run, EventSink* events);
 absl::StatusOr<std::pair<model::Qwen2VLConfig, std::string>> ResolveModel(
     const std::string& ref, const std::string& registry);
 
-// The compute device of a rank: CUDA device `local_rank` when CUDA is available, else the CPU.
+// The compute device of a rank: the CPU without CUDA; the one visible GPU when the worker made only
+// one visible (CUDA_VISIBLE_DEVICES), else CUDA device `local_rank`.
 torch::Device RankDevice(int local_rank);
 
 }  // namespace trainctl::trainer

@@ -12,16 +12,20 @@ using trainctl::v1::TrainingArguments;
 EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
                                 const TrainingArguments& t, int64_t hidden_size,
                                 std::vector<std::string>* warnings) {
+  // One source per value (common/deepspeed_config.h): the resolved DeepSpeed config when there
+  // is one, else the training arguments.
   EngineOptions o;
-  o.lr = t.learning_rate();
-  o.beta1 = t.adam_beta1();
-  o.beta2 = t.adam_beta2();
-  o.eps = t.adam_epsilon();
-  o.weight_decay = t.weight_decay();
-  o.gradient_clipping = t.max_grad_norm();
   o.compute_dtype = t.bf16() ? torch::kBFloat16 : t.fp16() ? torch::kHalf : torch::kFloat32;
   o.fp16 = t.fp16();
-  if (!ds.has_value()) return o;
+  if (!ds.has_value()) {
+    o.lr = t.learning_rate();
+    o.beta1 = t.adam_beta1();
+    o.beta2 = t.adam_beta2();
+    o.eps = t.adam_epsilon();
+    o.weight_decay = t.weight_decay();
+    o.gradient_clipping = t.max_grad_norm();
+    return o;
+  }
 
   // The HF Trainer's "auto" rules for the sizes that depend on the model.
   const int64_t h2 = hidden_size * hidden_size;
@@ -36,7 +40,7 @@ EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
   o.offload_param = ds->stage == 3 && ds->offload_param.device == OffloadDevice::kCpu;
   o.pin_memory = (o.offload_optimizer && ds->offload_optimizer.pin_memory) ||
                  (o.offload_param && ds->offload_param.pin_memory);
-  o.gradient_clipping = ds->gradient_clipping;
+  o.gradient_clipping = ds->gradient_clipping;  // "auto" <- max_grad_norm
   if (ds->bf16_enabled) {
     o.compute_dtype = torch::kBFloat16;
     o.fp16 = false;
@@ -52,6 +56,7 @@ EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
     o.compute_dtype = torch::kFloat32;
     o.fp16 = false;
   }
+  // The optimizer: the config's section ("auto" <- the flags), else the training arguments.
   if (ds->optimizer.has_value()) {
     o.lr = ds->optimizer->lr;
     o.beta1 = ds->optimizer->betas[0];
@@ -59,6 +64,12 @@ EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
     o.eps = ds->optimizer->eps;
     o.weight_decay = ds->optimizer->weight_decay;
     o.adam_w_mode = ds->optimizer->adam_w_mode;
+  } else {
+    o.lr = t.learning_rate();
+    o.beta1 = t.adam_beta1();
+    o.beta2 = t.adam_beta2();
+    o.eps = t.adam_epsilon();
+    o.weight_decay = t.weight_decay();
   }
   if (warnings != nullptr) {
     if (!ds->contiguous_gradients) {
