@@ -15,14 +15,18 @@ EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
   // One source per value (common/deepspeed_config.h): the resolved DeepSpeed config when there
   // is one, else the training arguments.
   EngineOptions o;
-  o.compute_dtype = t.bf16() ? torch::kBFloat16 : t.fp16() ? torch::kHalf : torch::kFloat32;
-  o.fp16 = t.fp16();
-  if (!ds.has_value()) {
+  // The optimizer's settings from the training arguments (no config, or one without "optimizer").
+  auto optimizer_from_arguments = [&o, &t] {
     o.lr = t.learning_rate();
     o.beta1 = t.adam_beta1();
     o.beta2 = t.adam_beta2();
     o.eps = t.adam_epsilon();
     o.weight_decay = t.weight_decay();
+  };
+  if (!ds.has_value()) {
+    o.compute_dtype = t.bf16() ? torch::kBFloat16 : t.fp16() ? torch::kHalf : torch::kFloat32;
+    o.fp16 = t.fp16();
+    optimizer_from_arguments();
     o.gradient_clipping = t.max_grad_norm();
     return o;
   }
@@ -65,11 +69,7 @@ EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
     o.weight_decay = ds->optimizer->weight_decay;
     o.adam_w_mode = ds->optimizer->adam_w_mode;
   } else {
-    o.lr = t.learning_rate();
-    o.beta1 = t.adam_beta1();
-    o.beta2 = t.adam_beta2();
-    o.eps = t.adam_epsilon();
-    o.weight_decay = t.weight_decay();
+    optimizer_from_arguments();
   }
   if (warnings != nullptr) {
     if (!ds->contiguous_gradients) {
