@@ -129,7 +129,7 @@ absl::Status RankEnv::Parse(const std::map<std::string, std::string>& vars, Rank
   return absl::OkStatus();
 }
 
-absl::Status RankEnv::FromProcess(RankEnv* out) {
+std::map<std::string, std::string> ProcessEnvironment() {
   std::map<std::string, std::string> vars;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const absl::string_view text(*entry);
@@ -138,8 +138,10 @@ absl::Status RankEnv::FromProcess(RankEnv* out) {
       vars.emplace(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
     }
   }
-  return Parse(vars, out);
+  return vars;
 }
+
+absl::Status RankEnv::FromProcess(RankEnv* out) { return Parse(ProcessEnvironment(), out); }
 
 bool IsEnvName(absl::string_view name) {
   if (name.empty() || absl::ascii_isdigit(name[0])) return false;

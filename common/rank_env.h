@@ -68,6 +68,10 @@ struct RankEnv {
   static absl::Status FromProcess(RankEnv* out);
 };
 
+// This process's environment as name -> value (entries without '=' left out): what the worker
+// passes on to its ranks and what RankEnv::FromProcess parses.
+std::map<std::string, std::string> ProcessEnvironment();
+
 // The names the worker sets in every rank, which a job's env may not set: WorkerVariables' names,
 // TRAINCTL_EVENT_FD and CUDA_VISIBLE_DEVICES.
 const std::vector<std::string>& WorkerSetVariables();

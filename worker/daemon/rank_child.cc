@@ -9,15 +9,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <deque>
-#include <string_view>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rank_env.h"
-
-extern char** environ;
 
 namespace trainctl::worker::internal {
 namespace {
@@ -156,14 +153,7 @@ int MaxFd() {
 
 std::vector<std::string> RankEnvironment(const std::map<std::string, std::string>& extra,
                                          const std::optional<RankUser>& user) {
-  std::map<std::string, std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string_view text(*entry);
-    const size_t eq = text.find('=');
-    if (eq != std::string_view::npos) {
-      env.emplace(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
-    }
-  }
+  std::map<std::string, std::string> env = ProcessEnvironment();
   // systemd talks to the daemon, not to its ranks (common/service_notifier.h); the worker's token
   // is its credential, not theirs.
   env.erase("NOTIFY_SOCKET");
