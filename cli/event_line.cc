@@ -74,6 +74,20 @@ std::string EventLine(const JobEvent& e) {
                           "largest size ",
                           absl::StrJoin(parts, ", "), " (trainctl diagnose)");
     }
+    case JobEvent::kSetup: {
+      const v1::RankSetup& s = e.setup();
+      std::string line = absl::StrCat("setup      ", e.stage().empty() ? "" : e.stage() + " ",
+                                      s.device(), ", ", s.backend(), ", attention ", s.attention());
+      if (!s.deepspeed_filled().empty()) {
+        const std::map<std::string, int64_t> sorted(s.deepspeed_filled().begin(),
+                                                    s.deepspeed_filled().end());
+        std::vector<std::string> parts;
+        for (const auto& [key, value] : sorted) parts.push_back(absl::StrCat(key, "=", value));
+        absl::StrAppend(&line, "; DeepSpeed from hidden_size ", s.hidden_size(), ": ",
+                        absl::StrJoin(parts, " "));
+      }
+      return line;
+    }
     default:
       return "event";
   }

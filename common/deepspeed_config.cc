@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -79,6 +81,16 @@ std::string GetString(const json& doc, absl::string_view path, absl::string_view
 }
 
 // "auto" resolution and agreement with the job's flags.
+
+// The keys HF's integration derives from the model's hidden size h, with their values:
+// reduce_bucket_size h*h, stage3_prefetch_bucket_size int(0.9*h*h) (HF's evaluation order),
+// stage3_param_persistence_threshold 10*h.
+std::vector<std::pair<std::string, int64_t>> HiddenSizeValues(int64_t h) {
+  return {{"zero_optimization.reduce_bucket_size", h * h},
+          {"zero_optimization.stage3_prefetch_bucket_size",
+           static_cast<int64_t>(0.9 * static_cast<double>(h) * static_cast<double>(h))},
+          {"zero_optimization.stage3_param_persistence_threshold", 10 * h}};
+}
 
 struct Resolution {
   const DeepSpeedInputs& in;
@@ -223,18 +235,9 @@ void ResolveScheduler(Resolution& r) {
 void ResolveHiddenSizeKeys(Resolution& r) {
   constexpr absl::string_view kDeferred =
       "\"auto\" left for the trainer, which derives it from hidden_size in the model's config.json";
-  std::optional<int64_t> bucket, prefetch, persistence;
-  if (const std::optional<int64_t> h = r.in.hidden_size) {
-    bucket = *h * *h;
-    // Same evaluation order as HF's int(0.9 * hidden_size * hidden_size).
-    prefetch = static_cast<int64_t>(0.9 * static_cast<double>(*h) * static_cast<double>(*h));
-    persistence = 10 * *h;
+  for (const auto& [path, value] : HiddenSizeValues(r.in.hidden_size.value_or(0))) {
+    FillAuto(r, path, r.in.hidden_size ? std::optional<json>(value) : std::nullopt, "", kDeferred);
   }
-  FillAuto(r, "zero_optimization.reduce_bucket_size", OptionalJson(bucket), "", kDeferred);
-  FillAuto(r, "zero_optimization.stage3_prefetch_bucket_size", OptionalJson(prefetch), "",
-           kDeferred);
-  FillAuto(r, "zero_optimization.stage3_param_persistence_threshold", OptionalJson(persistence), "",
-           kDeferred);
 }
 
 // Rules across keys.
@@ -484,6 +487,37 @@ absl::StatusOr<ResolvedDeepSpeedConfig> ResolveDeepSpeedConfig(const nlohmann::j
   out.json = std::move(resolved);
   out.warnings = diag.TakeWarnings();
   return out;
+}
+
+std::map<std::string, int64_t> FillModelAutos(int64_t hidden_size, nlohmann::json* resolved) {
+  std::map<std::string, int64_t> filled;
+  for (const auto& [path, value] : HiddenSizeValues(hidden_size)) {
+    json* node = FindMutable(*resolved, path);
+    if (node == nullptr || !IsAuto(*node)) continue;
+    *node = value;
+    filled.emplace(path, value);
+  }
+  return filled;
+}
+
+absl::StatusOr<DeepSpeedConfig> ReadResolvedDeepSpeedConfig(const nlohmann::json& resolved,
+                                                            const DeepSpeedInputs& in) {
+  if (!resolved.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resolved DeepSpeed config: the root must be a JSON object, got ", resolved.type_name()));
+  }
+  for (const auto& [path, value] : HiddenSizeValues(0)) {
+    const json* node = Find(resolved, path);
+    if (node != nullptr && IsAuto(*node)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("deepspeed.", path, ": still \"auto\"; the model's hidden size fills it"));
+    }
+  }
+  try {
+    return BuildConfig(resolved, in);
+  } catch (const json::exception& e) {  // a document no resolver wrote
+    return absl::InvalidArgumentError(absl::StrCat("resolved DeepSpeed config: ", e.what()));
+  }
 }
 
 }  // namespace trainctl

@@ -27,12 +27,20 @@
 //     stage3_prefetch_bucket_size, stage3_param_persistence_threshold) on the ranks, where the
 //     model is known.
 //
+// Where it is resolved: the coordinator resolves a job's config (ResolveDeepSpeedConfig) when it
+// is submitted and again for each launch whose flags a remedy changed (coordinator/job_launch.h),
+// filling every "auto" it can know; the worker hands that document to the ranks untouched, in
+// the launch file (worker/daemon/worker.cc); the trainer fills only the hidden-size "auto"s
+// (FillModelAutos), reads the typed view (ReadResolvedDeepSpeedConfig) and reports what it filled
+// in its `setup` event.
+//
 // Everything here is a pure function of its arguments and is safe to call from any thread.
 #ifndef TRAINCTL_COMMON_DEEPSPEED_CONFIG_H_
 #define TRAINCTL_COMMON_DEEPSPEED_CONFIG_H_
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -177,6 +185,21 @@ absl::StatusOr<nlohmann::json> ParseDeepSpeedJson(std::string_view text, std::st
 // <what>".
 absl::StatusOr<ResolvedDeepSpeedConfig> ResolveDeepSpeedConfig(const nlohmann::json& doc,
                                                                const DeepSpeedInputs& in);
+
+// The trainer's half of the resolution, on the document the coordinator resolved (the launch's
+// `resolved_deepspeed_config_json`): fills the hidden-size "auto"s it left (HF's rules:
+// reduce_bucket_size h*h, stage3_prefetch_bucket_size int(0.9*h*h),
+// stage3_param_persistence_threshold 10*h) and returns each key it filled, by its dotted path, with
+// the value. Explicit values stand. Nothing else is checked or changed.
+std::map<std::string, int64_t> FillModelAutos(int64_t hidden_size, nlohmann::json* resolved);
+
+// The typed view of a document ResolveDeepSpeedConfig returned (its `json`), without checking it
+// again: the coordinator did. `in` gives what the document leaves to the job's flags (micro-batch
+// and accumulation, an absent bf16/fp16 section). FAILED_PRECONDITION when a hidden-size "auto" is
+// left (FillModelAutos first), naming the key; INVALID_ARGUMENT for a document of the wrong shape
+// (one no resolver wrote).
+absl::StatusOr<DeepSpeedConfig> ReadResolvedDeepSpeedConfig(const nlohmann::json& resolved,
+                                                            const DeepSpeedInputs& in);
 
 }  // namespace trainctl
 

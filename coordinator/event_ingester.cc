@@ -218,6 +218,29 @@ bool EventIngester::EventRecord(const v1::TrainerEvent& event, BatchRecord* reco
     *record = jobs_->JobEventRecord(event.job_id(), std::move(out));
     return true;
   }
+  // How the lead rank set itself up, with the DeepSpeed values it took from the model.
+  if (*type == "setup") {
+    v1::JobEvent out;
+    v1::RankSetup& setup = *out.mutable_setup();
+    auto text = [&j](const char* key) {
+      const nlohmann::json& v = j[key];
+      return v.is_string() ? v.get<std::string>().substr(0, 200) : std::string();
+    };
+    setup.set_device(text("device"));
+    setup.set_backend(text("backend"));
+    setup.set_attention(text("attention"));
+    if (j["hidden_size"].is_number_integer())
+      setup.set_hidden_size(j["hidden_size"].get<int64_t>());
+    if (const nlohmann::json& filled = j["deepspeed_filled"]; filled.is_object()) {
+      for (const auto& [key, value] : filled.items()) {
+        if (value.is_number_integer() && key.size() <= 200) {
+          (*setup.mutable_deepspeed_filled())[key] = value.get<int64_t>();
+        }
+      }
+    }
+    *record = jobs_->JobEventRecord(event.job_id(), std::move(out));
+    return true;
+  }
   // A rank's typed warning that a remedy answers (worker/trainer/trainer_failure.h): "oom",
   // "loss_spike". Untyped warnings stay in the rank's log.
   if (*type == "warning" && j.contains("kind") && j["kind"].is_string() &&

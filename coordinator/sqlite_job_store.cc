@@ -114,6 +114,8 @@ const char* EventKind(const JobEvent& e) {
       return "nccl";
     case JobEvent::kBandwidth:
       return "bandwidth";
+    case JobEvent::kSetup:
+      return "setup";
     default:
       return "other";
   }

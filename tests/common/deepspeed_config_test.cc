@@ -1,6 +1,7 @@
 #include "common/deepspeed_config.h"
 
 #include <fstream>
+#include <map>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -548,6 +549,63 @@ TEST(DeepSpeedConfigTest, AbsentPrecisionSectionFollowsFlag) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->config.bf16_enabled);
   EXPECT_FALSE(r->config.fp16.enabled);
+}
+
+// --- The trainer's half: the document the coordinator resolved, the model's "auto"s filled ---
+
+TEST(DeepSpeedConfigTest, TheTrainerFillsOnlyTheHiddenSizeAutosTheCoordinatorLeft) {
+  const std::string text = ReadFile(kSeedPath);
+  DeepSpeedInputs coordinator = SeedInputs();
+  coordinator.hidden_size.reset();  // a model directory: the coordinator cannot know it
+  absl::StatusOr<ResolvedDeepSpeedConfig> sent = Resolve(text, coordinator);
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  EXPECT_EQ(sent->json["zero_optimization"]["reduce_bucket_size"], "auto");
+  absl::StatusOr<ResolvedDeepSpeedConfig> known = Resolve(text, SeedInputs());
+  ASSERT_TRUE(known.ok()) << known.status();
+
+  json doc = sent->json;
+  const std::map<std::string, int64_t> filled = FillModelAutos(3584, &doc);
+  EXPECT_EQ(filled, (std::map<std::string, int64_t>{
+                        {"zero_optimization.reduce_bucket_size", 12845056},
+                        {"zero_optimization.stage3_param_persistence_threshold", 35840},
+                        {"zero_optimization.stage3_prefetch_bucket_size", 11560550}}));
+  EXPECT_EQ(doc, known->json);  // what resolving with the hidden size known gives
+  absl::StatusOr<DeepSpeedConfig> config = ReadResolvedDeepSpeedConfig(doc, coordinator);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->stage, known->config.stage);
+  EXPECT_EQ(config->reduce_bucket_size, known->config.reduce_bucket_size);
+  EXPECT_EQ(config->stage3_prefetch_bucket_size, known->config.stage3_prefetch_bucket_size);
+  EXPECT_EQ(config->micro_batch, 4);
+  EXPECT_EQ(config->grad_accum, 4);
+  EXPECT_TRUE(config->bf16_enabled);
+  EXPECT_EQ(config->gradient_clipping, known->config.gradient_clipping);
+  EXPECT_EQ(FillModelAutos(3584, &doc), (std::map<std::string, int64_t>{}));  // nothing left
+}
+
+TEST(DeepSpeedConfigTest, ExplicitSizesStandWhenTheTrainerFills) {
+  json doc = {
+      {"zero_optimization",
+       {{"stage", 3}, {"reduce_bucket_size", 1000}, {"stage3_prefetch_bucket_size", "auto"}}}};
+  EXPECT_EQ(
+      FillModelAutos(10, &doc),
+      (std::map<std::string, int64_t>{{"zero_optimization.stage3_prefetch_bucket_size", 90}}));
+  EXPECT_EQ(doc["zero_optimization"]["reduce_bucket_size"], 1000);
+}
+
+TEST(DeepSpeedConfigTest, ReadingAResolvedDocumentRefusesWhatNoResolverWrote) {
+  absl::StatusOr<DeepSpeedConfig> left = ReadResolvedDeepSpeedConfig(
+      json{{"zero_optimization", {{"stage3_param_persistence_threshold", "auto"}}}},
+      DeepSpeedInputs());
+  EXPECT_EQ(left.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(left.status().message()),
+              HasSubstr("deepspeed.zero_optimization.stage3_param_persistence_threshold: still"));
+  EXPECT_EQ(ReadResolvedDeepSpeedConfig(json::array(), DeepSpeedInputs()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<DeepSpeedConfig> bad = ReadResolvedDeepSpeedConfig(
+      json{{"optimizer", {{"type", "AdamW"}, {"params", {{"betas", {"a", "b"}}}}}}},
+      DeepSpeedInputs());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), StartsWith("resolved DeepSpeed config: "));
 }
 
 }  // namespace

@@ -182,6 +182,32 @@ TEST_F(ClusterIngestTest, TopologyAndBandwidthEventsBecomeTypedJobEvents) {
       << warning->warning().message();
 }
 
+// The lead rank's setup, with the DeepSpeed values only the trainer could fill, is kept; fields
+// of the wrong type are left out rather than failing the event.
+TEST_F(ClusterIngestTest, SetupEventsKeepWhatTheTrainerFilled) {
+  FakeWorker a = Register("node-a", 1);
+  const std::string id = RunningJob(a);
+  v1::WorkerMessage m;
+  m.mutable_event()->set_job_id(id);
+  m.mutable_event()->set_json(
+      R"({"type":"setup","device":"cpu","backend":"gloo","attention":"sdpa","hidden_size":64,)"
+      R"("deepspeed_filled":{"zero_optimization.reduce_bucket_size":4096,"bad":"x"}})");
+  Send(a, m);
+  EXPECT_EQ(Acks(a).back(), a.seq);
+  auto events = jobs_.store()->ListEvents(id, 0, 1000);
+  ASSERT_TRUE(events.ok()) << events.status();
+  const v1::JobEvent* setup = nullptr;
+  for (const v1::JobEvent& e : *events) {
+    if (e.has_setup()) setup = &e;
+  }
+  ASSERT_NE(setup, nullptr);
+  EXPECT_EQ(setup->setup().device(), "cpu");
+  EXPECT_EQ(setup->setup().backend(), "gloo");
+  EXPECT_EQ(setup->setup().hidden_size(), 64);
+  ASSERT_EQ(setup->setup().deepspeed_filled_size(), 1);
+  EXPECT_EQ(setup->setup().deepspeed_filled().at("zero_optimization.reduce_bucket_size"), 4096);
+}
+
 TEST_F(ClusterIngestTest, AWorkerWhoseMessageTheCoordinatorHoldsKeepsItsLease) {
   FakeWorker a = Register("node-a", 1);
   const std::string id = RunningJob(a);

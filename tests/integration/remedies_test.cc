@@ -127,13 +127,15 @@ TEST_F(RemediesTest, OutOfMemoryLadderRunsTheJobToTheEndWhereItFailsWithoutRemed
             "per_device_train_batch_size 32 \u2192 16, gradient_accumulation_steps 1 \u2192 2");
   EXPECT_EQ(done.attempt(), 2);
   EXPECT_EQ(RemedyEvents(remedied).size(), 2u);
-  // The spec each attempt's rank got carries the remedies in force.
+  // The launch each attempt's rank got carries the remedies in force in its spec.
   for (int attempt : {0, 1, 2}) {
-    const nlohmann::json sent = nlohmann::json::parse(
+    const nlohmann::json launch = nlohmann::json::parse(
         testing::ReadFileOrEmpty(absl::StrCat(dir_.path(), "/work-node-a/tasks/", remedied, ".",
-                                              attempt, ".0/spec.json")),
+                                              attempt, ".0/launch.json")),
         nullptr, false);
-    ASSERT_TRUE(sent.is_object()) << "no spec.json for attempt " << attempt;
+    ASSERT_TRUE(launch.is_object()) << "no launch.json for attempt " << attempt;
+    EXPECT_EQ(launch.value("attempt", 0), attempt) << launch.dump(2);  // 0 is left out
+    const nlohmann::json& sent = launch["spec"];
     EXPECT_EQ(sent["training"]["gradient_checkpointing"], attempt >= 1) << sent.dump(2);
     EXPECT_EQ(sent["training"]["per_device_train_batch_size"], attempt == 2 ? 16 : 32);
   }

@@ -174,7 +174,7 @@ TEST_F(WorkerTest, GrpoJobRunsToTheEndAndDescribeShowsItsRewards) {
   StartCoordinator();
   StartWorker("node-a", 2);
   ASSERT_TRUE(WaitFor([&] { return NodeReady("node-a"); }, absl::Seconds(20))) << Logs();
-  const nlohmann::json ds = {{"zero_optimization", {{"stage", 3}}},
+  const nlohmann::json ds = {{"zero_optimization", {{"stage", 3}, {"reduce_bucket_size", "auto"}}},
                              {"train_micro_batch_size_per_gpu", "auto"},
                              {"gradient_accumulation_steps", "auto"}};
   const std::string id = Submit(WriteSpec("grpo", dir_.path() + "/out-grpo",
@@ -201,6 +201,19 @@ TEST_F(WorkerTest, GrpoJobRunsToTheEndAndDescribeShowsItsRewards) {
         "completions/mean_length=", "clip_ratio/region_mean="}) {
     EXPECT_TRUE(absl::StrContains(described.out, name)) << name << "\n" << described.out;
   }
+  // The coordinator could not know the registry model's hidden size: the lead rank filled
+  // reduce_bucket_size from it, and said so (the `setup` event, kept as a job event).
+  const v1::RankSetup* setup = nullptr;
+  const std::vector<v1::JobEvent> events = Events(id);
+  for (const v1::JobEvent& e : events) {
+    if (e.has_setup()) setup = &e.setup();
+  }
+  ASSERT_NE(setup, nullptr);
+  EXPECT_EQ(setup->backend(), "gloo");
+  ASSERT_GT(setup->hidden_size(), 0);
+  EXPECT_EQ(setup->deepspeed_filled().at("zero_optimization.reduce_bucket_size"),
+            setup->hidden_size() * setup->hidden_size());
+  EXPECT_TRUE(absl::StrContains(described.out, "DeepSpeed from hidden_size ")) << described.out;
 }
 
 // A pipeline through the whole product: sft, then eval of what sft trained, on the tiny model with

@@ -471,11 +471,12 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
   const fs::path dir = fs::path(options_.work_dir) / "tasks" / id;
   std::error_code ec;
   fs::create_directories(dir, ec);
-  const fs::path spec_path = dir / "spec.json";
+  // The launch as the coordinator decided it, untouched: every rank's `train --launch`.
+  const fs::path launch_path = dir / "launch.json";
   {
-    std::ofstream out(spec_path);
-    out << MessageToJsonText(launch.spec(), /*pretty=*/true) << "\n";
-    if (!out) return fail(task, absl::StrCat("cannot write ", spec_path.string()));
+    std::ofstream out(launch_path);
+    out << MessageToJsonText(launch, /*pretty=*/true) << "\n";
+    if (!out) return fail(task, absl::StrCat("cannot write ", launch_path.string()));
   }
   int port = launch.master_port();
   if (launch.node_rank() == 0) {
@@ -491,7 +492,7 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
   for (int local = 0; local < slots; ++local) {
     RankSpec rank;
     rank.rank = launch.first_rank() + local;
-    rank.argv = {options_.trainer_bin, "train", "--spec", spec_path.string()};
+    rank.argv = {options_.trainer_bin, "train", "--launch", launch_path.string()};
     // The job's own variables first: the launch contract below always wins.
     rank.env.insert(launch.spec().env().begin(), launch.spec().env().end());
     if (options_.gpus.empty()) {

@@ -55,11 +55,11 @@ struct WorkerOptions {
   std::string node_name;
   std::string
       advertise_addr;    // what other nodes' ranks dial (MASTER_ADDR when this node is rank 0)
-  std::string work_dir;  // tasks/<task>/{spec.json,rank-<r>.log}, the outbox spill file
+  std::string work_dir;  // tasks/<task>/{launch.json,rank-<r>.log}, the outbox spill file
   std::map<std::string, std::string> labels;
   std::vector<trainctl::v1::GpuInfo> gpus;  // empty: a CPU node with cpu_slots slots
   int cpu_slots = 1;
-  std::string trainer_bin;  // what each rank runs: `<trainer_bin> train --spec SPEC`
+  std::string trainer_bin;  // what each rank runs: `<trainer_bin> train --launch LAUNCH`
   // Which variables a job's env may set in its ranks (common/rank_env.h); a launch whose env sets
   // another fails, naming it. The coordinator checks this at submit; the worker checks again.
   RankEnvPolicy rank_env;

@@ -1,7 +1,9 @@
-// trainctl-trainer: one training rank. Runs alone for debugging, or under trainctl-worker, which
-// passes the resolved job spec and reads events from TRAINCTL_EVENT_FD.
+// trainctl-trainer: one training rank. Runs under trainctl-worker, which passes the launch the
+// coordinator decided (a LaunchTask as JSON) and reads events from TRAINCTL_EVENT_FD, or alone for
+// debugging with a job spec, which it validates as `trainctl validate` does.
 //
-//   trainctl-trainer train --spec SPEC.json [--events FILE] [--threads N] [--no_resume]
+//   trainctl-trainer train --launch LAUNCH.json | --spec SPEC.json [--events FILE] [--threads N]
+//                          [--no_resume]
 //   trainctl-trainer forward --model DIR --request REQ.json --out OUT.safetensors
 //   trainctl-trainer generate --model DIR --request REQ.json --max_new_tokens N --out OUT.json
 //   trainctl-trainer serve --model DIR --listen HOST:PORT [--max_batch N]  (CPU builds)
@@ -23,9 +25,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/build_info.h"
 #include "common/job_spec.h"
+#include "common/json_proto.h"
 #include "common/rank_env.h"
+#include "common/status_macros.h"
 #include "common/verb_args.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
 #include "worker/trainer/event_sink.h"
@@ -36,6 +41,7 @@
 #ifdef TRAINCTL_WITH_SERVE
 #include "worker/trainer/serve/serve_tool.h"
 #endif
+#include "trainctl/v1/worker.pb.h"
 #include "worker/trainer/stages/loop.h"
 #include "worker/trainer/trainer_failure.h"
 
@@ -43,7 +49,8 @@ namespace trainctl::trainer {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: trainctl-trainer train --spec SPEC.json [--events FILE] [--threads N] [--no_resume]\n"
+    "usage: trainctl-trainer train --launch LAUNCH.json | --spec SPEC.json [--events FILE]\n"
+    "                              [--threads N] [--no_resume]\n"
     "       trainctl-trainer forward --model DIR --request REQ.json --out OUT.safetensors\n"
     "                                [--device cpu|cuda] [--dtype float32|bfloat16]\n"
     "                                [--attention auto|eager|sdpa]\n"
@@ -69,7 +76,8 @@ const std::map<std::string, std::vector<OptionSpec>>& VerbOptions() {
     };
     return new std::map<std::string, std::vector<OptionSpec>>{
         {"train",
-         {{"spec", "", true},
+         {{"launch", "", true},
+          {"spec", "", true},
           {"events", "", true},
           {"threads", "", true},
           {"no_resume", "", false}}},
@@ -98,18 +106,51 @@ const std::map<std::string, std::vector<OptionSpec>>& VerbOptions() {
   return *verbs;
 }
 
-absl::StatusOr<ValidatedJobSpec> LoadSpec(const std::string& path) {
+absl::StatusOr<std::string> ReadText(const std::string& path, const char* what) {
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read spec ", path));
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
   std::stringstream text;
   text << in.rdbuf();
-  auto spec = ParseJobSpec(text.str(), SpecFormat::kJson, path);
-  if (!spec.ok()) return spec.status();
-  return ValidateJobSpec(*spec);
+  return text.str();
+}
+
+// A spec given by hand: validated and its DeepSpeed config resolved here, as `trainctl validate`
+// would, since no coordinator did.
+absl::StatusOr<TrainRun> RunFromSpec(const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string text, ReadText(path, "spec"));
+  ASSIGN_OR_RETURN(const trainctl::v1::JobSpec spec, ParseJobSpec(text, SpecFormat::kJson, path));
+  ASSIGN_OR_RETURN(ValidatedJobSpec validated, ValidateJobSpec(spec));
+  TrainRun run;
+  run.spec = std::move(validated.spec);
+  run.deepspeed_config = std::move(validated.resolved_deepspeed_config_json);
+  return run;
+}
+
+// The launch the coordinator decided, as the worker wrote it: taken as it is (the coordinator
+// validated the spec, applied defaults and remedies, resolved the DeepSpeed config), only checked
+// against the environment the same worker set.
+absl::StatusOr<TrainRun> RunFromLaunch(const std::string& path, const RankEnv& env) {
+  ASSIGN_OR_RETURN(const std::string text, ReadText(path, "launch file"));
+  ASSIGN_OR_RETURN(const nlohmann::json doc, ParseJsonText(text, path));
+  trainctl::v1::LaunchTask launch;
+  std::vector<std::string> errors;
+  DecodeJsonIntoMessage(doc, "launch", &launch, &errors);
+  if (!errors.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", absl::StrJoin(errors, "; ")));
+  }
+  if (launch.world_size() != env.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the launch is for world size ",
+                                                   launch.world_size(), ", WORLD_SIZE is ",
+                                                   env.world_size));
+  }
+  TrainRun run;
+  run.spec = std::move(*launch.mutable_spec());
+  run.deepspeed_config = std::move(*launch.mutable_resolved_deepspeed_config_json());
+  return run;
 }
 
 int Train(const std::map<std::string, std::string>& flags) {
-  if (!flags.count("spec")) {
+  if (flags.count("spec") == flags.count("launch")) {  // exactly one of the two
     std::cerr << kUsage;
     return 2;
   }
@@ -155,14 +196,17 @@ int Train(const std::map<std::string, std::string>& flags) {
     }
     model::SetCpuThreads(threads);
   }
-  auto spec = LoadSpec(flags.at("spec"));
-  if (!spec.ok()) return fail(spec.status());
-  const std::string kind = JobKindName(spec->spec.kind());
-  events->Emit("status", {{"state", "running"}, {"kind", kind}, {"name", spec->spec.name()}});
-  TrainRun run{spec->spec, /*resume=*/!flags.count("no_resume"), env};
+  absl::StatusOr<TrainRun> run = flags.count("launch") ? RunFromLaunch(flags.at("launch"), env)
+                                                       : RunFromSpec(flags.at("spec"));
+  if (!run.ok()) return fail(run.status());
+  run->resume = !flags.count("no_resume");
+  run->env = env;
+  events->Emit(
+      "status",
+      {{"state", "running"}, {"kind", JobKindName(run->spec.kind())}, {"name", run->spec.name()}});
   absl::StatusOr<TrainResult> result;
   try {
-    result = RunTraining(run, events);
+    result = RunTraining(*run, events);
   } catch (const std::bad_alloc& e) {  // outside the stages' own c10::Error handlers
     result = absl::ResourceExhaustedError(absl::StrCat("std::bad_alloc: ", e.what()));
   } catch (const c10::Error& e) {

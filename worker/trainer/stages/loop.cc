@@ -110,7 +110,11 @@ int64_t Interval(double steps, int64_t total) {
 class Loop {
  public:
   Loop(const TrainRun& run, EventSink* events)
-      : spec_(run.spec), t_(run.spec.training()), env_(run.env), events_(events) {}
+      : spec_(run.spec),
+        t_(run.spec.training()),
+        deepspeed_config_(run.deepspeed_config),
+        env_(run.env),
+        events_(events) {}
   ~Loop() {
     stage_.reset();
     if (comm_ && comm_->failed()) (void)engine_.release();
@@ -210,13 +214,19 @@ class Loop {
                               tokenizer_dir_, *events_, env_});
     for (const std::string& w : warnings_) ctx_->Warn(w);
     if (ctx_->lead()) {
-      events_->Emit("setup",
-                    {{"device", device.str()},
-                     {"backend", comm_->backend()},
-                     {"kind", JobKindName(spec_.kind())},
-                     {"attention", engine_ ? model::AttentionImplName(
-                                                 model::ResolveAttentionImpl(attention, device))
-                                           : "none"}});
+      nlohmann::json setup = {
+          {"device", device.str()},
+          {"backend", comm_->backend()},
+          {"kind", JobKindName(spec_.kind())},
+          {"attention",
+           engine_ ? model::AttentionImplName(model::ResolveAttentionImpl(attention, device))
+                   : "none"}};
+      // What only the trainer could decide: the DeepSpeed sizes taken from the model.
+      if (!deepspeed_filled_.empty()) {
+        setup["hidden_size"] = config_.hidden_size;
+        setup["deepspeed_filled"] = deepspeed_filled_;
+      }
+      events_->Emit("setup", std::move(setup));
     }
 
     ASSIGN_OR_RETURN(steps_per_epoch_, stage_->Setup(*ctx_));
@@ -280,22 +290,17 @@ class Loop {
       tokenizer_dir_ = model_ref;
     }
 
-    // The DeepSpeed config, resolved again here against what the control plane could not know:
-    // the launched world size and the model's hidden size.
+    // The coordinator's resolved DeepSpeed config; only the values that need the model are
+    // filled here, and reported in the `setup` event.
     std::optional<DeepSpeedConfig> ds;
-    if (!spec_.deepspeed_config_json().empty()) {
+    if (!deepspeed_config_.empty()) {
       ASSIGN_OR_RETURN(
           nlohmann::json doc,
-          ParseDeepSpeedJson(spec_.deepspeed_config_json(),
-                             spec_.deepspeed().empty() ? "deepspeed config" : spec_.deepspeed()));
-      DeepSpeedInputs in = DeepSpeedInputsFor(spec_, t_);
-      in.world_size = comm_->world_size();
-      in.hidden_size = config_.hidden_size;
-      auto resolved = ResolveDeepSpeedConfig(doc, in);
-      if (!resolved.ok()) return resolved.status();
-      ds = resolved->config;
+          ParseDeepSpeedJson(deepspeed_config_, "the launch's resolved DeepSpeed config"));
+      deepspeed_filled_ = FillModelAutos(config_.hidden_size, &doc);
+      ASSIGN_OR_RETURN(ds, ReadResolvedDeepSpeedConfig(doc, DeepSpeedInputsFor(spec_, t_)));
     }
-    options_ = zero::EngineOptionsFrom(ds, t_, config_.hidden_size, &warnings_);
+    options_ = zero::EngineOptionsFrom(ds, t_, &warnings_);
     options_.device = device;
     gather_on_save_ = options_.stage < 3 || (ds && ds->stage3_gather_16bit_weights_on_model_save);
     if (stage_->trains()) {
@@ -449,6 +454,7 @@ class Loop {
 
   const trainctl::v1::JobSpec& spec_;
   const trainctl::v1::TrainingArguments& t_;
+  const std::string& deepspeed_config_;  // the coordinator's resolved config (TrainRun)
   const RankEnv& env_;
   EventSink* events_;
   std::unique_ptr<zero::Comm> comm_;
@@ -460,7 +466,8 @@ class Loop {
   std::optional<LrSchedule> schedule_;
   TrainerState state_;
   std::string tokenizer_dir_;
-  std::vector<std::string> warnings_;  // of the engine's options
+  std::vector<std::string> warnings_;                // of the engine's options
+  std::map<std::string, int64_t> deepspeed_filled_;  // hidden-size "auto"s filled on this rank
   bool gather_on_save_ = true;
   double base_lr_ = 0;
   int64_t total_steps_ = 0, steps_per_epoch_ = 1, logging_every_ = 1, save_every_ = 1;

@@ -40,10 +40,16 @@
 
 namespace trainctl::trainer {
 
+// What a rank runs: the launch the coordinator decided (the worker's launch file), or a spec
+// validated by the trainer's own `train --spec` for a run by hand.
 struct TrainRun {
-  trainctl::v1::JobSpec spec;  // validated, defaults applied (common/job_spec.h)
-  bool resume = true;          // continue from the newest complete checkpoint in output_dir
-  RankEnv env;                 // this rank's launch environment, read by the trainer's main
+  trainctl::v1::JobSpec spec;  // validated, defaults and remedies applied (common/job_spec.h)
+  // The DeepSpeed config as the coordinator resolved it
+  // (LaunchTask.resolved_deepspeed_config_json);
+  // "" without one. The loop fills only its hidden-size "auto"s (common/deepspeed_config.h).
+  std::string deepspeed_config;
+  bool resume = true;  // continue from the newest complete checkpoint in output_dir
+  RankEnv env;         // this rank's launch environment, read by the trainer's main
 };
 
 struct TrainResult {

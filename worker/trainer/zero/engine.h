@@ -90,12 +90,12 @@ struct EngineOptions {
   bool adam_w_mode = true;
 };
 
-// The engine's options from the job: the resolved DeepSpeed config when the job has one (its
-// "auto" hidden-size values resolved from `hidden_size` as the HF Trainer does), else stage 0 from
-// the training arguments. `warnings` gets one line per key that is accepted but changes nothing
-// here.
+// The engine's options from the job: the resolved DeepSpeed config when the job has one (from
+// ReadResolvedDeepSpeedConfig: its hidden-size "auto"s already filled), else stage 0 from the
+// training arguments; each value from one of the two (common/deepspeed_config.h). `warnings` gets
+// one line per key that is accepted but changes nothing here.
 EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
-                                const trainctl::v1::TrainingArguments& t, int64_t hidden_size,
+                                const trainctl::v1::TrainingArguments& t,
                                 std::vector<std::string>* warnings);
 
 struct StepResult {

@@ -10,8 +10,7 @@ namespace trainctl::zero {
 using trainctl::v1::TrainingArguments;
 
 EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
-                                const TrainingArguments& t, int64_t hidden_size,
-                                std::vector<std::string>* warnings) {
+                                const TrainingArguments& t, std::vector<std::string>* warnings) {
   // One source per value (common/deepspeed_config.h): the resolved DeepSpeed config when there
   // is one, else the training arguments.
   EngineOptions o;
@@ -31,13 +30,12 @@ EngineOptions EngineOptionsFrom(const std::optional<DeepSpeedConfig>& ds,
     return o;
   }
 
-  // The HF Trainer's "auto" rules for the sizes that depend on the model.
-  const int64_t h2 = hidden_size * hidden_size;
+  // The sizes HF derives from the model's hidden size were filled on this rank (FillModelAutos);
+  // ReadResolvedDeepSpeedConfig refuses a document that still has them "auto".
   o.stage = ds->stage;
-  o.reduce_bucket_size = ds->reduce_bucket_size.value_or(h2);
-  o.prefetch_bucket_size =
-      ds->stage3_prefetch_bucket_size.value_or(static_cast<int64_t>(0.9 * static_cast<double>(h2)));
-  o.param_persistence_threshold = ds->stage3_param_persistence_threshold.value_or(10 * hidden_size);
+  o.reduce_bucket_size = ds->reduce_bucket_size.value();
+  o.prefetch_bucket_size = ds->stage3_prefetch_bucket_size.value();
+  o.param_persistence_threshold = ds->stage3_param_persistence_threshold.value();
   o.max_live_parameters = ds->stage3_max_live_parameters;
   o.overlap_comm = ds->overlap_comm;
   o.offload_optimizer = ds->stage >= 1 && ds->offload_optimizer.device == OffloadDevice::kCpu;
