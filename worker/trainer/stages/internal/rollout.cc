@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/trainer/model/status_guard.h"
@@ -81,7 +82,9 @@ absl::StatusOr<model::GenerationOutput> GenerateCompletions(StageContext& ctx, z
   RolloutCost here;
   model::GenerationOutput generated;
   const absl::Time start = absl::Now();
-  RETURN_IF_ERROR(model::Guarded("generation", [&]() -> absl::Status {
+  // Prefixed here, not by Guarded: model::Generate returns its own collective failures as a
+  // Status, which must read "generation: ..." as the exceptions thrown here do.
+  const absl::Status generation = model::Guarded("", [&]() -> absl::Status {
     const model::ModelInputs prompts = PromptInputs(rows, options.pad_token_id, ctx.device);
     zero::Engine::HeldWeights held;
     if (hold) {
@@ -94,7 +97,10 @@ absl::StatusOr<model::GenerationOutput> GenerateCompletions(StageContext& ctx, z
                            torch::kBFloat16);
     ASSIGN_OR_RETURN(generated, model::Generate(engine.model(), prompts, options));
     return absl::OkStatus();
-  }));
+  });
+  if (!generation.ok()) {
+    return absl::Status(generation.code(), absl::StrCat("generation: ", generation.message()));
+  }
   here.seconds = Seconds(start);
   if (cost != nullptr) *cost = here;
   return generated;
