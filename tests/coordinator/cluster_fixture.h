@@ -68,6 +68,19 @@ inline v1::RunningTask Running(const std::string& task_id, const std::string& jo
   return rt;
 }
 
+// An SFT job "j" of `nodes` x `slots` ranks (nothing runs it: the workers here are fakes).
+inline v1::JobSpec GangSpec(int nodes, int slots) {
+  v1::JobSpec spec;
+  spec.set_name("j");
+  spec.set_kind(v1::JOB_KIND_SFT);
+  spec.set_model_name_or_path("tiny");
+  spec.set_data_path("/data");
+  spec.set_output_dir("/out");
+  spec.mutable_resources()->set_nodes(nodes);
+  spec.mutable_resources()->set_slots_per_node(slots);
+  return spec;
+}
+
 class ClusterTest : public ::testing::Test {
  protected:
   ClusterTest() { Restart(); }
@@ -120,14 +133,7 @@ class ClusterTest : public ::testing::Test {
   }
 
   std::string Submit(int nodes, int slots, int max_restarts = 0, int priority = 0) {
-    v1::JobSpec spec;
-    spec.set_name("j");
-    spec.set_kind(v1::JOB_KIND_SFT);
-    spec.set_model_name_or_path("tiny");
-    spec.set_data_path("/data");
-    spec.set_output_dir("/out");
-    spec.mutable_resources()->set_nodes(nodes);
-    spec.mutable_resources()->set_slots_per_node(slots);
+    v1::JobSpec spec = GangSpec(nodes, slots);
     spec.set_max_restarts(max_restarts);
     spec.set_priority(priority);
     auto r = jobs_.Submit(spec, "");

@@ -40,14 +40,7 @@ class GangRunnerTest : public ::testing::Test {
   }
 
   std::string Submit(int nodes, int slots) {
-    v1::JobSpec spec;
-    spec.set_name("j");
-    spec.set_kind(v1::JOB_KIND_SFT);
-    spec.set_model_name_or_path("tiny");
-    spec.set_data_path("/data");
-    spec.set_output_dir("/out");
-    spec.mutable_resources()->set_nodes(nodes);
-    spec.mutable_resources()->set_slots_per_node(slots);
+    const v1::JobSpec spec = testing::GangSpec(nodes, slots);
     auto submitted = jobs_.Submit(spec, "");
     EXPECT_TRUE(submitted.ok()) << submitted.status();
     runner_.JobChanged(submitted->job.id());
