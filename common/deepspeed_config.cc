@@ -513,11 +513,30 @@ absl::StatusOr<DeepSpeedConfig> ReadResolvedDeepSpeedConfig(const nlohmann::json
           absl::StrCat("deepspeed.", path, ": still \"auto\"; the model's hidden size fills it"));
     }
   }
+  // A document no resolver wrote: what BuildConfig would read past or leave unset.
+  if (const json* betas = Find(resolved, "optimizer.params.betas");
+      betas != nullptr && !(betas->is_array() && betas->size() == 2)) {
+    return absl::InvalidArgumentError(
+        "resolved DeepSpeed config: optimizer.params.betas: not a pair of numbers");
+  }
+  DeepSpeedConfig config;
   try {
-    return BuildConfig(resolved, in);
-  } catch (const json::exception& e) {  // a document no resolver wrote
+    config = BuildConfig(resolved, in);
+  } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("resolved DeepSpeed config: ", e.what()));
   }
+  for (const auto& [path, value] :
+       {std::pair<const char*, const std::optional<int64_t>&>{
+            "zero_optimization.reduce_bucket_size", config.reduce_bucket_size},
+        {"zero_optimization.stage3_prefetch_bucket_size", config.stage3_prefetch_bucket_size},
+        {"zero_optimization.stage3_param_persistence_threshold",
+         config.stage3_param_persistence_threshold}}) {
+    if (!value.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resolved DeepSpeed config: ", path, ": not an integer"));
+    }
+  }
+  return config;
 }
 
 }  // namespace trainctl

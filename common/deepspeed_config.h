@@ -197,7 +197,7 @@ std::map<std::string, int64_t> FillModelAutos(int64_t hidden_size, nlohmann::jso
 // again: the coordinator did. `in` gives what the document leaves to the job's flags (micro-batch
 // and accumulation, an absent bf16/fp16 section). FAILED_PRECONDITION when a hidden-size "auto" is
 // left (FillModelAutos first), naming the key; INVALID_ARGUMENT for a document of the wrong shape
-// (one no resolver wrote).
+// (one no resolver wrote): not an object, a size that is not an integer, betas not a pair.
 absl::StatusOr<DeepSpeedConfig> ReadResolvedDeepSpeedConfig(const nlohmann::json& resolved,
                                                             const DeepSpeedInputs& in);
 

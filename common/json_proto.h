@@ -17,9 +17,10 @@ namespace trainctl {
 
 // Decodes the JSON object `value` into `msg`, field by field (proto field names). Every problem is
 // appended to `errors` as "<path>.<field>: <what is wrong>"; fields without problems are still set.
-// Enum fields take the short lower-case name ("sft" for JOB_KIND_SFT); string fields take numbers
-// and booleans as their text (YAML `NCCL_IB_DISABLE: 0`); integer fields take integral floats
-// (1e9).
+// Enum fields take the short lower-case name ("sft" for JOB_KIND_SFT) or the full one, as
+// protobuf's JSON printer writes it (a worker's launch file, MessageToJsonText); string fields take
+// numbers and booleans as their text (YAML `NCCL_IB_DISABLE: 0`); integer fields take integral
+// floats (1e9).
 void DecodeJsonIntoMessage(const nlohmann::json& value, absl::string_view path,
                            google::protobuf::Message* msg, std::vector<std::string>* errors);
 

@@ -11,7 +11,6 @@
 #include "common/status_macros.h"
 #include "common/worker_limits.h"
 #include "coordinator/internal/cluster_metrics.h"
-#include "coordinator/job_state.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace trainctl {

@@ -8,21 +8,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "common/json_proto.h"
 #include "common/logging.h"
 #include "common/worker_limits.h"
 #include "coordinator/cluster.h"
 #include "coordinator/internal/cluster_metrics.h"
-#include "coordinator/internal/cluster_tasks.h"
-#include "coordinator/job_state.h"
 
 namespace trainctl {
 
 namespace v1 = trainctl::v1;
-using internal::DescribeFailure;
-using internal::TaskEnded;
-using internal::TaskIdOf;
 
 void Cluster::HandleMessage(int64_t session, v1::WorkerMessage message, absl::Status checked,
                             absl::Time arrived, std::function<void()> done) {

@@ -163,6 +163,34 @@ void EventIngester::Run() {
   }
 }
 
+namespace {
+
+// The `setup` event's fields that have the right type (others are left out, not an error: the
+// event still says what it can); strings capped, as a rank's event is not trusted.
+v1::RankSetup RankSetupFromEvent(const nlohmann::json& j) {
+  v1::RankSetup setup;
+  auto text = [&j](const char* key) {
+    const auto v = j.find(key);
+    return v != j.end() && v->is_string() ? v->get<std::string>().substr(0, 200) : std::string();
+  };
+  setup.set_device(text("device"));
+  setup.set_backend(text("backend"));
+  setup.set_attention(text("attention"));
+  if (const auto h = j.find("hidden_size"); h != j.end() && h->is_number_integer()) {
+    setup.set_hidden_size(h->get<int64_t>());
+  }
+  if (const auto filled = j.find("deepspeed_filled"); filled != j.end() && filled->is_object()) {
+    for (const auto& [key, value] : filled->items()) {
+      if (value.is_number_integer() && key.size() <= 200) {
+        (*setup.mutable_deepspeed_filled())[key] = value.get<int64_t>();
+      }
+    }
+  }
+  return setup;
+}
+
+}  // namespace
+
 bool EventIngester::EventRecord(const v1::TrainerEvent& event, BatchRecord* record,
                                 std::string* type) {
   nlohmann::json j = nlohmann::json::parse(event.json(), nullptr, /*allow_exceptions=*/false);
@@ -221,23 +249,7 @@ bool EventIngester::EventRecord(const v1::TrainerEvent& event, BatchRecord* reco
   // How the lead rank set itself up, with the DeepSpeed values it took from the model.
   if (*type == "setup") {
     v1::JobEvent out;
-    v1::RankSetup& setup = *out.mutable_setup();
-    auto text = [&j](const char* key) {
-      const nlohmann::json& v = j[key];
-      return v.is_string() ? v.get<std::string>().substr(0, 200) : std::string();
-    };
-    setup.set_device(text("device"));
-    setup.set_backend(text("backend"));
-    setup.set_attention(text("attention"));
-    if (j["hidden_size"].is_number_integer())
-      setup.set_hidden_size(j["hidden_size"].get<int64_t>());
-    if (const nlohmann::json& filled = j["deepspeed_filled"]; filled.is_object()) {
-      for (const auto& [key, value] : filled.items()) {
-        if (value.is_number_integer() && key.size() <= 200) {
-          (*setup.mutable_deepspeed_filled())[key] = value.get<int64_t>();
-        }
-      }
-    }
+    *out.mutable_setup() = RankSetupFromEvent(j);
     *record = jobs_->JobEventRecord(event.job_id(), std::move(out));
     return true;
   }

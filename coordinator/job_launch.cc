@@ -23,7 +23,10 @@ absl::StatusOr<JobLaunch> ResolveJobLaunch(const v1::Job& job) {
     return out;
   }
   if (job.remedies().empty()) {
+    // Stored with its defaults at submit; applied again (it is idempotent) so that a job stored
+    // by an older version gets the defaults of fields added since, which the ranks do not fill.
     out.spec = job.spec();
+    ApplyJobSpecDefaults(&out.spec);
     out.resolved_deepspeed_config = job.resolved_deepspeed_config_json();
     return out;
   }

@@ -1,8 +1,10 @@
 // What a job's ranks run at its current attempt: the one place the coordinator decides it, so that
-// the gang runner (coordinator/cluster.h) only places and launches. A job's spec as stored (its
-// defaults applied and its DeepSpeed config resolved at submit) with, on top, the settings of the
-// remedies recorded for it (coordinator/remedy_ladder.h), or for a pipeline its current stage's
-// spec and config (common/pipeline_spec.h): workers and trainers then see an ordinary job.
+// the gang runner (coordinator/gang_runner.h) only places and launches. The ranks take it as it
+// is (worker/trainer/trainer_main.cc RunFromLaunch): defaults applied here, nothing left to check.
+// A job's spec as stored (its defaults applied and its DeepSpeed config resolved at submit) with,
+// on top, the settings of the remedies recorded for it (coordinator/remedy_ladder.h), or for a
+// pipeline its current stage's spec and config (common/pipeline_spec.h): workers and trainers then
+// see an ordinary job.
 #ifndef TRAINCTL_COORDINATOR_JOB_LAUNCH_H_
 #define TRAINCTL_COORDINATOR_JOB_LAUNCH_H_
 

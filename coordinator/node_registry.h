@@ -114,7 +114,7 @@ class NodeRegistry {
   // coordinator held); `now` while the coordinator holds one of its messages.
   absl::Time LastSeen(const WorkerNode& node, absl::Time now) const;
   // Nodes not lost whose lease ran out at `now`, each counted as a lease miss, with how long they
-  // were silent. The caller loses them (Cluster::LoseNode).
+  // were silent. The caller loses them (Cluster::ExpireLeases, GangRunner::NodeLost).
   std::vector<std::pair<std::string, absl::Duration>> ExpiredLeases(absl::Time now);
 
   // The node's stream is gone (closed by the coordinator or ended): it keeps its lease until it

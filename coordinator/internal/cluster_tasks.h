@@ -1,4 +1,4 @@
-// Names and descriptions of a run's tasks, shared by the cluster's files.
+// Names and descriptions of a run's tasks, shared by the gang runner's and the cluster's files.
 #ifndef TRAINCTL_COORDINATOR_INTERNAL_CLUSTER_TASKS_H_
 #define TRAINCTL_COORDINATOR_INTERNAL_CLUSTER_TASKS_H_
 

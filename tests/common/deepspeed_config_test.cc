@@ -606,6 +606,15 @@ TEST(DeepSpeedConfigTest, ReadingAResolvedDocumentRefusesWhatNoResolverWrote) {
       DeepSpeedInputs());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), StartsWith("resolved DeepSpeed config: "));
+  absl::StatusOr<DeepSpeedConfig> one_beta = ReadResolvedDeepSpeedConfig(
+      json{{"optimizer", {{"type", "AdamW"}, {"params", {{"betas", {0.9}}}}}}}, DeepSpeedInputs());
+  EXPECT_EQ(one_beta.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(one_beta.status().message()), HasSubstr("betas: not a pair"));
+  absl::StatusOr<DeepSpeedConfig> size = ReadResolvedDeepSpeedConfig(
+      json{{"zero_optimization", {{"reduce_bucket_size", "big"}}}}, DeepSpeedInputs());
+  EXPECT_EQ(size.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(size.status().message()),
+              HasSubstr("zero_optimization.reduce_bucket_size: not an integer"));
 }
 
 }  // namespace

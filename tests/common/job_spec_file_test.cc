@@ -2,15 +2,18 @@
 // chosen by the extension, the DeepSpeed file read relative to the spec, and every error naming the
 // file. Parsing, defaults and validation: job_spec_test.cc.
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/json_proto.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "tests/common/job_spec_fixtures.h"
+#include "trainctl/v1/worker.pb.h"
 
 namespace trainctl {
 namespace {
@@ -117,6 +120,44 @@ TEST(EmbedDeepSpeedConfigTest, ReadsRelativeToBaseDir) {
   spec.set_deepspeed("./configs/ds_zero3_bf16.json");
   ASSERT_TRUE(EmbedDeepSpeedConfig(kSourceDir, &spec).ok());
   EXPECT_EQ(spec.deepspeed_config_json(), ReadTextFile(kSeedDeepSpeed));
+}
+
+// --- The launch file -------------------------------------------------------------------------
+
+// What a worker writes for its ranks (worker/daemon/worker.cc: the LaunchTask as protobuf's JSON)
+// reads back (worker/trainer/trainer_main.cc RunFromLaunch) as the same message: full enum names,
+// 64-bit integers as strings, explicit zeros of optional fields, an empty section that turns
+// something on.
+TEST(LaunchFileTest, TheWorkersLaunchFileReadsBackAsTheSameLaunch) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(kSeedYaml, SpecFormat::kYaml, "seed.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->mutable_training()->set_temperature(0);
+  spec->mutable_training()->set_max_steps(12345678901);
+  spec->mutable_remedies()->mutable_loss_spike();
+  absl::StatusOr<ValidatedJobSpec> validated = ValidateJobSpec(*spec);
+  ASSERT_TRUE(validated.ok()) << validated.status();
+  trainctl::v1::LaunchTask launch;
+  *launch.mutable_spec() = validated->spec;
+  launch.set_resolved_deepspeed_config_json(validated->resolved_deepspeed_config_json);
+  launch.set_task_id("job-7.2.1");
+  launch.set_attempt(2);
+  launch.set_world_size(16);
+  ASSERT_TRUE(launch.spec().training().has_temperature());
+  ASSERT_TRUE(launch.spec().remedies().has_loss_spike());
+
+  const std::string text = MessageToJsonText(launch, /*pretty=*/true);
+  EXPECT_THAT(text, HasSubstr("\"JOB_KIND_SFT\""));
+  EXPECT_THAT(text, HasSubstr("\"12345678901\""));  // protobuf writes int64 as a string
+  absl::StatusOr<nlohmann::json> doc = ParseJsonText(text, "launch.json");
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  trainctl::v1::LaunchTask read;
+  std::vector<std::string> errors;
+  DecodeJsonIntoMessage(*doc, "launch", &read, &errors);
+  EXPECT_THAT(errors, ::testing::IsEmpty());
+  std::string diff;
+  google::protobuf::util::MessageDifferencer differencer;
+  differencer.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(differencer.Compare(launch, read)) << diff;
 }
 
 }  // namespace

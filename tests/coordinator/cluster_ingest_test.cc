@@ -205,7 +205,10 @@ TEST_F(ClusterIngestTest, SetupEventsKeepWhatTheTrainerFilled) {
   EXPECT_EQ(setup->setup().backend(), "gloo");
   EXPECT_EQ(setup->setup().hidden_size(), 64);
   ASSERT_EQ(setup->setup().deepspeed_filled_size(), 1);
-  EXPECT_EQ(setup->setup().deepspeed_filled().at("zero_optimization.reduce_bucket_size"), 4096);
+  const auto bucket =
+      setup->setup().deepspeed_filled().find("zero_optimization.reduce_bucket_size");
+  ASSERT_NE(bucket, setup->setup().deepspeed_filled().end()) << setup->DebugString();
+  EXPECT_EQ(bucket->second, 4096);
 }
 
 TEST_F(ClusterIngestTest, AWorkerWhoseMessageTheCoordinatorHoldsKeepsItsLease) {

@@ -211,8 +211,9 @@ TEST_F(WorkerTest, GrpoJobRunsToTheEndAndDescribeShowsItsRewards) {
   ASSERT_NE(setup, nullptr);
   EXPECT_EQ(setup->backend(), "gloo");
   ASSERT_GT(setup->hidden_size(), 0);
-  EXPECT_EQ(setup->deepspeed_filled().at("zero_optimization.reduce_bucket_size"),
-            setup->hidden_size() * setup->hidden_size());
+  const auto bucket = setup->deepspeed_filled().find("zero_optimization.reduce_bucket_size");
+  ASSERT_NE(bucket, setup->deepspeed_filled().end()) << setup->DebugString();
+  EXPECT_EQ(bucket->second, setup->hidden_size() * setup->hidden_size());
   EXPECT_TRUE(absl::StrContains(described.out, "DeepSpeed from hidden_size ")) << described.out;
 }
 

@@ -1,9 +1,9 @@
 // The training loop every job kind runs through, and the interface a kind implements.
 //
 //   set-up    device, comm (c10d), the model (an HF directory is loaded; a registry name or bare
-//             config is initialised from training.seed), the DeepSpeed config resolved against
-//             the launched world size and hidden size, the ZeRO engine, attention, then the
-//             stage's own set-up (its data, frozen models);
+//             config is initialised from training.seed), the coordinator's resolved DeepSpeed
+//             config with its hidden-size "auto"s filled from the model, the ZeRO engine,
+//             attention, then the stage's own set-up (its data, frozen models);
 //   resume    the newest complete checkpoint under output_dir, the same on every rank;
 //   step      the stage's micro-batches (forward + Engine::Backward), then the optimizer step
 //             with the learning-rate schedule (linear/cosine/constant with warm-up), gradient

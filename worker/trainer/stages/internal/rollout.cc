@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
@@ -98,9 +99,10 @@ absl::StatusOr<model::GenerationOutput> GenerateCompletions(StageContext& ctx, z
     ASSIGN_OR_RETURN(generated, model::Generate(engine.model(), prompts, options));
     return absl::OkStatus();
   });
-  if (!generation.ok()) {
+  if (!generation.ok() && !absl::StartsWith(generation.message(), "generation")) {
     return absl::Status(generation.code(), absl::StrCat("generation: ", generation.message()));
   }
+  RETURN_IF_ERROR(generation);
   here.seconds = Seconds(start);
   if (cost != nullptr) *cost = here;
   return generated;
