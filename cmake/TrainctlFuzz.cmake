@@ -19,6 +19,10 @@ function(trainctl_warnings target)
 endfunction()
 
 add_subdirectory(proto)
+# Except the generated messages: protoc's code, whose parsing is libprotobuf's (itself not
+# instrumented), compiled without sanitizers or coverage. They were a fifth of the fuzz build's
+# CPU time (job.pb.cc alone 25 s instrumented, 10 s without).
+target_compile_options(trainctl_proto PRIVATE -fno-sanitize=all)
 add_subdirectory(common)
 add_subdirectory(common/tokenizer)
 add_subdirectory(common/data)

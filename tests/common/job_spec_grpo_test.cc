@@ -166,7 +166,7 @@ TEST(GrpoSpecTest, OnlyGrpoJobsAreChecked) {
   EXPECT_TRUE(v.ok()) << v.status();
 }
 
-constexpr char kPipeline[] = R"(
+constexpr char kGrpoPipeline[] = R"(
 kind: pipeline
 model_name_or_path: Qwen/Qwen2-VL-2B-Instruct
 data_path: ./data
@@ -178,7 +178,7 @@ stages:
 
 TEST(GrpoSpecTest, PipelineGrpoStagesAreCheckedAndGetTheDefaults) {
   absl::StatusOr<ValidatedJobSpec> v = ValidateYaml(
-      std::string(kPipeline) +
+      std::string(kGrpoPipeline) +
       "  - {kind: grpo, training: {epsilon: 0.1, loss_type: x, reward_weights: [1, 2]}}\n"
       "  - {kind: grpo, training: {reward_weights: [1, 2, 3]}}\n");
   EXPECT_THAT(ErrorLines(v.status()),
@@ -187,7 +187,7 @@ TEST(GrpoSpecTest, PipelineGrpoStagesAreCheckedAndGetTheDefaults) {
                           HasSubstr("spec.stages[2].training.reward_weights: needs one weight per "
                                     "reward (2")));
 
-  v = ValidateYaml(std::string(kPipeline) +
+  v = ValidateYaml(std::string(kGrpoPipeline) +
                    "  - {kind: grpo, training: {reward_weights: [1, 2]}}\n" +
                    "  - {kind: grpo, training: {epsilon: 0.1}}\n");
   ASSERT_TRUE(v.ok()) << v.status();
@@ -197,15 +197,15 @@ TEST(GrpoSpecTest, PipelineGrpoStagesAreCheckedAndGetTheDefaults) {
   EXPECT_DOUBLE_EQ(v->spec.stages(2).training().epsilon(), 0.1);
   EXPECT_DOUBLE_EQ(v->spec.stages(2).training().epsilon_high(), 0.1);  // the stage's own
   // A pipeline without a grpo stage gets no reward functions.
-  absl::StatusOr<ValidatedJobSpec> sft_only = ValidateYaml(kPipeline);
+  absl::StatusOr<ValidatedJobSpec> sft_only = ValidateYaml(kGrpoPipeline);
   ASSERT_TRUE(sft_only.ok()) << sft_only.status();
   EXPECT_THAT(sft_only->spec.reward_funcs(), IsEmpty());
 }
 
 TEST(GrpoSpecTest, DefaultsAreIdempotentForStageLists) {
-  absl::StatusOr<JobSpec> spec =
-      ParseYaml(std::string(kPipeline) + "  - {kind: grpo, training: {scale_rewards: false}}\n" +
-                "  - {kind: grpo, training: {reward_weights: [3, 4]}}\n");
+  absl::StatusOr<JobSpec> spec = ParseYaml(
+      std::string(kGrpoPipeline) + "  - {kind: grpo, training: {scale_rewards: false}}\n" +
+      "  - {kind: grpo, training: {reward_weights: [3, 4]}}\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
   ApplyJobSpecDefaults(&*spec);
   JobSpec twice = *spec;

@@ -7,18 +7,19 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_split.h"
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/common/job_spec_fixtures.h"
 #include "tests/testing/seed.h"
 
 namespace trainctl {
 namespace {
 
 using nlohmann::json;
+using spec_testing::ErrorLines;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -34,11 +35,6 @@ using testing::SeedLaunchFlags;
 
 absl::StatusOr<FlagSpec> Parse(std::vector<std::string> args) {
   return JobSpecFromFlags(args, kSourceDir);
-}
-
-std::vector<std::string> ErrorLines(const absl::Status& status) {
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  return absl::StrSplit(status.message(), '\n');
 }
 
 TEST(SeedFlagsTest, SeedLaunchLineGivesTheSeedsJob) {

@@ -13,6 +13,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/in_memory_job_store.h"
 #include "gtest/gtest.h"
+#include "tests/testing/exposition.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/seed.h"
 
@@ -21,16 +22,7 @@ namespace {
 
 namespace v1 = trainctl::v1;
 
-// The value of the sample named `series` (name and labels exactly as rendered: labels sorted by
-// name), "" if absent.
-std::string ValueOf(const std::string& text, const std::string& series) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (absl::ConsumePrefix(&line, series) && absl::ConsumePrefix(&line, " ")) {
-      return std::string(line);
-    }
-  }
-  return "";
-}
+using testing::SampleValue;
 
 v1::MetricSample TrainerSample(int64_t step, double loss) {
   // What worker/trainer/stages/loop.cc's Log() sends, with GRPO's extra figures.
@@ -83,20 +75,20 @@ TEST_F(JobMetricsTest, RunningJobHasTheLatestSampleUnderItsLabels) {
   ASSERT_TRUE(jobs_.RecordMetric(id, TrainerSample(20, 1.25)).ok());
   const std::string text = registry_.Render();
   const std::string l = Labels(id);
-  EXPECT_EQ(ValueOf(text, "trainctl_job_loss" + l), "1.25") << text;
-  EXPECT_EQ(ValueOf(text, "trainctl_job_step" + l), "20");
-  EXPECT_EQ(ValueOf(text, "trainctl_job_total_steps" + l), "100");
-  EXPECT_EQ(ValueOf(text, "trainctl_job_progress_ratio" + l), "0.2");
-  EXPECT_EQ(ValueOf(text, "trainctl_job_attempt" + l), "0");
-  EXPECT_EQ(ValueOf(text, "trainctl_job_learning_rate" + l), "2e-05");
-  EXPECT_EQ(ValueOf(text, "trainctl_job_grad_norm" + l), "1.5");
-  EXPECT_EQ(ValueOf(text, "trainctl_job_tokens_per_second" + l), "4096");
-  EXPECT_EQ(ValueOf(text, "trainctl_job_samples_per_second" + l), "8");
-  EXPECT_EQ(ValueOf(text, "trainctl_job_mfu_ratio" + l), "0.42");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_loss" + l), "1.25") << text;
+  EXPECT_EQ(SampleValue(text, "trainctl_job_step" + l), "20");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_total_steps" + l), "100");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_progress_ratio" + l), "0.2");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_attempt" + l), "0");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_learning_rate" + l), "2e-05");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_grad_norm" + l), "1.5");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_tokens_per_second" + l), "4096");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_samples_per_second" + l), "8");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_mfu_ratio" + l), "0.42");
   // ETA: 80 steps left at a step time that is some positive figure (JobManager's wall-clock one
   // once it has two samples, else the trainer's).
   double eta = 0;
-  ASSERT_TRUE(absl::SimpleAtod(ValueOf(text, "trainctl_job_eta_seconds" + l), &eta)) << text;
+  ASSERT_TRUE(absl::SimpleAtod(SampleValue(text, "trainctl_job_eta_seconds" + l), &eta)) << text;
   EXPECT_GE(eta, 0);
   // An SFT job logs no GRPO figures: no series for them.
   EXPECT_FALSE(absl::StrContains(text, "trainctl_job_reward{")) << text;
@@ -107,7 +99,7 @@ TEST_F(JobMetricsTest, EtaFromTheTrainersStepTimeBeforeTheCoordinatorHasOne) {
   const std::string id = Running();
   ASSERT_TRUE(jobs_.RecordMetric(id, TrainerSample(10, 2.5)).ok());
   // One sample: no wall-clock step time yet; 90 steps x 2 s.
-  EXPECT_EQ(ValueOf(registry_.Render(), "trainctl_job_eta_seconds" + Labels(id)), "180");
+  EXPECT_EQ(SampleValue(registry_.Render(), "trainctl_job_eta_seconds" + Labels(id)), "180");
 }
 
 TEST_F(JobMetricsTest, GrpoFiguresHaveTheirOwnSeries) {
@@ -121,10 +113,10 @@ TEST_F(JobMetricsTest, GrpoFiguresHaveTheirOwnSeries) {
   ASSERT_TRUE(jobs_.RecordMetric(id, s).ok());
   const std::string text = registry_.Render();
   const std::string l = Labels(id);
-  EXPECT_EQ(ValueOf(text, "trainctl_job_reward" + l), "0.75") << text;
-  EXPECT_EQ(ValueOf(text, "trainctl_job_reward_std" + l), "0.25");
-  EXPECT_EQ(ValueOf(text, "trainctl_job_kl" + l), "0.01");
-  EXPECT_EQ(ValueOf(text, "trainctl_job_completion_length_tokens" + l), "37");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_reward" + l), "0.75") << text;
+  EXPECT_EQ(SampleValue(text, "trainctl_job_reward_std" + l), "0.25");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_kl" + l), "0.01");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_completion_length_tokens" + l), "37");
 }
 
 TEST_F(JobMetricsTest, NanLossIsExportedAsNan) {
@@ -132,7 +124,7 @@ TEST_F(JobMetricsTest, NanLossIsExportedAsNan) {
   ASSERT_TRUE(
       jobs_.RecordMetric(id, TrainerSample(5, std::numeric_limits<double>::quiet_NaN())).ok());
   // prometheus-cpp's spelling; Prometheus reads it as NaN.
-  EXPECT_EQ(ValueOf(registry_.Render(), "trainctl_job_loss" + Labels(id)), "Nan");
+  EXPECT_EQ(SampleValue(registry_.Render(), "trainctl_job_loss" + Labels(id)), "Nan");
 }
 
 TEST_F(JobMetricsTest, SeriesGoWhenTheJobEndsAndLateSamplesDoNotBringThemBack) {
@@ -141,7 +133,8 @@ TEST_F(JobMetricsTest, SeriesGoWhenTheJobEndsAndLateSamplesDoNotBringThemBack) {
   ASSERT_TRUE(jobs_.Transition(id, v1::JOB_STATE_SUCCEEDED, "done").ok());
   std::string text = registry_.Render();
   EXPECT_FALSE(absl::StrContains(text, "job=\"" + id + "\"")) << text;
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs_finished_total{kind=\"sft\",state=\"succeeded\"}"), "1");
+  EXPECT_EQ(SampleValue(text, "trainctl_jobs_finished_total{kind=\"sft\",state=\"succeeded\"}"),
+            "1");
   // A sample the store took before the end, told after it.
   Job ended = *jobs_.Get(id);
   metrics_.OnMetric(ended, TrainerSample(11, 2.4));
@@ -161,16 +154,17 @@ TEST_F(JobMetricsTest, CountersForSubmitsCancelsRestartsAndEnds) {
   ASSERT_TRUE(jobs_.Transition(running, v1::JOB_STATE_RESTARTING, "rank 1 exited 1").ok());
   ASSERT_TRUE(jobs_.Transition(running, v1::JOB_STATE_SCHEDULED, "placed again").ok());
   // The new attempt shows at once.
-  EXPECT_EQ(ValueOf(registry_.Render(), "trainctl_job_attempt" + Labels(running)), "1");
+  EXPECT_EQ(SampleValue(registry_.Render(), "trainctl_job_attempt" + Labels(running)), "1");
   ASSERT_TRUE(jobs_.Cancel(running, "").ok());  // placed: marked, its workers stop it
   ASSERT_TRUE(jobs_.Cancel(running, "").ok());
   ASSERT_TRUE(jobs_.Transition(running, v1::JOB_STATE_CANCELLED, "ranks stopped").ok());
 
   const std::string text = registry_.Render();
-  EXPECT_EQ(ValueOf(text, "trainctl_job_submissions_total{kind=\"sft\"}"), "3") << text;
-  EXPECT_EQ(ValueOf(text, "trainctl_job_cancellations_total"), "2");
-  EXPECT_EQ(ValueOf(text, "trainctl_job_restarts_total{kind=\"sft\"}"), "1");
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs_finished_total{kind=\"sft\",state=\"cancelled\"}"), "2");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_submissions_total{kind=\"sft\"}"), "3") << text;
+  EXPECT_EQ(SampleValue(text, "trainctl_job_cancellations_total"), "2");
+  EXPECT_EQ(SampleValue(text, "trainctl_job_restarts_total{kind=\"sft\"}"), "1");
+  EXPECT_EQ(SampleValue(text, "trainctl_jobs_finished_total{kind=\"sft\",state=\"cancelled\"}"),
+            "2");
   EXPECT_TRUE(metrics_.JobsWithSeries().empty());
 }
 
@@ -191,17 +185,17 @@ TEST_F(JobMetricsTest, ScrapeCountsJobsByStateAndKindAndNodes) {
   Running();
 
   std::string text = registry_.Render();
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs{kind=\"sft\",state=\"pending\"}"), "2") << text;
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs{kind=\"sft\",state=\"running\"}"), "1");
+  EXPECT_EQ(SampleValue(text, "trainctl_jobs{kind=\"sft\",state=\"pending\"}"), "2") << text;
+  EXPECT_EQ(SampleValue(text, "trainctl_jobs{kind=\"sft\",state=\"running\"}"), "1");
   // Every pair has a series, 0 when empty.
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs{kind=\"grpo\",state=\"failed\"}"), "0");
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs{kind=\"pipeline\",state=\"restarting\"}"), "0");
-  EXPECT_EQ(ValueOf(text, "trainctl_nodes{state=\"live\"}"), "2");
-  EXPECT_EQ(ValueOf(text, "trainctl_nodes{state=\"lost\"}"), "1");
-  EXPECT_EQ(ValueOf(text, "trainctl_cluster_slots"), "12");
-  EXPECT_EQ(ValueOf(text, "trainctl_cluster_free_slots"), "6");
-  EXPECT_EQ(ValueOf(text, std::string("trainctl_build_info{revision=\"") + BuildRevision() +
-                              "\",version=\"" + BuildVersion() + "\"}"),
+  EXPECT_EQ(SampleValue(text, "trainctl_jobs{kind=\"grpo\",state=\"failed\"}"), "0");
+  EXPECT_EQ(SampleValue(text, "trainctl_jobs{kind=\"pipeline\",state=\"restarting\"}"), "0");
+  EXPECT_EQ(SampleValue(text, "trainctl_nodes{state=\"live\"}"), "2");
+  EXPECT_EQ(SampleValue(text, "trainctl_nodes{state=\"lost\"}"), "1");
+  EXPECT_EQ(SampleValue(text, "trainctl_cluster_slots"), "12");
+  EXPECT_EQ(SampleValue(text, "trainctl_cluster_free_slots"), "6");
+  EXPECT_EQ(SampleValue(text, std::string("trainctl_build_info{revision=\"") + BuildRevision() +
+                                  "\",version=\"" + BuildVersion() + "\"}"),
             "1");
   EXPECT_FALSE(std::string(BuildVersion()).empty());
 
@@ -209,9 +203,9 @@ TEST_F(JobMetricsTest, ScrapeCountsJobsByStateAndKindAndNodes) {
   nodes.pop_back();
   ASSERT_TRUE(jobs_.Cancel("job-1", "").ok());
   text = registry_.Render();
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs{kind=\"sft\",state=\"pending\"}"), "1") << text;
-  EXPECT_EQ(ValueOf(text, "trainctl_jobs{kind=\"sft\",state=\"cancelled\"}"), "1");
-  EXPECT_EQ(ValueOf(text, "trainctl_nodes{state=\"lost\"}"), "0");
+  EXPECT_EQ(SampleValue(text, "trainctl_jobs{kind=\"sft\",state=\"pending\"}"), "1") << text;
+  EXPECT_EQ(SampleValue(text, "trainctl_jobs{kind=\"sft\",state=\"cancelled\"}"), "1");
+  EXPECT_EQ(SampleValue(text, "trainctl_nodes{state=\"lost\"}"), "0");
 }
 
 }  // namespace

@@ -15,18 +15,12 @@
 #include "coordinator/in_memory_job_store.h"
 #include "coordinator/job_service.h"
 #include "gtest/gtest.h"
+#include "tests/testing/exposition.h"
 
 namespace trainctl {
 namespace {
 
-std::string ValueOf(const std::string& text, const std::string& series) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (absl::ConsumePrefix(&line, series) && absl::ConsumePrefix(&line, " ")) {
-      return std::string(line);
-    }
-  }
-  return "";
-}
+using testing::SampleValue;
 
 class RpcMetricsTest : public ::testing::Test {
  protected:
@@ -92,18 +86,19 @@ TEST_F(RpcMetricsTest, UnaryCallsAreTimedByMethodAndCodeStreamsAreNot) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
 
   const std::string text = registry_.Render();
-  EXPECT_EQ(ValueOf(text, "trainctl_rpc_duration_seconds_count{code=\"OK\",method=\"SubmitJob\"}"),
-            "2")
-      << text;
-  EXPECT_EQ(ValueOf(text, "trainctl_rpc_duration_seconds_count{code=\"" +
-                              std::string("INVALID_ARGUMENT") + "\",method=\"SubmitJob\"}"),
-            "1");
   EXPECT_EQ(
-      ValueOf(text, "trainctl_rpc_duration_seconds_count{code=\"NOT_FOUND\",method=\"GetJob\"}"),
-      "1");
-  EXPECT_EQ(ValueOf(text,
-                    "trainctl_rpc_duration_seconds_bucket{code=\"OK\",method=\"SubmitJob\","
-                    "le=\"+Inf\"}"),
+      SampleValue(text, "trainctl_rpc_duration_seconds_count{code=\"OK\",method=\"SubmitJob\"}"),
+      "2")
+      << text;
+  EXPECT_EQ(SampleValue(text, "trainctl_rpc_duration_seconds_count{code=\"" +
+                                  std::string("INVALID_ARGUMENT") + "\",method=\"SubmitJob\"}"),
+            "1");
+  EXPECT_EQ(SampleValue(
+                text, "trainctl_rpc_duration_seconds_count{code=\"NOT_FOUND\",method=\"GetJob\"}"),
+            "1");
+  EXPECT_EQ(SampleValue(text,
+                        "trainctl_rpc_duration_seconds_bucket{code=\"OK\",method=\"SubmitJob\","
+                        "le=\"+Inf\"}"),
             "2");
   EXPECT_FALSE(absl::StrContains(text, "WatchJob")) << text;
   EXPECT_FALSE(absl::StrContains(text, "Nope")) << text;

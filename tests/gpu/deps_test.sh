@@ -19,7 +19,10 @@ CUDA_ARGS=()
 [[ -n $NVCC ]] && CUDA_ARGS=(-DCMAKE_CUDA_COMPILER="$NVCC")
 
 "$SRC/scripts/gpu-deps.sh" --no-archive "$WORK/deps"
-cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINCTL_CUDA=ON \
+# At -O0: this checks where every package comes from and that every source compiles against the
+# folder, not the code generated (the CUDA build itself is -O2); 149 CPU-s instead of 191.
+cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O0 \
+  -DTRAINCTL_CUDA=ON \
   -DTRAINCTL_CUDA_CONFIGURE_CHECK=ON -DTRAINCTL_DEPS_DIR="$WORK/deps" "${CUDA_ARGS[@]}" \
   >"$WORK/configure.log" 2>&1 ||
   { cat "$WORK/configure.log"; fail "configuring the CUDA layout from the gathered folder failed"; }
@@ -49,7 +52,7 @@ cmake --build "$WORK/build" -j 2 --target trainctl_proto trainctl_common trainct
 grep -q -- "-isystem $WORK/deps/include" "$WORK/build/compile_commands.json" ||
   fail "the folder's include directory is not on the compile lines"
 # The endpoint teacher has its HTTP client there (not the UNIMPLEMENTED stub).
-grep -q "TRAINCTL_WITH_HTTPLIB.*endpoint_teacher.cc" "$WORK/build/compile_commands.json" ||
+grep -q "TRAINCTL_WITH_HTTPLIB.*trainctl_endpoint_teacher\.dir" "$WORK/build/compile_commands.json" ||
   fail "trainctl_endpoint_teacher was built without cpp-httplib"
 echo "deps_test: $(du -sh "$WORK/deps" | cut -f1) gathered; CUDA layout configured and built from it"
 

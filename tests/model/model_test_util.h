@@ -69,6 +69,12 @@ inline std::map<std::string, torch::Tensor> TakeGradients(torch::nn::Module& mod
   return grads;
 }
 
+// A loss and the gradients it gave, by parameter name.
+struct LossAndGrads {
+  torch::Tensor loss;
+  std::map<std::string, torch::Tensor> grads;
+};
+
 }  // namespace trainctl::model::testing
 
 #endif  // TRAINCTL_TESTS_MODEL_MODEL_TEST_UTIL_H_

@@ -20,6 +20,7 @@ using testing::Concat;
 using testing::Grid;
 using testing::Ids;
 using testing::ImageTokens;
+using testing::LossAndGrads;
 using testing::RandomPixels;
 using testing::TakeGradients;
 using testing::TinyConfig;
@@ -28,11 +29,6 @@ struct Sample {
   std::vector<int64_t> ids;
   std::vector<std::vector<int64_t>> grids;
   torch::Tensor pixels;
-};
-
-struct LossAndGrads {
-  torch::Tensor loss;
-  std::map<std::string, torch::Tensor> grads;
 };
 
 torch::Tensor SummedLoss(Qwen2VLForConditionalGeneration& model, const ModelInputs& in,

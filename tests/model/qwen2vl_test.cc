@@ -23,6 +23,7 @@ using ::trainctl::model::testing::Concat;
 using ::trainctl::model::testing::Grid;
 using ::trainctl::model::testing::Ids;
 using ::trainctl::model::testing::ImageTokens;
+using ::trainctl::model::testing::LossAndGrads;
 using ::trainctl::model::testing::RandomPixels;
 using ::trainctl::model::testing::TinyConfig;
 
@@ -327,11 +328,6 @@ TEST_F(ForwardTest, HooksSeeEveryUnitInOrder) {
   EXPECT_EQ(hooks.before, expected);
   EXPECT_EQ(hooks.after, expected);
 }
-
-struct LossAndGrads {
-  torch::Tensor loss;
-  std::map<std::string, torch::Tensor> grads;
-};
 
 LossAndGrads LossAndGradients(Qwen2VLForConditionalGeneration& model, const ModelInputs& inputs) {
   for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();

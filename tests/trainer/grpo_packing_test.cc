@@ -43,7 +43,7 @@ GrpoRow Row(Tokens prompt, Tokens completion, const std::vector<Tokens>& grids, 
 
 // Six rows, 9 to 23 tokens. First fit into rows of 32: {0, 1}, {2, 4}, {3, 5}, so the images
 // come in the order of rows 1, 4, 3, not 1, 3, 4.
-std::vector<GrpoRow> Rows() {
+std::vector<GrpoRow> SampleRows() {
   std::vector<GrpoRow> rows;
   rows.push_back(Row({10, 11, 12, 13, 14, 15, 16}, {50, 51, 52, 53, 54}, {}, 1.5));
   rows.push_back(
@@ -102,7 +102,7 @@ TEST(GrpoPackingTest, PackedLogProbsAndGradientsEqualPadded) {
   model::Qwen2VLForConditionalGeneration model(model::testing::TinyConfig());
   model.InitWeights(0.1);
   model.train();
-  const std::vector<GrpoRow> rows = Rows();
+  const std::vector<GrpoRow> rows = SampleRows();
   const int64_t n = static_cast<int64_t>(rows.size());
   const TrainInputs padded =
       internal::MakeTrainInputs(rows, 0, n, kPad, /*mask_truncated=*/true, torch::kCPU);
@@ -138,7 +138,7 @@ TEST(GrpoPackingTest, PackedLogProbsAndGradientsEqualPadded) {
 
 TEST(GrpoPackingTest, PackedBatchIsSmallerThanPadded) {
   torch::manual_seed(4);
-  const std::vector<GrpoRow> rows = Rows();
+  const std::vector<GrpoRow> rows = SampleRows();
   const int64_t n = static_cast<int64_t>(rows.size());
   const TrainInputs padded = internal::MakeTrainInputs(rows, 0, n, kPad, false, torch::kCPU);
   const TrainInputs packed =

@@ -64,7 +64,7 @@ Taps ComputeTaps(int in_size, int out_size) {
   return taps;
 }
 
-uint8_t Clip8(int32_t sum) {
+uint8_t DescaleClip8(int32_t sum) {
   const int32_t v = sum >> kPrecisionBits;  // arithmetic shift: floor, as Pillow's lookup
   return static_cast<uint8_t>(std::clamp(v, 0, 255));
 }
@@ -86,9 +86,9 @@ std::vector<uint8_t> Horizontal(const std::vector<uint8_t>& src, int in_width, i
         s1 += p[x * 3 + 1] * k[x];
         s2 += p[x * 3 + 2] * k[x];
       }
-      dst[xx * 3 + 0] = Clip8(s0);
-      dst[xx * 3 + 1] = Clip8(s1);
-      dst[xx * 3 + 2] = Clip8(s2);
+      dst[xx * 3 + 0] = DescaleClip8(s0);
+      dst[xx * 3 + 1] = DescaleClip8(s1);
+      dst[xx * 3 + 2] = DescaleClip8(s2);
     }
   }
   return out;
@@ -106,7 +106,7 @@ std::vector<uint8_t> Vertical(const std::vector<uint8_t>& src, int width, const 
     for (size_t i = 0; i < stride; ++i) {
       int32_t s = 1 << (kPrecisionBits - 1);
       for (int y = 0; y < taps.count[yy]; ++y) s += base[y * stride + i] * k[y];
-      dst[i] = Clip8(s);
+      dst[i] = DescaleClip8(s);
     }
   }
   return out;

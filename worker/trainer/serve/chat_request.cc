@@ -22,21 +22,12 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using tokenizer::ChatPart;
 
-absl::Status Invalid(const std::string& param, absl::string_view message) {
-  // A message that already names the field (DecodeImage's, given the part's path) keeps one copy.
-  const bool named = param.empty() || absl::StartsWith(message, absl::StrCat(param, ": "));
-  absl::Status status = absl::InvalidArgumentError(
-      named ? std::string(message) : absl::StrCat(param, ": ", message));
-  if (!param.empty()) status.SetPayload(kParamPayload, absl::Cord(param));
-  return status;
-}
-
 // Adds `param` to an INVALID_ARGUMENT that has none.
 absl::Status WithParam(absl::Status status, const std::string& param) {
   if (status.code() != absl::StatusCode::kInvalidArgument || !ErrorParam(status).empty()) {
     return status;
   }
-  return Invalid(param, status.message());
+  return InvalidParam(param, status.message());
 }
 
 // Why a body that nlohmann could not parse is refused: a number out of range names its field
@@ -51,20 +42,20 @@ absl::Status NotJson(absl::string_view body) {
     const json parsed = json::parse(body, track);
     static_cast<void>(parsed);
   } catch (const json::out_of_range&) {
-    return Invalid(key, "the number is out of range (not a finite double)");
+    return InvalidParam(key, "the number is out of range (not a finite double)");
   } catch (const json::exception& e) {
     std::string why = e.what();
     const size_t at = why.find("] ");  // past "[json.exception.parse_error.101] "
     if (at != std::string::npos) why = why.substr(at + 2);
-    return Invalid("", absl::StrCat("the body is not valid JSON: ", why));
+    return InvalidParam("", absl::StrCat("the body is not valid JSON: ", why));
   }
-  return Invalid("", "the body is not a JSON object");
+  return InvalidParam("", "the body is not a JSON object");
 }
 
 absl::StatusOr<std::string> Text(const json& value, const std::string& param) {
-  if (!value.is_string()) return Invalid(param, "expected a string");
+  if (!value.is_string()) return InvalidParam(param, "expected a string");
   std::string text = value.get<std::string>();
-  if (!IsValidUtf8(text)) return Invalid(param, "not valid UTF-8");
+  if (!IsValidUtf8(text)) return InvalidParam(param, "not valid UTF-8");
   return text;
 }
 
@@ -77,16 +68,16 @@ absl::Status ParseContent(const json& content, const std::string& param, ChatReq
     message.content.push_back(ChatPart::Text(*std::move(text)));
     return absl::OkStatus();
   }
-  if (!content.is_array()) return Invalid(param, "expected a string or an array of parts");
+  if (!content.is_array()) return InvalidParam(param, "expected a string or an array of parts");
   for (size_t j = 0; j < content.size(); ++j) {
     const std::string part_param = absl::StrCat(param, "[", j, "]");
     const json& part = content[j];
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
-      return Invalid(part_param, "expected an object with a string \"type\"");
+      return InvalidParam(part_param, "expected an object with a string \"type\"");
     }
     const std::string type = part["type"].get<std::string>();
     if (type == "text") {
-      if (!part.contains("text")) return Invalid(part_param + ".text", "required");
+      if (!part.contains("text")) return InvalidParam(part_param + ".text", "required");
       absl::StatusOr<std::string> text = Text(part["text"], part_param + ".text");
       if (!text.ok()) return text.status();
       message.content.push_back(ChatPart::Text(*std::move(text)));
@@ -94,14 +85,14 @@ absl::Status ParseContent(const json& content, const std::string& param, ChatReq
       const json* url = part.contains("image_url") ? &part["image_url"] : nullptr;
       if (url != nullptr && url->is_object()) url = url->contains("url") ? &(*url)["url"] : nullptr;
       if (url == nullptr || !url->is_string()) {
-        return Invalid(part_param + ".image_url", "expected {\"url\": \"data:...\"}");
+        return InvalidParam(part_param + ".image_url", "expected {\"url\": \"data:...\"}");
       }
       out.image_urls.push_back(url->get<std::string>());
       out.image_params.push_back(part_param);
       message.content.push_back(ChatPart::Image(0));
     } else {
-      return Invalid(part_param + ".type",
-                     absl::StrCat("unsupported part type '", type, "' (text and image_url are)"));
+      return InvalidParam(part_param + ".type", absl::StrCat("unsupported part type '", type,
+                                                             "' (text and image_url are)"));
     }
   }
   return absl::OkStatus();
@@ -109,21 +100,22 @@ absl::Status ParseContent(const json& content, const std::string& param, ChatReq
 
 absl::Status ParseMessages(const json& messages, ChatRequest& out) {
   if (!messages.is_array() || messages.empty()) {
-    return Invalid("messages", "expected a non-empty array");
+    return InvalidParam("messages", "expected a non-empty array");
   }
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string param = absl::StrCat("messages[", i, "]");
     const json& m = messages[i];
-    if (!m.is_object()) return Invalid(param, "expected an object");
-    if (!m.contains("role") || !m["role"].is_string()) return Invalid(param + ".role", "required");
+    if (!m.is_object()) return InvalidParam(param, "expected an object");
+    if (!m.contains("role") || !m["role"].is_string())
+      return InvalidParam(param + ".role", "required");
     tokenizer::ChatMessage message;
     message.role = m["role"].get<std::string>();
     if (message.role == "developer") message.role = "system";  // OpenAI's newer name for it
     if (message.role != "system" && message.role != "user" && message.role != "assistant") {
-      return Invalid(param + ".role", absl::StrCat("unsupported role '", m["role"].dump(),
-                                                   "' (system, developer, user, assistant)"));
+      return InvalidParam(param + ".role", absl::StrCat("unsupported role '", m["role"].dump(),
+                                                        "' (system, developer, user, assistant)"));
     }
-    if (!m.contains("content")) return Invalid(param + ".content", "required");
+    if (!m.contains("content")) return InvalidParam(param + ".content", "required");
     if (absl::Status s = ParseContent(m["content"], param + ".content", out, message); !s.ok()) {
       return s;
     }
@@ -135,7 +127,7 @@ absl::Status ParseMessages(const json& messages, ChatRequest& out) {
 absl::StatusOr<double> Number(const json& body, const char* key, double low, double high) {
   const json& v = body[key];
   if (!v.is_number() || !(v.get<double>() >= low && v.get<double>() <= high)) {
-    return Invalid(key, absl::StrCat("expected a number in [", low, ", ", high, "]"));
+    return InvalidParam(key, absl::StrCat("expected a number in [", low, ", ", high, "]"));
   }
   return v.get<double>();
 }
@@ -143,7 +135,7 @@ absl::StatusOr<double> Number(const json& body, const char* key, double low, dou
 absl::StatusOr<int64_t> Integer(const json& body, const char* key, int64_t low, int64_t high) {
   const json& v = body[key];
   if (!v.is_number_integer() || v.get<int64_t>() < low || v.get<int64_t>() > high) {
-    return Invalid(key, absl::StrCat("expected an integer in [", low, ", ", high, "]"));
+    return InvalidParam(key, absl::StrCat("expected an integer in [", low, ", ", high, "]"));
   }
   return v.get<int64_t>();
 }
@@ -168,7 +160,7 @@ absl::Status ParseSampling(const json& body, const RequestLimits& limits, Sampli
   if (Present(body, "top_p")) {
     absl::StatusOr<double> p = Number(body, "top_p", 0, 1);
     if (!p.ok()) return p.status();
-    if (*p <= 0) return Invalid("top_p", "must be above 0");
+    if (*p <= 0) return InvalidParam("top_p", "must be above 0");
     s.top_p = *p;
   }
   const char* max_key =
@@ -190,12 +182,13 @@ absl::Status ParseSampling(const json& body, const RequestLimits& limits, Sampli
     const std::vector<json> items =
         stop.is_array() ? stop.get<std::vector<json>>() : std::vector<json>(1, stop);
     if (static_cast<int64_t>(items.size()) > limits.max_stop_sequences) {
-      return Invalid("stop", absl::StrCat("at most ", limits.max_stop_sequences, " sequences"));
+      return InvalidParam("stop",
+                          absl::StrCat("at most ", limits.max_stop_sequences, " sequences"));
     }
     for (const json& item : items) {
       absl::StatusOr<std::string> text = Text(item, "stop");
       if (!text.ok()) return text.status();
-      if (text->empty()) return Invalid("stop", "empty stop sequence");
+      if (text->empty()) return InvalidParam("stop", "empty stop sequence");
       s.stop.push_back(*std::move(text));
     }
   }
@@ -205,18 +198,18 @@ absl::Status ParseSampling(const json& body, const RequestLimits& limits, Sampli
 // Options clients send with their defaults; anything else is refused rather than ignored.
 absl::Status CheckUnsupported(const json& body) {
   if (Present(body, "stream") && body["stream"] != false) {
-    return Invalid("stream", "streaming is not supported; send stream: false");
+    return InvalidParam("stream", "streaming is not supported; send stream: false");
   }
   for (const char* key : {"presence_penalty", "frequency_penalty"}) {
     if (Present(body, key) && (!body[key].is_number() || body[key].get<double>() != 0)) {
-      return Invalid(key, "only 0 is supported");
+      return InvalidParam(key, "only 0 is supported");
     }
   }
   if (Present(body, "logprobs") && body["logprobs"] != false) {
-    return Invalid("logprobs", "log-probabilities are not supported");
+    return InvalidParam("logprobs", "log-probabilities are not supported");
   }
   for (const char* key : {"tools", "functions", "response_format", "logit_bias"}) {
-    if (Present(body, key)) return Invalid(key, "not supported by this server");
+    if (Present(body, key)) return InvalidParam(key, "not supported by this server");
   }
   return absl::OkStatus();
 }
@@ -224,17 +217,17 @@ absl::Status CheckUnsupported(const json& body) {
 absl::StatusOr<std::string> ReadUnder(const std::string& root, const std::string& path,
                                       const std::string& param) {
   if (root.empty()) {
-    return Invalid(param, "file:// image URLs are not enabled on this server (--image_root)");
+    return InvalidParam(param, "file:// image URLs are not enabled on this server (--image_root)");
   }
   std::error_code ec;
   const fs::path base = fs::weakly_canonical(root, ec);
   const fs::path file = fs::weakly_canonical(fs::path(root) / fs::path(path).relative_path(), ec);
   const std::string b = base.string(), f = file.string();
   if (ec || f.size() <= b.size() || f.compare(0, b.size(), b) != 0 || f[b.size()] != '/') {
-    return Invalid(param, absl::StrCat("'", path, "' is not inside the image root"));
+    return InvalidParam(param, absl::StrCat("'", path, "' is not inside the image root"));
   }
   std::ifstream in(file, std::ios::binary);
-  if (!in) return Invalid(param, absl::StrCat("cannot read '", path, "'"));
+  if (!in) return InvalidParam(param, absl::StrCat("cannot read '", path, "'"));
   std::ostringstream bytes;
   bytes << in.rdbuf();
   return bytes.str();
@@ -246,19 +239,27 @@ absl::StatusOr<std::string> FetchImage(const std::string& url, const RequestLimi
   if (absl::StartsWith(url, "data:")) {
     const size_t comma = url.find(',');
     if (comma == std::string::npos || !absl::EndsWith(url.substr(0, comma), ";base64")) {
-      return Invalid(param, "a data: URL must be data:<mime>;base64,<data>");
+      return InvalidParam(param, "a data: URL must be data:<mime>;base64,<data>");
     }
     std::string bytes;
     if (!absl::Base64Unescape(absl::string_view(url).substr(comma + 1), &bytes)) {
-      return Invalid(param, "the data: URL's base64 is malformed");
+      return InvalidParam(param, "the data: URL's base64 is malformed");
     }
     return bytes;
   }
   if (absl::StartsWith(url, "file://")) return ReadUnder(limits.image_root, url.substr(7), param);
-  return Invalid(param, "only data: and file:// image URLs are supported");
+  return InvalidParam(param, "only data: and file:// image URLs are supported");
 }
 
 }  // namespace
+
+absl::Status InvalidParam(const std::string& param, absl::string_view message) {
+  const bool named = param.empty() || absl::StartsWith(message, absl::StrCat(param, ": "));
+  absl::Status status =
+      absl::InvalidArgumentError(named ? std::string(message) : absl::StrCat(param, ": ", message));
+  if (!param.empty()) status.SetPayload(kParamPayload, absl::Cord(param));
+  return status;
+}
 
 std::string ErrorParam(const absl::Status& status) {
   const auto param = status.GetPayload(kParamPayload);
@@ -268,17 +269,17 @@ std::string ErrorParam(const absl::Status& status) {
 absl::StatusOr<ChatRequest> ParseChatRequest(absl::string_view body, const RequestLimits& limits) {
   const json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return NotJson(body);
-  if (!doc.is_object()) return Invalid("", "the body is not a JSON object");
+  if (!doc.is_object()) return InvalidParam("", "the body is not a JSON object");
   ChatRequest out;
   if (Present(doc, "model")) {
     absl::StatusOr<std::string> model = Text(doc["model"], "model");
     if (!model.ok()) return model.status();
     out.model = *model;
   }
-  if (!doc.contains("messages")) return Invalid("messages", "required");
+  if (!doc.contains("messages")) return InvalidParam("messages", "required");
   if (absl::Status s = ParseMessages(doc["messages"], out); !s.ok()) return s;
   if (static_cast<int64_t>(out.image_urls.size()) > limits.max_images) {
-    return Invalid("messages", absl::StrCat("at most ", limits.max_images, " images"));
+    return InvalidParam("messages", absl::StrCat("at most ", limits.max_images, " images"));
   }
   if (absl::Status s = CheckUnsupported(doc); !s.ok()) return s;
   if (absl::Status s = ParseSampling(doc, limits, out.sampling); !s.ok()) return s;
@@ -307,15 +308,16 @@ absl::StatusOr<ChatPrompt> BuildChatPrompt(const ChatRequest& request,
     std::string().swap(image_bytes[k]);  // the encoded bytes are not needed past here
     if (!image.ok()) return WithParam(image.status(), param);
     absl::StatusOr<data::ProcessedImage> processed = data::PreprocessImage(*image, limits.image);
-    if (!processed.ok()) return Invalid(param, processed.status().message());
+    if (!processed.ok()) return InvalidParam(param, processed.status().message());
     images.push_back(*std::move(processed));
   }
   absl::StatusOr<ChatPrompt> prompt = data::BuildChatPrompt(request.messages, images, tokenizer);
   if (!prompt.ok()) return WithParam(prompt.status(), "messages");
   if (static_cast<int64_t>(prompt->ids.size()) + request.sampling.max_tokens > limits.max_context) {
-    return Invalid("messages", absl::StrCat("the prompt's ", prompt->ids.size(), " tokens and ",
-                                            request.sampling.max_tokens, " new ones exceed the ",
-                                            limits.max_context, "-token context"));
+    return InvalidParam("messages",
+                        absl::StrCat("the prompt's ", prompt->ids.size(), " tokens and ",
+                                     request.sampling.max_tokens, " new ones exceed the ",
+                                     limits.max_context, "-token context"));
   }
   return prompt;
 }

@@ -68,6 +68,10 @@ using ChatPrompt = data::ChatPrompt;
 // the status payload kParamPayload; empty when none.
 inline constexpr char kParamPayload[] = "trainctl.serve/param";
 std::string ErrorParam(const absl::Status& status);
+// INVALID_ARGUMENT "param: message" carrying `param` as that payload. A message that already
+// starts with "param: " (ReadImageHeader's and DecodeImage's, given the part's path) names it
+// once; an empty `param` gives the message alone and no payload.
+absl::Status InvalidParam(const std::string& param, absl::string_view message);
 
 // INVALID_ARGUMENT (with the param payload) for a body that is not a JSON object, a field of the
 // wrong type or out of range, an unknown role, no messages, or an unsupported option (stream).

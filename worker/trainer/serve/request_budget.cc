@@ -8,19 +8,6 @@
 #include "common/data/image_header.h"
 
 namespace trainctl::serve {
-namespace {
-
-absl::Status Invalid(const std::string& param, absl::string_view message) {
-  // ReadImageHeader's messages already start with the part's path: name it once.
-  const bool named = absl::StartsWith(message, absl::StrCat(param, ": "));
-  absl::Status status =
-      absl::InvalidArgumentError(named ? std::string(message) : absl::StrCat(param, ": ", message));
-  status.SetPayload(kParamPayload, absl::Cord(param));
-  return status;
-}
-
-}  // namespace
-
 int64_t MinTextTokens(int64_t text_bytes, int64_t ascii_bytes,
                       const tokenizer::BpeTokenizer& tokenizer) {
   const int64_t normalized_bytes = ascii_bytes + (text_bytes - ascii_bytes) / 3;
@@ -36,10 +23,10 @@ absl::StatusOr<std::vector<int64_t>> CheckPromptBudget(const ChatRequest& reques
   for (size_t k = 0; k < image_bytes.size(); ++k) {
     const std::string& param = request.image_params[k];
     absl::StatusOr<data::ImageHeader> header = data::ReadImageHeader(image_bytes[k], param);
-    if (!header.ok()) return Invalid(param, header.status().message());
+    if (!header.ok()) return InvalidParam(param, header.status().message());
     absl::StatusOr<int64_t> tokens =
         data::ImageTokenCount(header->height, header->width, limits.image);
-    if (!tokens.ok()) return Invalid(param, tokens.status().message());
+    if (!tokens.ok()) return InvalidParam(param, tokens.status().message());
     counts.push_back(*tokens);
     image_tokens += *tokens;
   }
@@ -54,7 +41,7 @@ absl::StatusOr<std::vector<int64_t>> CheckPromptBudget(const ChatRequest& reques
   const int64_t text_tokens = MinTextTokens(text_bytes, ascii_bytes, tokenizer);
   const int64_t least = image_tokens + text_tokens + request.sampling.max_tokens;
   if (least > limits.max_context) {
-    return Invalid(
+    return InvalidParam(
         "messages",
         absl::StrCat("the prompt is at least ", image_tokens + text_tokens, " tokens (",
                      image_tokens, " for ", image_bytes.size(),

@@ -42,7 +42,7 @@ double NanStd(const std::vector<double>& v, size_t begin, size_t end) {
 // torch.isclose(std, 0) with its default atol 1e-8; NaN is not close.
 bool IsZeroStd(double std) { return std::abs(std) <= 1e-8; }
 
-double Ratio(double sum, double count) { return sum / std::max(count, 1.0); }
+double MeanOver(double sum, double count) { return sum / std::max(count, 1.0); }
 
 double ToDouble(const torch::Tensor& t) { return t.detach().to(torch::kDouble).item<double>(); }
 
@@ -125,10 +125,10 @@ void GrpoLossStats::Add(const GrpoLossStats& o) {
   clip_count += o.clip_count;
 }
 
-double GrpoLossStats::KlMean() const { return Ratio(kl_sum, kl_count); }
-double GrpoLossStats::ClipLowMean() const { return Ratio(clip_low_sum, clip_count); }
-double GrpoLossStats::ClipHighMean() const { return Ratio(clip_high_sum, clip_count); }
-double GrpoLossStats::ClipRegionMean() const { return Ratio(clip_region_sum, clip_count); }
+double GrpoLossStats::KlMean() const { return MeanOver(kl_sum, kl_count); }
+double GrpoLossStats::ClipLowMean() const { return MeanOver(clip_low_sum, clip_count); }
+double GrpoLossStats::ClipHighMean() const { return MeanOver(clip_high_sum, clip_count); }
+double GrpoLossStats::ClipRegionMean() const { return MeanOver(clip_region_sum, clip_count); }
 
 double ActiveTokens(const torch::Tensor& completion_mask) {
   return ToDouble(completion_mask.to(torch::kDouble).sum());
