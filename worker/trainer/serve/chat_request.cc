@@ -106,8 +106,9 @@ absl::Status ParseMessages(const json& messages, ChatRequest& out) {
     const std::string param = absl::StrCat("messages[", i, "]");
     const json& m = messages[i];
     if (!m.is_object()) return InvalidParam(param, "expected an object");
-    if (!m.contains("role") || !m["role"].is_string())
+    if (!m.contains("role") || !m["role"].is_string()) {
       return InvalidParam(param + ".role", "required");
+    }
     tokenizer::ChatMessage message;
     message.role = m["role"].get<std::string>();
     if (message.role == "developer") message.role = "system";  // OpenAI's newer name for it
