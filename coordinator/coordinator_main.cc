@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 
 #include "absl/flags/flag.h"
@@ -25,6 +26,7 @@
 #include "common/rank_env.h"
 #include "common/service_loop_reporter.h"
 #include "common/service_notifier.h"
+#include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "coordinator/cluster.h"
 #include "coordinator/coordinator_metrics.h"
@@ -176,6 +178,262 @@ class TokenReloader {
   prometheus::Gauge& tokens_;
 };
 
+// Who may call what and what ranks may be given, from the flags; read before the database is
+// touched, so a mistake in them stops the start there.
+struct Access {
+  TlsOptions tls;
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  AuthorizerOptions authorizer;
+  size_t tokens_loaded = 0;
+  RankEnvPolicy rank_env;
+};
+
+absl::StatusOr<Access> LoadAccess() {
+  Access access;
+  access.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  access.tls.key = absl::GetFlag(FLAGS_tls_key);
+  access.tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  access.tls.require_client_cert = absl::GetFlag(FLAGS_tls_require_client_cert);
+  ASSIGN_OR_RETURN(access.credentials, MakeServerCredentials(access.tls));
+  access.authorizer.client_certificates = !access.tls.ca.empty();
+  if (const std::string tokens_file = absl::GetFlag(FLAGS_tokens_file); !tokens_file.empty()) {
+    ASSIGN_OR_RETURN(TokenTable tokens, TokenTable::Load(tokens_file));
+    TRAINCTL_LOG(INFO) << tokens.size() << " bearer tokens from " << tokens_file;
+    if (!access.tls.enabled()) {
+      TRAINCTL_LOG(WARNING) << "--tokens_file without --tls_cert: tokens travel in clear text";
+    }
+    access.tokens_loaded = tokens.size();
+    access.authorizer.tokens = std::move(tokens);
+  }
+  auto rank_env = RankEnvPolicy::WithExtra(absl::GetFlag(FLAGS_rank_env_allow));
+  if (!rank_env.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank_env_allow: ", rank_env.status().message()));
+  }
+  access.rank_env = *std::move(rank_env);
+  return access;
+}
+
+// The job store, and the lock that keeps it to one coordinator (a second would schedule the same
+// jobs from its own view). `lock` is null for ':memory:'.
+struct Database {
+  std::string path;
+  std::unique_ptr<DbLock> lock;
+  std::unique_ptr<JobStore> store;
+};
+
+absl::StatusOr<Database> OpenDatabase() {
+  Database db;
+  db.path = absl::GetFlag(FLAGS_db);
+  if (db.path != ":memory:") {
+    if (absl::Status s = CreateParentDirectory(db.path); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("store: ", s.message()));
+    }
+    ASSIGN_OR_RETURN(db.lock, DbLock::Acquire(db.path));
+  }
+  auto store = OpenStore(db.path, absl::GetFlag(FLAGS_db_sync));
+  if (!store.ok()) {
+    return absl::Status(store.status().code(), absl::StrCat("store: ", store.status().message()));
+  }
+  db.store = *std::move(store);
+  return db;
+}
+
+// What the daemon tells systemd (Type=notify): READY=1 once serving with recovery done, STATUS=
+// lines and WATCHDOG=1 from the cluster loop, STOPPING=1 on a stop signal. Nothing without
+// $NOTIFY_SOCKET. `bound` is read once `serving` is set.
+class ServiceStatus {
+ public:
+  ServiceStatus(Clock* clock, absl::Duration watchdog_interval)
+      : reporter_(&notifier_, clock,
+                  {watchdog_interval, absl::GetFlag(FLAGS_testonly_stall_file)}) {}
+
+  void Tick(const ClusterSummary& summary) {
+    if (!serving_.load(std::memory_order_acquire)) {
+      reporter_.Tick(false, "starting: jobs recovered, not serving yet");
+      return;
+    }
+    reporter_.Tick(true, absl::StrCat("serving on ", bound_, ", ", summary.placed_jobs,
+                                      summary.placed_jobs == 1 ? " job" : " jobs", " running, ",
+                                      summary.waiting_jobs, " waiting, ", summary.nodes,
+                                      summary.nodes == 1 ? " node" : " nodes"));
+  }
+  void Serving(const std::string& bound) {
+    bound_ = bound;
+    serving_.store(true, std::memory_order_release);
+  }
+  void Stopping() { reporter_.Stopping("stopping: draining RPCs"); }
+
+ private:
+  SystemdNotifier notifier_;
+  ServiceLoopReporter reporter_;
+  std::string bound_;  // written once, before `serving_` is set
+  std::atomic<bool> serving_{false};
+};
+
+ClusterOptions MakeClusterOptions(metrics::Registry* registry, ServiceStatus* status) {
+  ClusterOptions options;
+  options.lease_timeout = absl::GetFlag(FLAGS_lease_timeout);
+  options.recovery_grace = absl::GetFlag(FLAGS_recovery_grace);
+  options.metrics = registry;
+  options.ingest.max_job_log_bytes = absl::GetFlag(FLAGS_max_job_log_bytes);
+  options.on_tick = [status](const ClusterSummary& summary) { status->Tick(summary); };
+  return options;
+}
+
+// The coordinator's parts, each built with what it uses; members are declared in the order they
+// are built (and destroyed in reverse).
+class Coordinator {
+ public:
+  Coordinator(Access access, Database db, absl::Duration watchdog_interval)
+      : access_(std::move(access)),
+        db_(std::move(db)),
+        status_(&clock_, watchdog_interval),
+        job_metrics_(&registry_),
+        authorizer_(std::move(access_.authorizer)),
+        token_reloader_(absl::GetFlag(FLAGS_tokens_file), &authorizer_, &registry_,
+                        access_.tokens_loaded),
+        jobs_(db_.store.get(), &clock_, std::move(access_.rank_env)),
+        executor_(std::max(1, absl::GetFlag(FLAGS_rpc_threads))),
+        cluster_(Observed(&jobs_, {&notifier_, &job_metrics_}), &clock_,
+                 MakeClusterOptions(&registry_, &status_)),
+        nodes_([this] { return cluster_.ListNodes(); },
+               [this](const std::string& node, absl::Duration timeout) {
+                 return cluster_.RefreshTopology(node, timeout);
+               },
+               db_.store.get(), absl::GetFlag(FLAGS_topology_refresh_timeout)),
+        // `trainctl diagnose` and trainctl_job_findings: the rules over the nodes' stored
+        // topology and the jobs' NCCL and bandwidth events.
+        diagnoser_(db_.store.get(),
+                   [store = db_.store.get()](const std::string& node) {
+                     return store->GetNodeTopology(node);
+                   }),
+        diagnosis_metrics_(&registry_, db_.store.get(), &diagnoser_),
+        job_service_(
+            &jobs_, &notifier_, &executor_,
+            {&authorizer_,
+             [this](const trainctl::v1::ListNodesRequest& request) { return nodes_.List(request); },
+             &diagnoser_}),
+        worker_service_(&cluster_, &authorizer_) {
+    AddCoordinatorCollectors(
+        &registry_, db_.store.get(), [this] { return cluster_.ListNodes(); },
+        db_.path == ":memory:" ? "" : db_.path);
+  }
+
+  // Recovers the jobs, starts the cluster loop and serves gRPC, /metrics and the ready files.
+  // On error nothing is left running.
+  absl::Status Start();
+  // Serves until a stop signal in `signals` (SIGHUP reloads the tokens), then drains and stops.
+  void ServeUntilStopped(const sigset_t& signals);
+
+ private:
+  // `jobs` with `observers` added, for the cluster, which adds itself after them: the watchers'
+  // notifier and the job metrics hear of a change before the scheduler does.
+  static JobManager* Observed(JobManager* jobs, std::initializer_list<JobObserver*> observers) {
+    for (JobObserver* observer : observers) jobs->AddObserver(observer);
+    return jobs;
+  }
+  absl::Status StartGrpc();
+
+  Access access_;
+  Database db_;
+  RealClock clock_;
+  ServiceStatus status_;
+  JobNotifier notifier_;
+  // Kept whether or not it is served: updating it costs little, and the code has one path.
+  metrics::Registry registry_;
+  JobMetrics job_metrics_;
+  RpcAuthorizer authorizer_;
+  TokenReloader token_reloader_;
+  JobManager jobs_;
+  ThreadPool executor_;
+  Cluster cluster_;
+  NodeInventory nodes_;
+  JobDiagnoser diagnoser_;
+  DiagnosisMetrics diagnosis_metrics_;
+  JobServiceImpl job_service_;
+  WorkerServiceImpl worker_service_;
+  std::string bound_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<metrics::MetricsServer> metrics_server_;
+};
+
+absl::Status Coordinator::StartGrpc() {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  int port = 0;
+  // Without SO_REUSEPORT a port another process serves on is an error here, not a silent share.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(listen, access_.credentials, &port);
+  builder.RegisterService(&job_service_);
+  builder.RegisterService(&worker_service_);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeRpcMetricsInterceptor(&registry_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen, " (address in use or invalid)"));
+  }
+  bound_ = BoundAddress(listen, port);
+  TRAINCTL_LOG(INFO) << "trainctl-coordinator serving on " << bound_ << ", db " << db_.path << ", "
+                     << (access_.tls.enabled()
+                             ? (access_.tls.ca.empty() ? "TLS" : "TLS, client certificates")
+                             : "plaintext")
+                     << (authorizer_.tokens_on() ? ", bearer tokens" : ", no authentication");
+  if (db_.lock != nullptr) {
+    if (absl::Status s = db_.lock->SetAddress(bound_); !s.ok())
+      TRAINCTL_LOG(WARNING) << s.message();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::Start() {
+  if (absl::Status s = cluster_.Start(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("loading jobs: ", s.message()));
+  }
+  absl::Status started = StartGrpc();
+  if (started.ok()) {
+    auto metrics_server = metrics::StartDaemonMetrics(
+        &registry_, absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_ready_file));
+    if (metrics_server.ok()) {
+      metrics_server_ = *std::move(metrics_server);
+    } else {
+      started = metrics_server.status();
+    }
+  }
+  if (started.ok()) {
+    if (absl::Status s = WriteReadyFile(absl::GetFlag(FLAGS_ready_file), bound_); !s.ok()) {
+      started = absl::Status(s.code(), absl::StrCat("--ready_file: ", s.message()));
+    }
+  }
+  if (!started.ok()) {
+    if (server_ != nullptr) server_->Shutdown();
+    cluster_.Stop();
+    return started;
+  }
+  status_.Serving(bound_);
+  return absl::OkStatus();
+}
+
+void Coordinator::ServeUntilStopped(const sigset_t& signals) {
+  {
+    StopSignalThread stopper(
+        signals,
+        [this](int) {
+          status_.Stopping();
+          server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+        },
+        [this] { token_reloader_.Reload(); });
+    server_->Wait();
+  }
+  // Before the cluster stops: a scrape asks the cluster's loop for its nodes.
+  metrics_server_.reset();
+  cluster_.Stop();
+}
+
 int Run() {
   // Signals are taken by one thread with sigwait, so they are blocked before any other thread
   // starts.
@@ -191,182 +449,27 @@ int Run() {
   const absl::Duration watchdog_interval = TakeSystemdWatchdogInterval();
 
   // TLS and tokens first: a mistake in them stops the start before the database is touched.
-  TlsOptions tls;
-  tls.cert = absl::GetFlag(FLAGS_tls_cert);
-  tls.key = absl::GetFlag(FLAGS_tls_key);
-  tls.ca = absl::GetFlag(FLAGS_tls_ca);
-  tls.require_client_cert = absl::GetFlag(FLAGS_tls_require_client_cert);
-  auto credentials = MakeServerCredentials(tls);
-  if (!credentials.ok()) {
-    TRAINCTL_LOG(ERROR) << credentials.status().message();
+  auto access = LoadAccess();
+  if (!access.ok()) {
+    TRAINCTL_LOG(ERROR) << access.status().message();
     return 2;
   }
-  AuthorizerOptions auth_options;
-  auth_options.client_certificates = !tls.ca.empty();
-  const std::string tokens_file = absl::GetFlag(FLAGS_tokens_file);
-  size_t tokens_loaded = 0;
-  if (!tokens_file.empty()) {
-    auto tokens = TokenTable::Load(tokens_file);
-    if (!tokens.ok()) {
-      TRAINCTL_LOG(ERROR) << tokens.status().message();
-      return 2;
-    }
-    TRAINCTL_LOG(INFO) << tokens->size() << " bearer tokens from " << tokens_file;
-    if (!tls.enabled()) {
-      TRAINCTL_LOG(WARNING) << "--tokens_file without --tls_cert: tokens travel in clear text";
-    }
-    tokens_loaded = tokens->size();
-    auth_options.tokens = *std::move(tokens);
-  }
-  auto rank_env = RankEnvPolicy::WithExtra(absl::GetFlag(FLAGS_rank_env_allow));
-  if (!rank_env.ok()) {
-    TRAINCTL_LOG(ERROR) << "--rank_env_allow: " << rank_env.status().message();
-    return 2;
-  }
-  RpcAuthorizer authorizer(std::move(auth_options));
-
   if (absl::GetFlag(FLAGS_max_job_log_bytes) < 0) {
     TRAINCTL_LOG(ERROR) << "--max_job_log_bytes must be at least 0 (0: store no rank logs), got "
                         << absl::GetFlag(FLAGS_max_job_log_bytes);
     return 1;
   }
-  const std::string db_path = absl::GetFlag(FLAGS_db);
-  // One coordinator per database: a second would schedule the same jobs from its own view.
-  std::unique_ptr<DbLock> db_lock;
-  if (db_path != ":memory:") {
-    if (absl::Status s = CreateParentDirectory(db_path); !s.ok()) {
-      TRAINCTL_LOG(ERROR) << "store: " << s.message();
-      return 1;
-    }
-    auto lock = DbLock::Acquire(db_path);
-    if (!lock.ok()) {
-      TRAINCTL_LOG(ERROR) << lock.status().message();
-      return 1;
-    }
-    db_lock = std::move(*lock);
-  }
-  auto store = OpenStore(db_path, absl::GetFlag(FLAGS_db_sync));
-  if (!store.ok()) {
-    TRAINCTL_LOG(ERROR) << "store: " << store.status().message();
+  auto db = OpenDatabase();
+  if (!db.ok()) {
+    TRAINCTL_LOG(ERROR) << db.status().message();
     return 1;
   }
-  RealClock clock;
-  // systemd (Type=notify): READY=1 once serving with recovery done, STATUS= lines and WATCHDOG=1
-  // from the cluster loop, STOPPING=1 on a stop signal. Nothing without $NOTIFY_SOCKET.
-  SystemdNotifier service_notifier;
-  ServiceLoopOptions service_options;
-  service_options.watchdog_interval = watchdog_interval;
-  service_options.testonly_stall_file = absl::GetFlag(FLAGS_testonly_stall_file);
-  ServiceLoopReporter service(&service_notifier, &clock, service_options);
-  std::string bound;  // written once, before `serving` is set
-  std::atomic<bool> serving{false};
-  JobNotifier notifier;
-  // Kept whether or not it is served: updating it costs little, and the code has one path.
-  metrics::Registry registry;
-  JobMetrics job_metrics(&registry);
-  TokenReloader token_reloader(tokens_file, &authorizer, &registry, tokens_loaded);
-  JobManager jobs(store->get(), &clock);
-  jobs.AddObserver(&notifier);
-  jobs.AddObserver(&job_metrics);
-  jobs.SetRankEnvPolicy(*std::move(rank_env));
-  ThreadPool executor(std::max(1, absl::GetFlag(FLAGS_rpc_threads)));
-  JobServiceImpl job_service(&jobs, &notifier, &executor);
-  job_service.SetAuthorizer(&authorizer);
-  ClusterOptions cluster_options;
-  cluster_options.lease_timeout = absl::GetFlag(FLAGS_lease_timeout);
-  cluster_options.recovery_grace = absl::GetFlag(FLAGS_recovery_grace);
-  cluster_options.metrics = &registry;
-  cluster_options.ingest.max_job_log_bytes = absl::GetFlag(FLAGS_max_job_log_bytes);
-  cluster_options.on_tick = [&service, &bound, &serving](const ClusterSummary& summary) {
-    if (!serving.load(std::memory_order_acquire)) {
-      service.Tick(false, "starting: jobs recovered, not serving yet");
-      return;
-    }
-    service.Tick(true, absl::StrCat("serving on ", bound, ", ", summary.placed_jobs,
-                                    summary.placed_jobs == 1 ? " job" : " jobs", " running, ",
-                                    summary.waiting_jobs, " waiting, ", summary.nodes,
-                                    summary.nodes == 1 ? " node" : " nodes"));
-  };
-  Cluster cluster(&jobs, &clock, cluster_options);
-  NodeInventory nodes([&cluster] { return cluster.ListNodes(); },
-                      [&cluster](const std::string& node, absl::Duration timeout) {
-                        return cluster.RefreshTopology(node, timeout);
-                      },
-                      store->get(), absl::GetFlag(FLAGS_topology_refresh_timeout));
-  job_service.SetNodeLister(
-      [&nodes](const trainctl::v1::ListNodesRequest& request) { return nodes.List(request); });
-  AddCoordinatorCollectors(
-      &registry, store->get(), [&cluster] { return cluster.ListNodes(); },
-      db_path == ":memory:" ? "" : db_path);
-  // `trainctl diagnose` and trainctl_job_findings: the rules over the nodes' stored topology
-  // and the jobs' NCCL and bandwidth events.
-  JobStore* job_store = store->get();
-  JobDiagnoser diagnoser(
-      job_store, [job_store](const std::string& node) { return job_store->GetNodeTopology(node); });
-  job_service.SetDiagnoser(&diagnoser);
-  DiagnosisMetrics diagnosis_metrics(&registry, job_store, &diagnoser);
-  WorkerServiceImpl worker_service(&cluster);
-  worker_service.SetAuthorizer(&authorizer);
-  if (absl::Status s = cluster.Start(); !s.ok()) {
-    TRAINCTL_LOG(ERROR) << "loading jobs: " << s.message();
+  Coordinator coordinator(*std::move(access), *std::move(db), watchdog_interval);
+  if (absl::Status s = coordinator.Start(); !s.ok()) {
+    TRAINCTL_LOG(ERROR) << s.message();
     return 1;
   }
-
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  const std::string listen = absl::GetFlag(FLAGS_listen);
-  int port = 0;
-  // Without SO_REUSEPORT a port another process serves on is an error here, not a silent share.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(listen, *credentials, &port);
-  builder.RegisterService(&job_service);
-  builder.RegisterService(&worker_service);
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(MakeRpcMetricsInterceptor(&registry));
-  builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    TRAINCTL_LOG(ERROR) << "cannot listen on " << listen << " (address in use or invalid)";
-    return 1;
-  }
-  bound = BoundAddress(listen, port);
-  TRAINCTL_LOG(INFO) << "trainctl-coordinator serving on " << bound << ", db " << db_path << ", "
-                     << (tls.enabled() ? (tls.ca.empty() ? "TLS" : "TLS, client certificates")
-                                       : "plaintext")
-                     << (authorizer.tokens_on() ? ", bearer tokens" : ", no authentication");
-  if (db_lock != nullptr) {
-    if (absl::Status s = db_lock->SetAddress(bound); !s.ok()) TRAINCTL_LOG(WARNING) << s.message();
-  }
-  auto metrics_server = metrics::StartDaemonMetrics(&registry, absl::GetFlag(FLAGS_metrics_listen),
-                                                    absl::GetFlag(FLAGS_metrics_ready_file));
-  if (!metrics_server.ok()) {
-    TRAINCTL_LOG(ERROR) << metrics_server.status().message();
-    server->Shutdown();
-    cluster.Stop();
-    return 1;
-  }
-  if (absl::Status s = WriteReadyFile(absl::GetFlag(FLAGS_ready_file), bound); !s.ok()) {
-    TRAINCTL_LOG(ERROR) << "--ready_file: " << s.message();
-    server->Shutdown();
-    cluster.Stop();
-    return 1;
-  }
-  serving.store(true, std::memory_order_release);
-
-  {
-    StopSignalThread stopper(
-        signals,
-        [&server, &service](int) {
-          service.Stopping("stopping: draining RPCs");
-          server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-        },
-        [&token_reloader] { token_reloader.Reload(); });
-    server->Wait();
-  }
-  // Before the cluster stops: a scrape asks the cluster's loop for its nodes.
-  metrics_server->reset();
-  cluster.Stop();
+  coordinator.ServeUntilStopped(signals);
   TRAINCTL_LOG(INFO) << "stopped";
   return 0;
 }

@@ -29,8 +29,10 @@ struct SubmitResult {
 
 class JobManager {
  public:
-  // Does not take ownership; both must outlive the manager.
-  JobManager(JobStore* store, Clock* clock) : store_(store), clock_(clock) {}
+  // Does not take ownership; both must outlive the manager. `rank_env`: what a job's env may set
+  // in its ranks (common/rank_env.h); Submit refuses other names.
+  JobManager(JobStore* store, Clock* clock, RankEnvPolicy rank_env = RankEnvPolicy())
+      : store_(store), clock_(clock), rank_env_(std::move(rank_env)) {}
 
   // Validates the spec (INVALID_ARGUMENT listing every problem), stores the job as pending with
   // its defaults applied and its DeepSpeed config resolved, and returns it once committed.
@@ -129,9 +131,6 @@ class JobManager {
   void ReportLogBytes(const std::string& id, int64_t bytes) {
     for (JobObserver* o : observers_) o->OnLogBytes(id, bytes);
   }
-  // What a job's env may set in its ranks (common/rank_env.h); Submit refuses other names.
-  // Default: the default allowlist. Set before serving.
-  void SetRankEnvPolicy(RankEnvPolicy policy) { rank_env_ = std::move(policy); }
 
   JobStore* store() { return store_; }
 
@@ -145,7 +144,7 @@ class JobManager {
   JobStore* const store_;
   Clock* const clock_;
   std::vector<JobObserver*> observers_;
-  RankEnvPolicy rank_env_;
+  const RankEnvPolicy rank_env_;
 };
 
 }  // namespace trainctl

@@ -43,7 +43,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 const RpcAuthorizer& JobServiceImpl::Auth() const {
-  return authorizer_ == nullptr ? kOpen : *authorizer_;
+  return options_.authorizer == nullptr ? kOpen : *options_.authorizer;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::RunUnary(
@@ -115,9 +115,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListNodes(grpc::CallbackServerContext*
                                                     trainctl::v1::ListNodesResponse* response) {
   return RunUnary(context, "JobService/ListNodes",
                   [this, request, response](const Caller&) -> absl::Status {
-                    if (!node_lister_)
+                    if (!options_.node_lister)
                       return absl::UnimplementedError("this coordinator runs no scheduler");
-                    ASSIGN_OR_RETURN(*response, node_lister_(*request));
+                    ASSIGN_OR_RETURN(*response, options_.node_lister(*request));
                     return absl::OkStatus();
                   });
 }
@@ -140,9 +140,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::DiagnoseJob(
     trainctl::v1::DiagnoseJobResponse* response) {
   return RunUnary(context, "JobService/DiagnoseJob",
                   [this, request, response](const Caller&) -> absl::Status {
-                    if (diagnoser_ == nullptr)
+                    if (options_.diagnoser == nullptr)
                       return absl::UnimplementedError("this coordinator diagnoses no jobs");
-                    ASSIGN_OR_RETURN(*response, diagnoser_->Diagnose(request->id()));
+                    ASSIGN_OR_RETURN(*response, options_.diagnoser->Diagnose(request->id()));
                     return absl::OkStatus();
                   });
 }

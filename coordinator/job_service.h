@@ -24,22 +24,28 @@ namespace trainctl {
 // absl and gRPC share canonical codes; this keeps the message.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
+// What ListNodes answers (NodeInventory::List).
+using NodeLister = std::function<absl::StatusOr<trainctl::v1::ListNodesResponse>(
+    const trainctl::v1::ListNodesRequest&)>;
+
+// What a JobServiceImpl answers with besides the jobs. Pointers are not owned and must outlive the
+// server.
+struct JobServiceOptions {
+  // Who may call what. Null: everyone may call everything.
+  const RpcAuthorizer* authorizer = nullptr;
+  // Empty: ListNodes is UNIMPLEMENTED (a coordinator with no scheduler).
+  NodeLister node_lister;
+  // What DiagnoseJob answers with. Null: UNIMPLEMENTED.
+  const JobDiagnoser* diagnoser = nullptr;
+};
+
 class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
  public:
   // Does not take ownership; all three must outlive the server. The watch and log streams follow
   // `notifier`, which must observe `jobs` (JobManager::AddObserver).
-  JobServiceImpl(JobManager* jobs, JobNotifier* notifier, ThreadPool* executor)
-      : jobs_(jobs), notifier_(notifier), executor_(executor) {}
-
-  // What ListNodes answers (NodeInventory::List); without one it is UNIMPLEMENTED (a coordinator
-  // with no scheduler).
-  using NodeLister = std::function<absl::StatusOr<trainctl::v1::ListNodesResponse>(
-      const trainctl::v1::ListNodesRequest&)>;
-  void SetNodeLister(NodeLister lister) { node_lister_ = std::move(lister); }
-  // What DiagnoseJob answers with (not owned; outlives the server); without one UNIMPLEMENTED.
-  void SetDiagnoser(const JobDiagnoser* diagnoser) { diagnoser_ = diagnoser; }
-  // Who may call what; not owned, must outlive the server. Unset: everyone may call everything.
-  void SetAuthorizer(const RpcAuthorizer* authorizer) { authorizer_ = authorizer; }
+  JobServiceImpl(JobManager* jobs, JobNotifier* notifier, ThreadPool* executor,
+                 JobServiceOptions options = {})
+      : jobs_(jobs), notifier_(notifier), executor_(executor), options_(std::move(options)) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const trainctl::v1::SubmitJobRequest* request,
@@ -74,14 +80,12 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context, absl::string_view method,
                                      std::function<absl::Status(const Caller&)> work);
 
+  const RpcAuthorizer& Auth() const;
+
   JobManager* const jobs_;
   JobNotifier* const notifier_;
   ThreadPool* const executor_;
-  NodeLister node_lister_;
-  const JobDiagnoser* diagnoser_ = nullptr;
-  const RpcAuthorizer& Auth() const;
-
-  const RpcAuthorizer* authorizer_ = nullptr;
+  const JobServiceOptions options_;
 };
 
 }  // namespace trainctl

@@ -16,17 +16,17 @@ namespace trainctl {
 
 class WorkerServiceImpl final : public trainctl::v1::WorkerService::CallbackService {
  public:
-  // Does not take ownership; `cluster` must outlive the server.
-  explicit WorkerServiceImpl(Cluster* cluster) : cluster_(cluster) {}
-  // Who may open sessions; not owned, must outlive the server. Unset: everyone may.
-  void SetAuthorizer(const RpcAuthorizer* authorizer) { authorizer_ = authorizer; }
+  // Does not take ownership; `cluster` and `authorizer` (who may open sessions; null: everyone
+  // may) must outlive the server.
+  explicit WorkerServiceImpl(Cluster* cluster, const RpcAuthorizer* authorizer = nullptr)
+      : cluster_(cluster), authorizer_(authorizer) {}
 
   grpc::ServerBidiReactor<trainctl::v1::WorkerMessage, trainctl::v1::CoordinatorMessage>* Session(
       grpc::CallbackServerContext* context) override;
 
  private:
   Cluster* const cluster_;
-  const RpcAuthorizer* authorizer_ = nullptr;
+  const RpcAuthorizer* const authorizer_;
 };
 
 }  // namespace trainctl

@@ -70,6 +70,12 @@ v1::SubmitJobRequest TinyJob(const std::string& name) {
   return request;
 }
 
+JobServiceOptions AuthorizedBy(const RpcAuthorizer* authorizer) {
+  JobServiceOptions options;
+  options.authorizer = authorizer;
+  return options;
+}
+
 class AuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -94,8 +100,9 @@ class AuthTest : public ::testing::Test {
     options.tokens = *std::move(tokens);
     options.client_certificates = true;
     authorizer_ = std::make_unique<RpcAuthorizer>(std::move(options));
-    job_service_.SetAuthorizer(authorizer_.get());
-    worker_service_.SetAuthorizer(authorizer_.get());
+    job_service_ = std::make_unique<JobServiceImpl>(&jobs_, &notifier_, &executor_,
+                                                    AuthorizedBy(authorizer_.get()));
+    worker_service_ = std::make_unique<WorkerServiceImpl>(&cluster_, authorizer_.get());
     ASSERT_TRUE(cluster_.Start().ok());
 
     TlsOptions tls{server->cert, server->key, pki_->ca(), false};
@@ -104,8 +111,8 @@ class AuthTest : public ::testing::Test {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", *credentials, &port_);
-    builder.RegisterService(&job_service_);
-    builder.RegisterService(&worker_service_);
+    builder.RegisterService(job_service_.get());
+    builder.RegisterService(worker_service_.get());
     server_ = builder.BuildAndStart();
     ASSERT_NE(port_, 0);
     address_ = absl::StrCat("127.0.0.1:", port_);
@@ -175,9 +182,9 @@ class AuthTest : public ::testing::Test {
   JobNotifier notifier_;
   JobManager jobs_{&store_, &clock_};
   ThreadPool executor_{2};
-  JobServiceImpl job_service_{&jobs_, &notifier_, &executor_};
+  std::unique_ptr<JobServiceImpl> job_service_;
   Cluster cluster_{&jobs_, &clock_, ClusterOptions()};
-  WorkerServiceImpl worker_service_{&cluster_};
+  std::unique_ptr<WorkerServiceImpl> worker_service_;
   int port_ = 0;
   std::string address_;
   std::unique_ptr<grpc::Server> server_;
@@ -394,8 +401,7 @@ TEST_F(AuthTest, RequiredClientCertificatesAreDemandedAtTheHandshake) {
   ASSERT_TRUE(server.ok()) << server.status();
   auto credentials = MakeServerCredentials({server->cert, server->key, pki_->ca(), true});
   ASSERT_TRUE(credentials.ok()) << credentials.status();
-  JobServiceImpl service(&jobs_, &notifier_, &executor_);
-  service.SetAuthorizer(authorizer_.get());
+  JobServiceImpl service(&jobs_, &notifier_, &executor_, AuthorizedBy(authorizer_.get()));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", *credentials, &port);
@@ -451,9 +457,8 @@ TEST(AuthOffTest, EverythingIsAllowedAndJobsHaveNoOwner) {
   JobManager jobs(&store, &clock);
   jobs.AddObserver(&notifier);
   ThreadPool executor(1);
-  JobServiceImpl service(&jobs, &notifier, &executor);
   RpcAuthorizer open;
-  service.SetAuthorizer(&open);
+  JobServiceImpl service(&jobs, &notifier, &executor, AuthorizedBy(&open));
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);

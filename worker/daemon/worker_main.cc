@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 
@@ -36,6 +37,7 @@
 #include "common/rank_env.h"
 #include "common/service_loop_reporter.h"
 #include "common/service_notifier.h"
+#include "common/status_macros.h"
 #include "common/worker_limits.h"
 #include "worker/daemon/gpu_discovery.h"
 #include "worker/daemon/node_metrics.h"
@@ -201,139 +203,152 @@ absl::Status SetUpRanks(WorkerOptions* options) {
   return absl::OkStatus();
 }
 
-int Run() {
-  // Signals are taken by one thread with sigwait, so they are blocked before any other thread
-  // starts.
-  sigset_t signals;
-  if (absl::Status s = InitDaemon(absl::GetFlag(FLAGS_log_level), &signals); !s.ok()) {
-    TRAINCTL_LOG(ERROR) << s.message();
-    return 2;
-  }
-  // Before any thread starts: it also removes the variables from the environment.
-  const absl::Duration watchdog_interval = TakeSystemdWatchdogInterval();
-
-  WorkerOptions options;
+// Where the coordinator is and what this node offers it: --coordinator, --node_name,
+// --advertise_addr, --work_dir, --labels, --output_roots, --slots.
+absl::Status ReadNodeFlags(WorkerOptions* options) {
   // Without a port: 50051, not the 443 gRPC's resolver would dial (common/client_config.h).
-  if (absl::StatusOr<std::string> target = CoordinatorTarget(absl::GetFlag(FLAGS_coordinator));
-      target.ok()) {
-    options.coordinator = *std::move(target);
-  } else {
-    TRAINCTL_LOG(ERROR) << "--coordinator: " << target.status().message();
-    return 2;
+  absl::StatusOr<std::string> target = CoordinatorTarget(absl::GetFlag(FLAGS_coordinator));
+  if (!target.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--coordinator: ", target.status().message()));
   }
-  options.node_name = absl::GetFlag(FLAGS_node_name);
-  if (options.node_name.empty()) options.node_name = HostName();
-  options.advertise_addr = absl::GetFlag(FLAGS_advertise_addr);
-  if (options.advertise_addr.empty()) {
-    const bool loopback = absl::StartsWith(options.coordinator, "127.") ||
-                          absl::StartsWith(options.coordinator, "localhost:");
-    options.advertise_addr = loopback ? "127.0.0.1" : HostName();
+  options->coordinator = *std::move(target);
+  options->node_name = absl::GetFlag(FLAGS_node_name);
+  if (options->node_name.empty()) options->node_name = HostName();
+  options->advertise_addr = absl::GetFlag(FLAGS_advertise_addr);
+  if (options->advertise_addr.empty()) {
+    const bool loopback = absl::StartsWith(options->coordinator, "127.") ||
+                          absl::StartsWith(options->coordinator, "localhost:");
+    options->advertise_addr = loopback ? "127.0.0.1" : HostName();
   }
-  options.work_dir = absl::GetFlag(FLAGS_work_dir);
+  options->work_dir = absl::GetFlag(FLAGS_work_dir);
   for (absl::string_view kv : absl::StrSplit(absl::GetFlag(FLAGS_labels), ',', absl::SkipEmpty())) {
     std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
     if (p.first.empty() || !absl::StrContains(kv, '=')) {
-      TRAINCTL_LOG(ERROR) << "--labels: '" << kv << "' is not key=value";
-      return 2;
+      return absl::InvalidArgumentError(absl::StrCat("--labels: '", kv, "' is not key=value"));
     }
-    options.labels[p.first] = p.second;
+    options->labels[p.first] = p.second;
   }
   for (absl::string_view root :
        absl::StrSplit(absl::GetFlag(FLAGS_output_roots), ',', absl::SkipEmpty())) {
-    options.output_roots.emplace_back(root);
+    options->output_roots.emplace_back(root);
   }
-  options.cpu_slots = absl::GetFlag(FLAGS_slots);
-  if (options.cpu_slots < 1) {
-    TRAINCTL_LOG(ERROR) << "--slots: must be at least 1";
-    return 2;
+  options->cpu_slots = absl::GetFlag(FLAGS_slots);
+  if (options->cpu_slots < 1) return absl::InvalidArgumentError("--slots: must be at least 1");
+  return absl::OkStatus();
+}
+
+// What the coordinator will check, checked here first: a node it would refuse does not start.
+absl::Status CheckRegistrable(const WorkerOptions& options) {
+  v1::RegisterWorker probe;
+  probe.set_node_name(options.node_name);
+  probe.set_advertise_addr(options.advertise_addr);
+  probe.mutable_labels()->insert(options.labels.begin(), options.labels.end());
+  for (const v1::GpuInfo& gpu : options.gpus) *probe.mutable_resources()->add_gpus() = gpu;
+  probe.mutable_resources()->set_cpu_slots(options.gpus.empty() ? options.cpu_slots : 0);
+  probe.set_boot_id("start-up");
+  if (absl::Status s = CheckRegisterWorker(probe); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the coordinator would refuse this node: ", s.message(),
+                     " (see --node_name, --advertise_addr, --labels, --slots)"));
   }
+  return absl::OkStatus();
+}
+
+// The node's topology probe (topology_probe.h) over its GPUs and the NCCL settings its ranks
+// inherit, with each probe error logged.
+std::function<v1::NodeTopology()> MakeTopologyProbe(const std::vector<v1::GpuInfo>& gpus) {
+  TopologyProbeOptions probe;
+  probe.gpus = gpus;
+  probe.nvidia_smi = absl::GetFlag(FLAGS_nvidia_smi);
+  probe.sysfs_root = absl::GetFlag(FLAGS_sysfs_root);
+  probe.proc_modules = absl::GetFlag(FLAGS_proc_modules);
+  // The one place the worker reads its environment: the NCCL settings its ranks inherit.
+  for (char** e = environ; *e != nullptr; ++e) {
+    const absl::string_view entry(*e);
+    const size_t eq = entry.find('=');
+    if (eq == absl::string_view::npos || !IsNcclRelevant(entry.substr(0, eq))) continue;
+    probe.environment.emplace(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+  return [probe] {
+    v1::NodeTopology topology = ProbeTopology(probe, absl::Now());
+    for (const std::string& error : topology.probe_errors()) {
+      TRAINCTL_LOG(WARNING) << "topology probe: " << error;
+    }
+    return topology;
+  };
+}
+
+// The rank program and how its ranks are supervised: --trainer, --heartbeat_interval,
+// --kill_grace, --rank_log_rate, --rank_log_burst, --max_rank_log_bytes, --reconnect_max.
+absl::Status ReadRankFlags(WorkerOptions* options) {
+  options->trainer_bin = absl::GetFlag(FLAGS_trainer);
+  if (options->trainer_bin.empty()) options->trainer_bin = DefaultTrainer();
+  if (options->trainer_bin.empty() || access(options->trainer_bin.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(
+        absl::StrCat("--trainer: no executable rank program at '", options->trainer_bin, "'"));
+  }
+  options->trainer_bin = std::filesystem::absolute(options->trainer_bin).string();
+  options->heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options->kill_grace = absl::GetFlag(FLAGS_kill_grace);
+  const int64_t rate = absl::GetFlag(FLAGS_rank_log_rate);
+  const int64_t burst = absl::GetFlag(FLAGS_rank_log_burst);
+  const int64_t max_bytes = absl::GetFlag(FLAGS_max_rank_log_bytes);
+  if (rate < 0 || burst < 65536 || max_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rank_log_rate and --max_rank_log_bytes must be at least 0 and --rank_log_burst at "
+        "least 65536 (a whole line), got ",
+        rate, ", ", max_bytes, " and ", burst));
+  }
+  options->rank_log_rate_bytes = static_cast<double>(rate);
+  options->rank_log_burst_bytes = static_cast<double>(burst);
+  options->max_rank_log_bytes = max_bytes;
+  options->reconnect_max = absl::GetFlag(FLAGS_reconnect_max);
+  return absl::OkStatus();
+}
+
+// The worker's options from its flags; `exit_code` is what main returns when they fail (2: a
+// flag that says something impossible, 1: the node lacks what they name).
+absl::StatusOr<WorkerOptions> ReadOptions(int* exit_code) {
+  WorkerOptions options;
+  *exit_code = 2;
+  RETURN_IF_ERROR(ReadNodeFlags(&options));
+  *exit_code = 1;
   auto gpus = DiscoverGpus(absl::GetFlag(FLAGS_nvidia_smi));
   if (!gpus.ok()) {
-    TRAINCTL_LOG(ERROR) << "GPU discovery: " << gpus.status().message();
-    return 1;
+    return absl::Status(gpus.status().code(),
+                        absl::StrCat("GPU discovery: ", gpus.status().message()));
   }
   options.gpus = std::move(*gpus);
-  {
-    // What the coordinator will check, checked here first: a node it would refuse does not start.
-    v1::RegisterWorker probe;
-    probe.set_node_name(options.node_name);
-    probe.set_advertise_addr(options.advertise_addr);
-    probe.mutable_labels()->insert(options.labels.begin(), options.labels.end());
-    for (const v1::GpuInfo& gpu : options.gpus) *probe.mutable_resources()->add_gpus() = gpu;
-    probe.mutable_resources()->set_cpu_slots(options.gpus.empty() ? options.cpu_slots : 0);
-    probe.set_boot_id("start-up");
-    if (absl::Status s = CheckRegisterWorker(probe); !s.ok()) {
-      TRAINCTL_LOG(ERROR) << "the coordinator would refuse this node: " << s.message()
-                          << " (see --node_name, --advertise_addr, --labels, --slots)";
-      return 2;
-    }
-  }
-  {
-    TopologyProbeOptions probe;
-    probe.gpus = options.gpus;
-    probe.nvidia_smi = absl::GetFlag(FLAGS_nvidia_smi);
-    probe.sysfs_root = absl::GetFlag(FLAGS_sysfs_root);
-    probe.proc_modules = absl::GetFlag(FLAGS_proc_modules);
-    // The one place the worker reads its environment: the NCCL settings its ranks inherit.
-    for (char** e = environ; *e != nullptr; ++e) {
-      const absl::string_view entry(*e);
-      const size_t eq = entry.find('=');
-      if (eq == absl::string_view::npos || !IsNcclRelevant(entry.substr(0, eq))) continue;
-      probe.environment.emplace(std::string(entry.substr(0, eq)),
-                                std::string(entry.substr(eq + 1)));
-    }
-    options.probe_topology = [probe] {
-      v1::NodeTopology topology = ProbeTopology(probe, absl::Now());
-      for (const std::string& error : topology.probe_errors()) {
-        TRAINCTL_LOG(WARNING) << "topology probe: " << error;
-      }
-      return topology;
-    };
-  }
-  options.trainer_bin = absl::GetFlag(FLAGS_trainer);
-  if (options.trainer_bin.empty()) options.trainer_bin = DefaultTrainer();
-  if (options.trainer_bin.empty() || access(options.trainer_bin.c_str(), X_OK) != 0) {
-    TRAINCTL_LOG(ERROR) << "--trainer: no executable rank program at '" << options.trainer_bin
-                        << "'";
-    return 1;
-  }
-  options.trainer_bin = std::filesystem::absolute(options.trainer_bin).string();
-  options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
-  options.kill_grace = absl::GetFlag(FLAGS_kill_grace);
-  if (absl::GetFlag(FLAGS_rank_log_rate) < 0 || absl::GetFlag(FLAGS_rank_log_burst) < 65536 ||
-      absl::GetFlag(FLAGS_max_rank_log_bytes) < 0) {
-    TRAINCTL_LOG(ERROR) << "--rank_log_rate and --max_rank_log_bytes must be at least 0 and "
-                           "--rank_log_burst at least 65536 (a whole line), got "
-                        << absl::GetFlag(FLAGS_rank_log_rate) << ", "
-                        << absl::GetFlag(FLAGS_max_rank_log_bytes) << " and "
-                        << absl::GetFlag(FLAGS_rank_log_burst);
-    return 1;
-  }
-  options.rank_log_rate_bytes = static_cast<double>(absl::GetFlag(FLAGS_rank_log_rate));
-  options.rank_log_burst_bytes = static_cast<double>(absl::GetFlag(FLAGS_rank_log_burst));
-  options.max_rank_log_bytes = absl::GetFlag(FLAGS_max_rank_log_bytes);
-  options.reconnect_max = absl::GetFlag(FLAGS_reconnect_max);
-  if (absl::Status s = SetUpCredentials(&options); !s.ok()) {
-    TRAINCTL_LOG(ERROR) << s.message();
-    return 2;
-  }
-  if (absl::Status s = SetUpRanks(&options); !s.ok()) {
-    TRAINCTL_LOG(ERROR) << s.message();
-    return 2;
-  }
+  *exit_code = 2;
+  RETURN_IF_ERROR(CheckRegistrable(options));
+  options.probe_topology = MakeTopologyProbe(options.gpus);
+  *exit_code = 1;
+  RETURN_IF_ERROR(ReadRankFlags(&options));
+  *exit_code = 2;
+  RETURN_IF_ERROR(SetUpCredentials(&options));
+  RETURN_IF_ERROR(SetUpRanks(&options));
   if (absl::GetFlag(FLAGS_gpu_metrics_interval) <= absl::ZeroDuration()) {
-    TRAINCTL_LOG(ERROR) << "--gpu_metrics_interval: must be positive";
-    return 2;
+    return absl::InvalidArgumentError("--gpu_metrics_interval: must be positive");
   }
+  return options;
+}
 
-  TRAINCTL_LOG(INFO) << "trainctl-worker " << options.node_name << " (" << options.advertise_addr
-                     << "): "
-                     << (options.gpus.empty() ? absl::StrCat(options.cpu_slots, " CPU slots")
-                                              : absl::StrCat(options.gpus.size(), " GPUs"))
-                     << ", coordinator " << options.coordinator << ", work dir " << options.work_dir
-                     << ", jobs write under "
-                     << (options.output_roots.empty() ? options.work_dir
-                                                      : absl::StrJoin(options.output_roots, ","));
+// The node's /metrics (--metrics_listen) over `worker`'s stats; null without the flag.
+std::unique_ptr<NodeMetrics> MakeNodeMetrics(const WorkerOptions& options, Worker* worker,
+                                             metrics::Registry* registry) {
+  if (absl::GetFlag(FLAGS_metrics_listen).empty()) return nullptr;
+  NodeMetricsOptions metrics_options;
+  metrics_options.node_name = options.node_name;
+  metrics_options.version = BuildVersion();
+  if (!options.gpus.empty()) metrics_options.nvidia_smi = absl::GetFlag(FLAGS_nvidia_smi);
+  metrics_options.kernel_log = absl::GetFlag(FLAGS_kernel_log);
+  metrics_options.poll_interval = absl::GetFlag(FLAGS_gpu_metrics_interval);
+  return std::make_unique<NodeMetrics>(std::move(metrics_options), registry,
+                                       [worker] { return worker->Stats(); });
+}
+
+// Runs the worker until a stop signal in `signals`. Exit code.
+int Serve(const sigset_t& signals, absl::Duration watchdog_interval, WorkerOptions options) {
   // Rank descendants orphaned by a rank are reparented here, so their groups can be reaped even
   // where pid 1 does not reap (rank_launcher.h).
   prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -341,10 +356,8 @@ int Run() {
   // WATCHDOG=1 from the session loop, STOPPING=1 on a stop signal. Nothing without $NOTIFY_SOCKET.
   RealClock clock;
   SystemdNotifier service_notifier;
-  ServiceLoopOptions service_options;
-  service_options.watchdog_interval = watchdog_interval;
-  service_options.testonly_stall_file = absl::GetFlag(FLAGS_testonly_stall_file);
-  ServiceLoopReporter service(&service_notifier, &clock, service_options);
+  ServiceLoopReporter service(&service_notifier, &clock,
+                              {watchdog_interval, absl::GetFlag(FLAGS_testonly_stall_file)});
   options.on_loop = [&service, node = options.node_name,
                      coordinator = options.coordinator](const WorkerLoopSummary& summary) {
     const std::string tasks = absl::StrCat(summary.tasks, summary.tasks == 1 ? " task" : " tasks");
@@ -356,17 +369,7 @@ int Run() {
   // Declared before the worker, so the metrics (which read it) go first.
   metrics::Registry registry;
   Worker worker(options);
-  std::unique_ptr<NodeMetrics> node_metrics;
-  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
-    NodeMetricsOptions metrics_options;
-    metrics_options.node_name = options.node_name;
-    metrics_options.version = BuildVersion();
-    if (!options.gpus.empty()) metrics_options.nvidia_smi = absl::GetFlag(FLAGS_nvidia_smi);
-    metrics_options.kernel_log = absl::GetFlag(FLAGS_kernel_log);
-    metrics_options.poll_interval = absl::GetFlag(FLAGS_gpu_metrics_interval);
-    node_metrics = std::make_unique<NodeMetrics>(std::move(metrics_options), &registry,
-                                                 [&worker] { return worker.Stats(); });
-  }
+  std::unique_ptr<NodeMetrics> node_metrics = MakeNodeMetrics(options, &worker, &registry);
   auto metrics_server = metrics::StartDaemonMetrics(&registry, absl::GetFlag(FLAGS_metrics_listen),
                                                     absl::GetFlag(FLAGS_metrics_ready_file));
   if (!metrics_server.ok()) {
@@ -383,6 +386,33 @@ int Run() {
   }
   TRAINCTL_LOG(INFO) << "stopped";
   return 0;
+}
+
+int Run() {
+  // Signals are taken by one thread with sigwait, so they are blocked before any other thread
+  // starts.
+  sigset_t signals;
+  if (absl::Status s = InitDaemon(absl::GetFlag(FLAGS_log_level), &signals); !s.ok()) {
+    TRAINCTL_LOG(ERROR) << s.message();
+    return 2;
+  }
+  // Before any thread starts: it also removes the variables from the environment.
+  const absl::Duration watchdog_interval = TakeSystemdWatchdogInterval();
+  int exit_code = 0;
+  absl::StatusOr<WorkerOptions> options = ReadOptions(&exit_code);
+  if (!options.ok()) {
+    TRAINCTL_LOG(ERROR) << options.status().message();
+    return exit_code;
+  }
+  TRAINCTL_LOG(INFO) << "trainctl-worker " << options->node_name << " (" << options->advertise_addr
+                     << "): "
+                     << (options->gpus.empty() ? absl::StrCat(options->cpu_slots, " CPU slots")
+                                               : absl::StrCat(options->gpus.size(), " GPUs"))
+                     << ", coordinator " << options->coordinator << ", work dir "
+                     << options->work_dir << ", jobs write under "
+                     << (options->output_roots.empty() ? options->work_dir
+                                                       : absl::StrJoin(options->output_roots, ","));
+  return Serve(signals, watchdog_interval, *std::move(options));
 }
 
 }  // namespace
