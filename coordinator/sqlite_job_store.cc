@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
+#include "coordinator/internal/sql_store.h"
 #include "coordinator/internal/sqlite_schema.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
@@ -20,14 +21,12 @@ namespace {
 using sqlite::Db;
 using sqlite::Statement;
 
+using internal::EventKind;
+using internal::JobBlob;
 using internal::kJobKindColumnVersion;
 using internal::kLatestVersion;
 using internal::kMigrations;
-constexpr size_t kMaxGroup = 256;
-
-int64_t ToMicros(const google::protobuf::Timestamp& t) {
-  return google::protobuf::util::TimeUtil::TimestampToMicroseconds(t);
-}
+using internal::ToMicros;
 
 absl::Status Corrupt(const Db& db, absl::string_view what, int64_t key) {
   return absl::DataLossError(
@@ -89,36 +88,6 @@ absl::Status WriteStages(Db& db, int64_t n, const Job& job, const Job* before) {
     RETURN_IF_ERROR(trim->Bind(1, n).Bind(2, int64_t{job.stages_size()}).Run());
   }
   return absl::OkStatus();
-}
-
-// The job's blob: what no column or other table holds.
-std::string JobBlob(const Job& job) {
-  Job blob = job;
-  blob.clear_id();
-  blob.clear_stages();
-  blob.clear_current_stage();
-  return blob.SerializeAsString();
-}
-
-const char* EventKind(const JobEvent& e) {
-  switch (e.payload_case()) {
-    case JobEvent::kStateChange:
-      return "state_change";
-    case JobEvent::kMetric:
-      return "metric";
-    case JobEvent::kCheckpoint:
-      return "checkpoint";
-    case JobEvent::kStageChange:
-      return "stage_change";
-    case JobEvent::kNccl:
-      return "nccl";
-    case JobEvent::kBandwidth:
-      return "bandwidth";
-    case JobEvent::kSetup:
-      return "setup";
-    default:
-      return "other";
-  }
 }
 
 absl::Status InsertEvents(Db& db, int64_t job_n, std::vector<JobEvent>* events) {
@@ -277,73 +246,22 @@ absl::StatusOr<int> SqliteJobStore::SchemaVersion() {
 }
 
 absl::Status SqliteJobStore::Write(const Work& work) {
-  Writer self{&work, absl::OkStatus(), false};
-  queue_mu_.Lock();
-  writers_.push_back(&self);
-  while (!self.done && writers_.front() != &self) queue_cv_.Wait(&queue_mu_);
-  if (self.done) {  // a leader committed our work with its group
-    queue_mu_.Unlock();
-    return self.status;
-  }
-  std::vector<Writer*> group(writers_.begin(),
-                             writers_.begin() + std::min(writers_.size(), kMaxGroup));
-  queue_mu_.Unlock();
-
-  CommitGroup(group);
-
-  queue_mu_.Lock();
-  for (Writer* w : group) {
-    writers_.pop_front();
-    w->done = true;
-  }
-  queue_cv_.SignalAll();  // the group's writers, and the next leader
-  queue_mu_.Unlock();
-  return self.status;
+  return queue_.Write(work,
+                      [this](const std::vector<Queue::Writer*>& group) { CommitGroup(group); });
 }
 
-void SqliteJobStore::CommitGroup(const std::vector<Writer*>& group) {
-  CommitOnce(group);
-  std::vector<Writer*> full;
-  for (Writer* w : group) {
+void SqliteJobStore::CommitGroup(const std::vector<Queue::Writer*>& group) {
+  internal::CommitInSavepoints(*writer_db_, "BEGIN IMMEDIATE", group);
+  std::vector<Queue::Writer*> full;
+  for (Queue::Writer* w : group) {
     if (w->status.code() == absl::StatusCode::kResourceExhausted) full.push_back(w);
   }
   if (full.empty()) return;
   // The disk is full, and much of it may be our own WAL (it grows to ~4 MB between checkpoints):
   // move its pages into the database, truncate it, and try once more.
   (void)writer_db_->Exec("PRAGMA wal_checkpoint(TRUNCATE)");
-  for (Writer* w : full) w->status = absl::OkStatus();
-  CommitOnce(full);
-}
-
-void SqliteJobStore::CommitOnce(const std::vector<Writer*>& group) {
-  Db& db = *writer_db_;
-  if (absl::Status begin = db.ExecCached("BEGIN IMMEDIATE"); !begin.ok()) {
-    for (Writer* w : group) w->status = begin;
-    return;
-  }
-  if (group.size() == 1) {
-    // Alone in the transaction: a failure rolls back the whole of it; no savepoint needed.
-    Writer* w = group[0];
-    w->status = (*w->work)(db);
-    if (!w->status.ok()) {
-      (void)db.ExecCached("ROLLBACK");
-      return;
-    }
-  } else {
-    for (Writer* w : group) {
-      absl::Status s = db.ExecCached("SAVEPOINT w");
-      if (s.ok()) s = (*w->work)(db);
-      if (!s.ok()) (void)db.ExecCached("ROLLBACK TO w");
-      (void)db.ExecCached("RELEASE w");
-      w->status = s;
-    }
-  }
-  if (absl::Status commit = db.ExecCached("COMMIT"); !commit.ok()) {
-    (void)db.ExecCached("ROLLBACK");
-    for (Writer* w : group) {
-      if (w->status.ok()) w->status = commit;
-    }
-  }
+  for (Queue::Writer* w : full) w->status = absl::OkStatus();
+  internal::CommitInSavepoints(*writer_db_, "BEGIN IMMEDIATE", full);
 }
 
 absl::StatusOr<CreateJobResult> SqliteJobStore::CreateJob(const Job& job,
@@ -552,59 +470,34 @@ absl::Status SqliteJobStore::AppendLogs(std::vector<LogLine>* lines) {
   return Write([&](Db& db) -> absl::Status { return InsertLogLines(db, lines); });
 }
 
+// WriteBatch's statements on the writer's connection, inside its transaction.
+class SqliteJobStore::BatchTx final : public internal::BatchTransaction {
+ public:
+  BatchTx(SqliteJobStore* store, Db& db) : store_(store), db_(db) {}
+  absl::StatusOr<Job> ReadJob(int64_t n) override { return trainctl::ReadJob(db_, n); }
+  absl::Status InsertLogLines(std::vector<LogLine>* lines) override {
+    return trainctl::InsertLogLines(db_, lines);
+  }
+  absl::Status WriteJob(int64_t n, const Job& after, const Job& before) override {
+    return WriteJobRow(db_, n, after, before);
+  }
+  absl::Status InsertEvents(int64_t n, std::vector<JobEvent>* events) override {
+    return trainctl::InsertEvents(db_, n, events);
+  }
+  absl::Status ThinMetricEvents(int64_t n, const std::vector<JobEvent>& added) override {
+    return store_->ThinMetricEvents(db_, n, added);
+  }
+
+ private:
+  SqliteJobStore* const store_;
+  Db& db_;
+};
+
 absl::Status SqliteJobStore::WriteBatch(std::vector<BatchRecord>* records) {
-  struct Touched {  // a job's mutations apply in record order to one read of it, written once
-    Job before, after;
-    std::vector<BatchRecord*> records;  // its mutations that succeeded, in order
-  };
-  std::map<int64_t, Touched> jobs;
+  std::map<int64_t, internal::BatchJob> jobs;
   const absl::Status written = Write([&](Db& db) -> absl::Status {
-    jobs.clear();  // a retry (after a full disk) starts afresh
-    std::set<int64_t> missing;
-    for (BatchRecord& r : *records) {
-      r.status = absl::OkStatus();
-      r.events.clear();
-      if (r.job_id.empty()) {
-        r.status = InsertLogLines(db, &r.lines);
-        if (IsTransientStoreError(r.status)) return r.status;
-        continue;
-      }
-      absl::StatusOr<int64_t> n = ParseJobId(r.job_id);
-      if (!n.ok() || missing.count(*n)) {
-        r.status =
-            n.ok() ? absl::NotFoundError(absl::StrCat("job ", r.job_id, " not found")) : n.status();
-        continue;
-      }
-      auto it = jobs.find(*n);
-      if (it == jobs.end()) {
-        absl::StatusOr<Job> job = ReadJob(db, *n);
-        if (!job.ok()) {
-          if (job.status().code() != absl::StatusCode::kNotFound) return job.status();
-          missing.insert(*n);
-          r.status = job.status();
-          continue;
-        }
-        it = jobs.emplace(*n, Touched{*job, *job, {}}).first;
-      }
-      Job next = it->second.after;
-      r.status = r.mutate(&next, &r.events);
-      if (!r.status.ok()) continue;
-      next.set_id(FormatJobId(*n));
-      r.job = next;
-      it->second.after = std::move(next);
-      it->second.records.push_back(&r);
-    }
-    for (auto& [n, touched] : jobs) {
-      if (touched.records.empty()) continue;
-      RETURN_IF_ERROR(WriteJobRow(db, n, touched.after, touched.before));
-      std::vector<JobEvent> added;
-      for (BatchRecord* r : touched.records) {
-        RETURN_IF_ERROR(InsertEvents(db, n, &r->events));
-        added.insert(added.end(), r->events.begin(), r->events.end());
-      }
-      RETURN_IF_ERROR(ThinMetricEvents(db, n, added));
-    }
-    return absl::OkStatus();
+    BatchTx tx(this, db);
+    return internal::ApplyBatch(tx, records, &jobs);
   });
   if (written.ok()) return absl::OkStatus();
   for (const auto& entry : jobs) ForgetMetricCount(entry.first);

@@ -14,14 +14,15 @@
 #ifndef TRAINCTL_COORDINATOR_SQLITE_JOB_STORE_H_
 #define TRAINCTL_COORDINATOR_SQLITE_JOB_STORE_H_
 
-#include <deque>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/internal/group_commit.h"
 #include "coordinator/internal/sqlite.h"
 #include "coordinator/job_store.h"
 #include "coordinator/metric_retention.h"
@@ -71,12 +72,8 @@ class SqliteJobStore final : public JobStore {
       absl::string_view node) override;
 
  private:
-  using Work = std::function<absl::Status(sqlite::Db& db)>;
-  struct Writer {
-    const Work* work;
-    absl::Status status;
-    bool done = false;
-  };
+  using Queue = internal::WriteQueue<sqlite::Db>;
+  using Work = Queue::Work;
 
   SqliteJobStore(std::unique_ptr<sqlite::Db> writer, std::unique_ptr<sqlite::Db> reader)
       : writer_db_(std::move(writer)), reader_db_(std::move(reader)) {}
@@ -85,13 +82,12 @@ class SqliteJobStore final : public JobStore {
   absl::Status Write(const Work& work);
   // Commits the group; writers that failed on a full disk are tried once more after a checkpoint
   // that truncates the WAL.
-  void CommitGroup(const std::vector<Writer*>& group);
-  void CommitOnce(const std::vector<Writer*>& group);
+  void CommitGroup(const std::vector<Queue::Writer*>& group);
 
-  absl::Mutex queue_mu_;
-  absl::CondVar queue_cv_;
-  std::deque<Writer*> writers_ ABSL_GUARDED_BY(queue_mu_);
-  // Used only by the current group leader (the front of writers_), so it needs no lock of its own.
+  class BatchTx;
+
+  Queue queue_;
+  // Used only by the current group leader (the front of queue_), so it needs no lock of its own.
   std::unique_ptr<sqlite::Db> writer_db_;
 
   absl::Mutex read_mu_;

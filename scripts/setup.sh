@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
-  libabsl-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libyaml-cpp-dev
+  libabsl-dev libsqlite3-dev sqlite3 postgresql libpq-dev nlohmann-json3-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libgloo-dev libstb-dev libopenblas0-pthread
   libpcre2-dev libicu-dev nodejs npm

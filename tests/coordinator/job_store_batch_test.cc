@@ -23,7 +23,10 @@ struct BatchStoreFactory {
 
 class JobStoreBatchTest : public ::testing::TestWithParam<BatchStoreFactory> {
  protected:
-  void SetUp() override { store_ = GetParam().make(dir_.path()); }
+  void SetUp() override {
+    store_ = GetParam().make(dir_.path());
+    ASSERT_NE(store_, nullptr);
+  }
 
   std::string NewJob(const std::string& name) {
     auto created = store_->CreateJob(PendingJob(name), "", {});
@@ -141,7 +144,10 @@ INSTANTIATE_TEST_SUITE_P(
                                           options.path = dir + "/jobs.db";
                                           options.synchronous_full = false;
                                           return std::move(SqliteJobStore::Open(options).value());
-                                        }}),
+                                        }},
+                      BatchStoreFactory{
+                          "Postgres",
+                          [](const std::string&) { return testing::FreshPostgresStore(); }}),
     [](const ::testing::TestParamInfo<BatchStoreFactory>& p) { return p.param.name; });
 
 }  // namespace

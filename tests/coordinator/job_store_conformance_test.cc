@@ -29,7 +29,10 @@ struct StoreFactory {
 
 class JobStoreConformanceTest : public ::testing::TestWithParam<StoreFactory> {
  protected:
-  void SetUp() override { store_ = GetParam().make(dir_.path()); }
+  void SetUp() override {
+    store_ = GetParam().make(dir_.path());
+    ASSERT_NE(store_, nullptr);
+  }
   testing::TempDir dir_;
   std::unique_ptr<JobStore> store_;
 };
@@ -356,18 +359,19 @@ TEST_P(JobStoreConformanceTest, NodeTopologyKeepsTheLatestProbePerNode) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllStores, JobStoreConformanceTest,
-    ::testing::Values(StoreFactory{"InMemory",
-                                   [](const std::string&) -> std::unique_ptr<JobStore> {
-                                     return std::make_unique<InMemoryJobStore>();
-                                   }},
-                      StoreFactory{"Sqlite",
-                                   [](const std::string& dir) -> std::unique_ptr<JobStore> {
-                                     SqliteJobStore::Options options;
-                                     options.path = dir + "/jobs.db";
-                                     options.synchronous_full =
-                                         false;  // same semantics; fsync only slows tests
-                                     return std::move(SqliteJobStore::Open(options).value());
-                                   }}),
+    ::testing::Values(
+        StoreFactory{"InMemory",
+                     [](const std::string&) -> std::unique_ptr<JobStore> {
+                       return std::make_unique<InMemoryJobStore>();
+                     }},
+        StoreFactory{"Sqlite",
+                     [](const std::string& dir) -> std::unique_ptr<JobStore> {
+                       SqliteJobStore::Options options;
+                       options.path = dir + "/jobs.db";
+                       options.synchronous_full = false;  // same semantics; fsync only slows tests
+                       return std::move(SqliteJobStore::Open(options).value());
+                     }},
+        StoreFactory{"Postgres", [](const std::string&) { return testing::FreshPostgresStore(); }}),
     [](const ::testing::TestParamInfo<StoreFactory>& param_info) { return param_info.param.name; });
 
 }  // namespace

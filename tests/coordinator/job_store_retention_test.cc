@@ -28,7 +28,10 @@ struct RetentionStoreFactory {
 
 class JobStoreRetentionTest : public ::testing::TestWithParam<RetentionStoreFactory> {
  protected:
-  void SetUp() override { store_ = GetParam().make(dir_.path(), kMax); }
+  void SetUp() override {
+    store_ = GetParam().make(dir_.path(), kMax);
+    ASSERT_NE(store_, nullptr);
+  }
 
   // One metric event at `step`, recorded `step` seconds into the run; every 50th step a checkpoint
   // event too.
@@ -178,7 +181,10 @@ INSTANTIATE_TEST_SUITE_P(
                                 options.synchronous_full = false;
                                 options.max_metric_events = max;
                                 return std::move(SqliteJobStore::Open(options).value());
-                              }}),
+                              }},
+        RetentionStoreFactory{
+            "Postgres",
+            [](const std::string&, int max) { return testing::FreshPostgresStore(max); }}),
     [](const ::testing::TestParamInfo<RetentionStoreFactory>& param_info) {
       return param_info.param.name;
     });

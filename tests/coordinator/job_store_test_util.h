@@ -6,7 +6,11 @@
 #include <string>
 
 #include "coordinator/job_store.h"
+#include "coordinator/metric_retention.h"
+#include "coordinator/postgres_job_store.h"
 #include "google/protobuf/util/time_util.h"
+#include "gtest/gtest.h"
+#include "tests/testing/postgres_server.h"
 
 namespace trainctl::testing {
 
@@ -38,6 +42,31 @@ inline LogLine Line(const std::string& job_id, int rank, const std::string& text
   line.set_text(text);
   *line.mutable_time() = google::protobuf::util::TimeUtil::SecondsToTimestamp(1'800'000'001);
   return line;
+}
+
+// A PostgresJobStore on a fresh database of the process's test server (SharedPostgres); null, with
+// the test failed, when none could be had.
+inline std::unique_ptr<JobStore> FreshPostgresStore(
+    int max_metric_events = kDefaultMaxMetricEventsPerJob) {
+  absl::StatusOr<PostgresServer*> server = SharedPostgres();
+  if (!server.ok()) {
+    ADD_FAILURE() << server.status();
+    return nullptr;
+  }
+  absl::StatusOr<std::string> uri = (*server)->CreateDatabase();
+  if (!uri.ok()) {
+    ADD_FAILURE() << uri.status();
+    return nullptr;
+  }
+  PostgresJobStore::Options options;
+  options.uri = *uri;
+  options.max_metric_events = max_metric_events;
+  auto store = PostgresJobStore::Open(options);
+  if (!store.ok()) {
+    ADD_FAILURE() << store.status();
+    return nullptr;
+  }
+  return *std::move(store);
 }
 
 }  // namespace trainctl::testing

@@ -1,0 +1,105 @@
+// PostgresJobStore: the JobStore on a PostgreSQL database (`--db postgresql://...`), for sites
+// that already run PostgreSQL and want the coordinator's record off its machine.
+//
+// Durability: every write is committed with synchronous_commit = on (set on the session, whatever
+// the server's default) before the call returns, so an acknowledged write survives a crash of the
+// server. Concurrent writers are group-committed on one writing connection as in SqliteJobStore
+// (internal/group_commit.h): commit order is queue order, so event and log seqs grow in the order
+// they become visible to the watchers that tail them. Reads use a second connection.
+//
+// Losing the server: a call in flight fails UNAVAILABLE (nothing of it is kept unless it was
+// committed; a retried submit with its request id finds it), and the next call connects again.
+// One coordinator writes to a database: the writing connection holds a session advisory lock,
+// taken again on every reconnection; a second coordinator, or this one after another took the lock
+// while it was cut off, is refused (FAILED_PRECONDITION) instead of writing beside it.
+//
+// Schema: numbered migrations in table trainctl_schema, applied at Open under a transaction-level
+// advisory lock. Log text is stored as text: a NUL byte, which PostgreSQL text cannot hold, is
+// stored as U+FFFD. Thread-safe.
+#ifndef TRAINCTL_COORDINATOR_POSTGRES_JOB_STORE_H_
+#define TRAINCTL_COORDINATOR_POSTGRES_JOB_STORE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/internal/group_commit.h"
+#include "coordinator/internal/pg.h"
+#include "coordinator/job_store.h"
+#include "coordinator/metric_retention.h"
+
+namespace trainctl {
+
+class PostgresJobStore final : public JobStore {
+ public:
+  struct Options {
+    std::string uri;  // postgresql://user[:password]@host[:port]/database[?param=value]
+    // Tests open older schemas with this; 0 means the latest.
+    int schema_version = 0;
+    // Metric events kept per job before older ones are thinned (coordinator/metric_retention.h).
+    int max_metric_events = kDefaultMaxMetricEventsPerJob;
+  };
+
+  // Connects, takes the writer's lock and migrates. UNAVAILABLE when the server cannot be reached,
+  // FAILED_PRECONDITION when another coordinator holds the database or its schema is newer than
+  // this binary's.
+  static absl::StatusOr<std::unique_ptr<PostgresJobStore>> Open(const Options& options);
+  static int LatestSchemaVersion();
+  absl::StatusOr<int> SchemaVersion();
+
+  absl::StatusOr<CreateJobResult> CreateJob(const Job& job, const std::string& request_id,
+                                            std::vector<JobEvent> initial_events) override;
+  absl::StatusOr<Job> GetJob(absl::string_view id) override;
+  absl::StatusOr<JobPage> ListJobs(const JobFilter& filter) override;
+  absl::StatusOr<std::vector<JobCount>> CountJobs() override;
+  absl::StatusOr<Job> UpdateJob(absl::string_view id, const JobMutation& mutate,
+                                std::vector<JobEvent>* events) override;
+  absl::StatusOr<std::vector<JobEvent>> ListEvents(absl::string_view job_id, int64_t after_seq,
+                                                   int limit) override;
+  absl::Status AppendLogs(std::vector<LogLine>* lines) override;
+  absl::StatusOr<int64_t> LogBytes(absl::string_view job_id) override;
+  absl::StatusOr<std::vector<LogLine>> ListLogs(absl::string_view job_id,
+                                                const LogQuery& query) override;
+  // One transaction for the whole batch: every record is written, or none.
+  absl::Status WriteBatch(std::vector<BatchRecord>* records) override;
+  absl::Status PutNodeTopology(const trainctl::v1::NodeTopology& topology) override;
+  absl::StatusOr<std::optional<trainctl::v1::NodeTopology>> GetNodeTopology(
+      absl::string_view node) override;
+
+ private:
+  using Queue = internal::WriteQueue<pg::Conn>;
+  using Work = Queue::Work;
+  class Transaction;
+
+  PostgresJobStore(std::unique_ptr<pg::Conn> writer, std::unique_ptr<pg::Conn> reader,
+                   int max_metric_events)
+      : writer_(std::move(writer)),
+        reader_(std::move(reader)),
+        max_metric_events_(max_metric_events) {}
+
+  // Runs `work` inside a committed transaction, batched with concurrent writers.
+  absl::Status Write(const Work& work);
+  // A read on the reader's connection (connected again first if it was lost).
+  template <typename Fn>
+  auto Read(Fn fn) -> decltype(fn(std::declval<pg::Conn&>()));
+  // After a write that failed: its counts may not have been committed; count again next time.
+  void ForgetMetricCount(int64_t job_n);
+
+  Queue queue_;
+  // Used only by the current group leader (the front of queue_).
+  std::unique_ptr<pg::Conn> writer_;
+  absl::Mutex read_mu_;
+  std::unique_ptr<pg::Conn> reader_ ABSL_GUARDED_BY(read_mu_);
+
+  const int max_metric_events_;
+  // Each job's metric events as last counted (a hint, as in SqliteJobStore).
+  absl::Mutex counts_mu_;
+  std::map<int64_t, int64_t> metric_counts_ ABSL_GUARDED_BY(counts_mu_);
+};
+
+}  // namespace trainctl
+
+#endif  // TRAINCTL_COORDINATOR_POSTGRES_JOB_STORE_H_
