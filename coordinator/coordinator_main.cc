@@ -39,6 +39,7 @@
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_service.h"
 #include "coordinator/node_inventory.h"
+#include "coordinator/postgres_job_store.h"
 #include "coordinator/rpc_authorizer.h"
 #include "coordinator/rpc_metrics.h"
 #include "coordinator/sqlite_job_store.h"
@@ -46,9 +47,13 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "HOST:PORT to serve gRPC on (port 0: any free port)");
-ABSL_FLAG(std::string, db, "./var/trainctl.db", "SQLite database file (':memory:' keeps nothing)");
+ABSL_FLAG(std::string, db, "./var/trainctl.db",
+          "where jobs are kept: a SQLite database file, a PostgreSQL database as a libpq URI "
+          "(postgresql://USER[:PASSWORD]@HOST[:PORT]/DB[?sslmode=...]), or ':memory:' (keeps "
+          "nothing)");
 ABSL_FLAG(std::string, db_sync, "full",
-          "full: fsync every commit (survives power loss); normal: survives process crashes only");
+          "SQLite only: full: fsync every commit (survives power loss); normal: survives process "
+          "crashes only (PostgreSQL: every commit is synchronous_commit = on)");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 ABSL_FLAG(int, rpc_threads, 16, "threads that run blocking RPC work (SQLite)");
 ABSL_FLAG(
@@ -106,19 +111,36 @@ absl::Status CreateParentDirectory(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<JobStore>> OpenStore(const std::string& path,
+absl::StatusOr<std::unique_ptr<JobStore>> OpenStore(const std::string& db,
                                                     const std::string& sync) {
-  if (path == ":memory:") return std::unique_ptr<JobStore>(new InMemoryJobStore());
+  if (db == ":memory:") return std::unique_ptr<JobStore>(new InMemoryJobStore());
+  if (pg::IsPostgresUri(db)) {
+    PostgresJobStore::Options options;
+    options.uri = db;
+    auto store = PostgresJobStore::Open(options);
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<JobStore>(std::move(*store));
+  }
   if (sync != "full" && sync != "normal") {
     return absl::InvalidArgumentError(
         absl::StrCat("--db_sync must be full or normal, got '", sync, "'"));
   }
   SqliteJobStore::Options options;
-  options.path = path;
+  options.path = db;
   options.synchronous_full = sync == "full";
   auto store = SqliteJobStore::Open(options);
   if (!store.ok()) return store.status();
   return std::unique_ptr<JobStore>(std::move(*store));
+}
+
+// A --db that names a scheme this coordinator does not know ("mysql://..."; "postgresq://..."),
+// which would otherwise be taken for a SQLite file path.
+absl::Status CheckDbScheme(const std::string& db) {
+  const size_t scheme = db.find("://");
+  if (scheme == std::string::npos || pg::IsPostgresUri(db)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--db: unknown scheme '", db.substr(0, scheme + 3),
+                   "' (postgresql:// for PostgreSQL, a file path for SQLite, or :memory:)"));
 }
 
 std::string BoundAddress(const std::string& listen, int port) {
@@ -214,18 +236,21 @@ absl::StatusOr<Access> LoadAccess() {
   return access;
 }
 
-// The job store, and the lock that keeps it to one coordinator (a second would schedule the same
-// jobs from its own view). `lock` is null for ':memory:'.
+// The job store, and the lock that keeps a SQLite file to one coordinator (a second would schedule
+// the same jobs from its own view; PostgresJobStore holds its own lock in the database).
 struct Database {
   std::string path;
-  std::unique_ptr<DbLock> lock;
+  bool sqlite_file = false;
+  std::unique_ptr<DbLock> lock;  // null but for a SQLite file
   std::unique_ptr<JobStore> store;
 };
 
 absl::StatusOr<Database> OpenDatabase() {
   Database db;
   db.path = absl::GetFlag(FLAGS_db);
-  if (db.path != ":memory:") {
+  RETURN_IF_ERROR(CheckDbScheme(db.path));
+  db.sqlite_file = db.path != ":memory:" && !pg::IsPostgresUri(db.path);
+  if (db.sqlite_file) {
     if (absl::Status s = CreateParentDirectory(db.path); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("store: ", s.message()));
     }
@@ -317,7 +342,7 @@ class Coordinator {
         worker_service_(&cluster_, &authorizer_) {
     AddCoordinatorCollectors(
         &registry_, db_.store.get(), [this] { return cluster_.ListNodes(); },
-        db_.path == ":memory:" ? "" : db_.path);
+        db_.sqlite_file ? db_.path : "");
   }
 
   // Recovers the jobs, starts the cluster loop and serves gRPC, /metrics and the ready files.
@@ -378,7 +403,8 @@ absl::Status Coordinator::StartGrpc() {
         absl::StrCat("cannot listen on ", listen, " (address in use or invalid)"));
   }
   bound_ = BoundAddress(listen, port);
-  TRAINCTL_LOG(INFO) << "trainctl-coordinator serving on " << bound_ << ", db " << db_.path << ", "
+  TRAINCTL_LOG(INFO) << "trainctl-coordinator serving on " << bound_ << ", db "
+                     << pg::RedactUri(db_.path) << ", "
                      << (access_.tls.enabled()
                              ? (access_.tls.ca.empty() ? "TLS" : "TLS, client certificates")
                              : "plaintext")
