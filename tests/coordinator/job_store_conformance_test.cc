@@ -1,4 +1,5 @@
 // One suite, every JobStore implementation: what callers may rely on whichever store is behind.
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -355,6 +356,35 @@ TEST_P(JobStoreConformanceTest, NodeTopologyKeepsTheLatestProbePerNode) {
 
   trainctl::v1::NodeTopology nameless;
   EXPECT_EQ(store_->PutNodeTopology(nameless).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Concurrent writers share a transaction in the SQL stores: one that fails does not undo the
+// others.
+TEST_P(JobStoreConformanceTest, AFailingWriterAmongConcurrentOnesDoesNotUndoTheOthers) {
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(store_->CreateJob(PendingJob("j"), "", {}).ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> failed{0};
+  for (int i = 1; i <= 40; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = store_->UpdateJob(
+          FormatJobId(i),
+          [i](Job* job, std::vector<JobEvent>* events) {
+            job->set_message("touched");
+            events->push_back(
+                StateEvent(trainctl::v1::JOB_STATE_PENDING, trainctl::v1::JOB_STATE_PENDING));
+            return i % 4 == 0 ? absl::AbortedError("odd one out") : absl::OkStatus();
+          },
+          nullptr);
+      if (!r.ok()) ++failed;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 10);
+  for (int i = 1; i <= 40; ++i) {
+    auto job = store_->GetJob(FormatJobId(i));
+    EXPECT_EQ(job->message(), i % 4 == 0 ? "" : "touched") << i;
+    EXPECT_EQ(store_->ListEvents(FormatJobId(i), 0, 10)->size(), i % 4 == 0 ? 0u : 1u) << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

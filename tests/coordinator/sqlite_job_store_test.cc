@@ -4,10 +4,8 @@
 
 #include <sqlite3.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "coordinator/job_manager.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -222,35 +220,5 @@ TEST_F(SqliteJobStoreTest, UnopenablePathIsUnavailable) {
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable) << store.status();
 }
-
-TEST_F(SqliteJobStoreTest, AFailingWriterInAGroupDoesNotUndoTheOthers) {
-  auto store = Open();
-  ASSERT_TRUE(store.ok());
-  for (int i = 0; i < 40; ++i) ASSERT_TRUE((*store)->CreateJob(PendingJob("j"), "", {}).ok());
-  std::vector<std::thread> threads;
-  std::atomic<int> failed{0};
-  for (int i = 1; i <= 40; ++i) {
-    threads.emplace_back([&, i] {
-      auto r = (*store)->UpdateJob(
-          FormatJobId(i),
-          [i](Job* job, std::vector<JobEvent>* events) {
-            job->set_message("touched");
-            events->push_back(
-                StateEvent(trainctl::v1::JOB_STATE_PENDING, trainctl::v1::JOB_STATE_PENDING));
-            return i % 4 == 0 ? absl::AbortedError("odd one out") : absl::OkStatus();
-          },
-          nullptr);
-      if (!r.ok()) ++failed;
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(failed.load(), 10);
-  for (int i = 1; i <= 40; ++i) {
-    auto job = (*store)->GetJob(FormatJobId(i));
-    EXPECT_EQ(job->message(), i % 4 == 0 ? "" : "touched") << i;
-    EXPECT_EQ((*store)->ListEvents(FormatJobId(i), 0, 10)->size(), i % 4 == 0 ? 0u : 1u) << i;
-  }
-}
-
 }  // namespace
 }  // namespace trainctl
