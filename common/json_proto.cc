@@ -82,92 +82,118 @@ bool JsonToInt64(const json& value, int64_t* out) {
   return false;
 }
 
-// Converts one JSON scalar to the field's type. Returns "" on success, else what is wrong.
-std::string SetScalar(const json& value, const FieldDescriptor* field, Message* msg) {
+// SetScalar for a bool field: true/false, or a string ParseHfBool reads.
+std::string SetBoolScalar(const json& value, const FieldDescriptor* field, Message* msg) {
+  const Reflection* r = msg->GetReflection();
+  bool b;
+  if (value.is_boolean()) {
+    b = value.get<bool>();
+  } else if (value.is_string()) {
+    auto parsed = ParseHfBool(value.get<std::string>());
+    if (!parsed.ok()) return absl::StrCat("must be true or false, got ", Describe(value));
+    b = *parsed;
+  } else {
+    return absl::StrCat("must be true or false, got ", Describe(value));
+  }
+  field->is_repeated() ? r->AddBool(msg, field, b) : r->SetBool(msg, field, b);
+  return "";
+}
+
+// SetScalar for a (u)int32/(u)int64 field: an integer (JsonToInt64) in the field's range.
+std::string SetIntegerScalar(const json& value, const FieldDescriptor* field, Message* msg) {
   const Reflection* r = msg->GetReflection();
   const bool rep = field->is_repeated();
+  int64_t v;
+  if (!JsonToInt64(value, &v)) return absl::StrCat("must be an integer, got ", Describe(value));
+  const auto type = field->cpp_type();
+  const bool is32 =
+      type == FieldDescriptor::CPPTYPE_INT32 || type == FieldDescriptor::CPPTYPE_UINT32;
+  const bool is_unsigned =
+      type == FieldDescriptor::CPPTYPE_UINT32 || type == FieldDescriptor::CPPTYPE_UINT64;
+  if (is_unsigned && v < 0) return absl::StrCat("must be >= 0, got ", v);
+  if (is32 &&
+      (v > std::numeric_limits<int32_t>::max() || v < std::numeric_limits<int32_t>::min())) {
+    return absl::StrCat("out of range for a 32-bit integer, got ", v);
+  }
+  switch (type) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      rep ? r->AddInt32(msg, field, v) : r->SetInt32(msg, field, v);
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      rep ? r->AddInt64(msg, field, v) : r->SetInt64(msg, field, v);
+      break;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      rep ? r->AddUInt32(msg, field, v) : r->SetUInt32(msg, field, v);
+      break;
+    default:
+      rep ? r->AddUInt64(msg, field, v) : r->SetUInt64(msg, field, v);
+      break;
+  }
+  return "";
+}
+
+// SetScalar for a double or float field: a finite number.
+std::string SetFloatingScalar(const json& value, const FieldDescriptor* field, Message* msg) {
+  const Reflection* r = msg->GetReflection();
+  const bool rep = field->is_repeated();
+  if (!value.is_number()) return absl::StrCat("must be a number, got ", Describe(value));
+  const double d = value.get<double>();
+  if (!std::isfinite(d)) return absl::StrCat("must be finite, got ", Describe(value));
+  if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+    rep ? r->AddDouble(msg, field, d) : r->SetDouble(msg, field, d);
+  } else {
+    rep ? r->AddFloat(msg, field, static_cast<float>(d))
+        : r->SetFloat(msg, field, static_cast<float>(d));
+  }
+  return "";
+}
+
+// SetScalar for a string field: a string, or a number or bool as its JSON text.
+std::string SetStringScalar(const json& value, const FieldDescriptor* field, Message* msg) {
+  const Reflection* r = msg->GetReflection();
+  std::string s;
+  if (value.is_string()) {
+    s = value.get<std::string>();
+  } else if (value.is_number() || value.is_boolean()) {
+    s = value.dump();
+  } else {
+    return absl::StrCat("must be a string, got ", Describe(value));
+  }
+  field->is_repeated() ? r->AddString(msg, field, std::move(s))
+                       : r->SetString(msg, field, std::move(s));
+  return "";
+}
+
+// SetScalar for an enum field: a value's short or full name, in any case (never *_UNSPECIFIED).
+std::string SetEnumScalar(const json& value, const FieldDescriptor* field, Message* msg) {
+  const Reflection* r = msg->GetReflection();
+  const auto* enum_value =
+      value.is_string() ? FindEnumValue(field->enum_type(), value.get<std::string>()) : nullptr;
+  if (enum_value == nullptr) {
+    return absl::StrCat("must be one of ", EnumChoices(field->enum_type()), ", got ",
+                        Describe(value));
+  }
+  field->is_repeated() ? r->AddEnum(msg, field, enum_value) : r->SetEnum(msg, field, enum_value);
+  return "";
+}
+
+// Converts one JSON scalar to the field's type. Returns "" on success, else what is wrong.
+std::string SetScalar(const json& value, const FieldDescriptor* field, Message* msg) {
   switch (field->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_BOOL: {
-      bool b;
-      if (value.is_boolean()) {
-        b = value.get<bool>();
-      } else if (value.is_string()) {
-        auto parsed = ParseHfBool(value.get<std::string>());
-        if (!parsed.ok()) return absl::StrCat("must be true or false, got ", Describe(value));
-        b = *parsed;
-      } else {
-        return absl::StrCat("must be true or false, got ", Describe(value));
-      }
-      rep ? r->AddBool(msg, field, b) : r->SetBool(msg, field, b);
-      return "";
-    }
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return SetBoolScalar(value, field, msg);
     case FieldDescriptor::CPPTYPE_INT32:
     case FieldDescriptor::CPPTYPE_INT64:
     case FieldDescriptor::CPPTYPE_UINT32:
-    case FieldDescriptor::CPPTYPE_UINT64: {
-      int64_t v;
-      if (!JsonToInt64(value, &v)) return absl::StrCat("must be an integer, got ", Describe(value));
-      const auto type = field->cpp_type();
-      const bool is32 =
-          type == FieldDescriptor::CPPTYPE_INT32 || type == FieldDescriptor::CPPTYPE_UINT32;
-      const bool is_unsigned =
-          type == FieldDescriptor::CPPTYPE_UINT32 || type == FieldDescriptor::CPPTYPE_UINT64;
-      if (is_unsigned && v < 0) return absl::StrCat("must be >= 0, got ", v);
-      if (is32 &&
-          (v > std::numeric_limits<int32_t>::max() || v < std::numeric_limits<int32_t>::min())) {
-        return absl::StrCat("out of range for a 32-bit integer, got ", v);
-      }
-      switch (type) {
-        case FieldDescriptor::CPPTYPE_INT32:
-          rep ? r->AddInt32(msg, field, v) : r->SetInt32(msg, field, v);
-          break;
-        case FieldDescriptor::CPPTYPE_INT64:
-          rep ? r->AddInt64(msg, field, v) : r->SetInt64(msg, field, v);
-          break;
-        case FieldDescriptor::CPPTYPE_UINT32:
-          rep ? r->AddUInt32(msg, field, v) : r->SetUInt32(msg, field, v);
-          break;
-        default:
-          rep ? r->AddUInt64(msg, field, v) : r->SetUInt64(msg, field, v);
-          break;
-      }
-      return "";
-    }
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return SetIntegerScalar(value, field, msg);
     case FieldDescriptor::CPPTYPE_DOUBLE:
-    case FieldDescriptor::CPPTYPE_FLOAT: {
-      if (!value.is_number()) return absl::StrCat("must be a number, got ", Describe(value));
-      const double d = value.get<double>();
-      if (!std::isfinite(d)) return absl::StrCat("must be finite, got ", Describe(value));
-      if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
-        rep ? r->AddDouble(msg, field, d) : r->SetDouble(msg, field, d);
-      } else {
-        rep ? r->AddFloat(msg, field, static_cast<float>(d))
-            : r->SetFloat(msg, field, static_cast<float>(d));
-      }
-      return "";
-    }
-    case FieldDescriptor::CPPTYPE_STRING: {
-      std::string s;
-      if (value.is_string()) {
-        s = value.get<std::string>();
-      } else if (value.is_number() || value.is_boolean()) {
-        s = value.dump();
-      } else {
-        return absl::StrCat("must be a string, got ", Describe(value));
-      }
-      rep ? r->AddString(msg, field, std::move(s)) : r->SetString(msg, field, std::move(s));
-      return "";
-    }
-    case FieldDescriptor::CPPTYPE_ENUM: {
-      const auto* enum_value =
-          value.is_string() ? FindEnumValue(field->enum_type(), value.get<std::string>()) : nullptr;
-      if (enum_value == nullptr) {
-        return absl::StrCat("must be one of ", EnumChoices(field->enum_type()), ", got ",
-                            Describe(value));
-      }
-      rep ? r->AddEnum(msg, field, enum_value) : r->SetEnum(msg, field, enum_value);
-      return "";
-    }
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return SetFloatingScalar(value, field, msg);
+    case FieldDescriptor::CPPTYPE_STRING:
+      return SetStringScalar(value, field, msg);
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return SetEnumScalar(value, field, msg);
     case FieldDescriptor::CPPTYPE_MESSAGE:
       break;
   }

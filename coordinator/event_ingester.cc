@@ -302,42 +302,61 @@ std::vector<LogLine> EventIngester::AdmitLogLines(
   return kept;
 }
 
-void EventIngester::Store(std::vector<Item>& batch) {
+struct EventIngester::BatchWrites {
+  explicit BatchWrites(size_t items) : where(items, {false, -1}), types(items) {}
+
   std::vector<BatchRecord> logs, events;
   std::set<std::string> touched;  // jobs whose stored log bytes grew
   // Per item: where its record is (logs or events, index), or -1 when it has none.
-  std::vector<std::pair<bool, int>> where(batch.size(), {false, -1});
-  std::vector<std::string> types(batch.size());
+  std::vector<std::pair<bool, int>> where;
+  std::vector<std::string> types;  // per item: its trainer event's type, if any
+};
+
+void EventIngester::Store(std::vector<Item>& batch) {
+  BatchWrites writes(batch.size());
+  StageBatch(batch, &writes);
+  CommitRecords(&writes.logs, true);
+  CommitRecords(&writes.events, false);
+  AccountStoredLogs(writes);
+  std::vector<Outcome> outcomes;
+  outcomes.reserve(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) outcomes.push_back(ItemOutcome(batch[i], i, writes));
+  on_stored_(std::move(outcomes));
+}
+
+void EventIngester::StageBatch(std::vector<Item>& batch, BatchWrites* writes) {
   for (size_t i = 0; i < batch.size(); ++i) {
     Item& item = batch[i];
     if (failed_sessions_.count(item.session)) continue;
     if (item.message.has_logs()) {
-      std::vector<LogLine> kept =
-          AdmitLogLines(item.message.mutable_logs()->mutable_lines(), &events, &touched);
+      std::vector<LogLine> kept = AdmitLogLines(item.message.mutable_logs()->mutable_lines(),
+                                                &writes->events, &writes->touched);
       if (kept.empty()) continue;  // all over the cap: acknowledged, nothing to write
-      where[i] = {true, static_cast<int>(logs.size())};
-      logs.push_back(jobs_->LogRecord(std::move(kept)));
+      writes->where[i] = {true, static_cast<int>(writes->logs.size())};
+      writes->logs.push_back(jobs_->LogRecord(std::move(kept)));
     } else if (item.message.has_event()) {
       BatchRecord record;
-      if (EventRecord(item.message.event(), &record, &types[i])) {
-        where[i] = {false, static_cast<int>(events.size())};
-        events.push_back(std::move(record));
+      if (EventRecord(item.message.event(), &record, &writes->types[i])) {
+        writes->where[i] = {false, static_cast<int>(writes->events.size())};
+        writes->events.push_back(std::move(record));
       }
     }
   }
-  auto commit = [this](std::vector<BatchRecord>* records, bool are_logs) {
-    if (records->empty()) return;
-    const absl::Time start = absl::Now();
-    (void)jobs_->WriteBatch(records);
-    if (metrics_ != nullptr) {
-      (are_logs ? metrics_->logs_commit : metrics_->events_commit)
-          .Observe(absl::ToDoubleSeconds(absl::Now() - start));
-    }
-  };
-  commit(&logs, true);
-  commit(&events, false);
+}
+
+void EventIngester::CommitRecords(std::vector<BatchRecord>* records, bool are_logs) {
+  if (records->empty()) return;
+  const absl::Time start = absl::Now();
+  (void)jobs_->WriteBatch(records);
+  if (metrics_ != nullptr) {
+    (are_logs ? metrics_->logs_commit : metrics_->events_commit)
+        .Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+}
+
+void EventIngester::AccountStoredLogs(const BatchWrites& writes) {
   bool logs_lost = false;  // a transient error: the counts are read from the store again
-  for (const BatchRecord& record : logs) {
+  for (const BatchRecord& record : writes.logs) {
     if (IsTransientStoreError(record.status)) {
       logs_lost = true;
     } else if (record.status.ok() && metrics_ != nullptr) {
@@ -349,51 +368,53 @@ void EventIngester::Store(std::vector<Item>& batch) {
   if (logs_lost) {
     for (auto& [job, budget] : log_budgets_) budget.stored = -1;
   } else {
-    for (const std::string& job : touched) jobs_->ReportLogBytes(job, log_budgets_[job].stored);
+    for (const std::string& job : writes.touched) {
+      jobs_->ReportLogBytes(job, log_budgets_[job].stored);
+    }
   }
+}
 
-  std::vector<Outcome> outcomes;
-  outcomes.reserve(batch.size());
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const Item& item = batch[i];
-    Outcome out{item.session, item.node, item.message.seq(), absl::OkStatus()};
-    auto failed = failed_sessions_.find(item.session);
-    if (failed != failed_sessions_.end()) {
-      out.status = failed->second;  // after a failure of its session: it comes again
-      outcomes.push_back(std::move(out));
-      continue;
-    }
-    if (item.message.has_topology()) {
-      out.topology = true;
-      v1::NodeTopology topology = item.message.topology();
-      topology.set_node(item.node);  // the session's node, whatever the worker wrote there
-      const absl::Status stored = jobs_->store()->PutNodeTopology(topology);
-      if (IsTransientStoreError(stored)) {
-        out.status = stored;
-        failed_sessions_[item.session] = stored;
-      } else if (!stored.ok()) {
-        TRAINCTL_LOG(WARNING) << "topology probe from " << item.node
-                              << " dropped: " << stored.message();
-      }
-      outcomes.push_back(std::move(out));
-      continue;
-    }
-    const BatchRecord* record = nullptr;
-    if (where[i].second >= 0) record = &(where[i].first ? logs : events)[where[i].second];
-    if (record != nullptr && IsTransientStoreError(record->status)) {
-      out.status = record->status;
-      failed_sessions_[item.session] = record->status;
-    } else if (record != nullptr && !record->status.ok()) {
-      TRAINCTL_LOG(WARNING) << (where[i].first ? "logs" : types[i] + " event") << " from "
-                            << item.node << " dropped: " << record->status.message();
-    } else if (metrics_ != nullptr && item.message.has_logs() && record != nullptr) {
-      metrics_->lines.Increment(static_cast<double>(record->lines.size()));
-    } else if (metrics_ != nullptr && item.message.has_event() && !types[i].empty()) {
-      metrics_->Events(types[i]).Increment();
-    }
-    outcomes.push_back(std::move(out));
+EventIngester::Outcome EventIngester::ItemOutcome(const Item& item, size_t i,
+                                                  const BatchWrites& writes) {
+  Outcome out{item.session, item.node, item.message.seq(), absl::OkStatus()};
+  auto failed = failed_sessions_.find(item.session);
+  if (failed != failed_sessions_.end()) {
+    out.status = failed->second;  // after a failure of its session: it comes again
+    return out;
   }
-  on_stored_(std::move(outcomes));
+  if (item.message.has_topology()) {
+    StoreTopology(item, &out);
+    return out;
+  }
+  const auto [is_log, index] = writes.where[i];
+  const BatchRecord* record = nullptr;
+  if (index >= 0) record = &(is_log ? writes.logs : writes.events)[index];
+  if (record != nullptr && IsTransientStoreError(record->status)) {
+    out.status = record->status;
+    failed_sessions_[item.session] = record->status;
+  } else if (record != nullptr && !record->status.ok()) {
+    TRAINCTL_LOG(WARNING) << (is_log ? "logs" : writes.types[i] + " event") << " from " << item.node
+                          << " dropped: " << record->status.message();
+  } else if (metrics_ != nullptr && item.message.has_logs() && record != nullptr) {
+    metrics_->lines.Increment(static_cast<double>(record->lines.size()));
+  } else if (metrics_ != nullptr && item.message.has_event() && !writes.types[i].empty()) {
+    metrics_->Events(writes.types[i]).Increment();
+  }
+  return out;
+}
+
+void EventIngester::StoreTopology(const Item& item, Outcome* out) {
+  out->topology = true;
+  v1::NodeTopology topology = item.message.topology();
+  topology.set_node(item.node);  // the session's node, whatever the worker wrote there
+  const absl::Status stored = jobs_->store()->PutNodeTopology(topology);
+  if (IsTransientStoreError(stored)) {
+    out->status = stored;
+    failed_sessions_[item.session] = stored;
+  } else if (!stored.ok()) {
+    TRAINCTL_LOG(WARNING) << "topology probe from " << item.node
+                          << " dropped: " << stored.message();
+  }
 }
 
 }  // namespace trainctl

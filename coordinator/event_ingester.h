@@ -112,8 +112,25 @@ class EventIngester {
                                      std::vector<BatchRecord>* events,
                                      std::set<std::string>* touched)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
+  // A batch's records for the store (log records and event records), and where each item's is.
+  struct BatchWrites;
   // Stores `batch` and reports its outcomes.
   void Store(std::vector<Item>& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
+  // The records of `batch`'s logs and events, for items of sessions not failed (none for
+  // topology probes, which are stored one by one).
+  void StageBatch(std::vector<Item>& batch, BatchWrites* writes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
+  // Writes `records` in one transaction (if any), timing it for the commit histogram.
+  void CommitRecords(std::vector<BatchRecord>* records, bool are_logs);
+  // After the commit: counts the log bytes stored, and reports the jobs' stored log bytes (or,
+  // after a transient error, forgets them all, to be read from the store again).
+  void AccountStoredLogs(const BatchWrites& writes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
+  // The outcome of `batch[i]` (`item`) once `writes` are committed: a topology probe is stored
+  // here; a transient error fails the item's session for the rest of the batch and after.
+  Outcome ItemOutcome(const Item& item, size_t i, const BatchWrites& writes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
+  // Stores a topology probe (`item`) under its session's node, setting `out` from the result.
+  void StoreTopology(const Item& item, Outcome* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
   // The record a trainer event becomes, or nothing (an event type the store does not keep, or one
   // that does not parse: logged). `type` is set for the events counter.
   bool EventRecord(const trainctl::v1::TrainerEvent& event, BatchRecord* record, std::string* type);

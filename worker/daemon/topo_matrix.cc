@@ -103,133 +103,198 @@ absl::StatusOr<v1::LinkType> ParseLinkCell(absl::string_view cell, int* nvlinks)
       "unknown link type '", cell, "' (expected X, NV<n>, PIX, PXB, PHB, NODE or SYS)"));
 }
 
-absl::StatusOr<v1::NodeTopology> ParseTopoMatrix(absl::string_view text) {
-  const std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
-  size_t at = 0;
-  // The header: the first line that is neither blank nor a '#' comment.
-  while (at < lines.size()) {
-    const absl::string_view l = absl::StripAsciiWhitespace(lines[at]);
+namespace {
+
+// Device name -> its index in NodeTopology.devices.
+using TopoDeviceIndex = std::map<std::string, int, std::less<>>;
+
+// The matrix header: its 1-based line, its device names (GPU0 first), and the trailing columns
+// after them.
+struct TopoHeader {
+  int line = 0;
+  std::vector<absl::string_view> devices;
+  std::vector<Trailing> trailing;
+};
+
+// The matrix rows as read: cells[i][j] is row i's cell for column j, when row i was read;
+// row_line[i] is the line row i was on (0: not read).
+struct TopoRows {
+  explicit TopoRows(size_t n) : cells(n, std::vector<std::optional<Cell>>(n)), row_line(n, 0) {}
+  std::vector<std::vector<std::optional<Cell>>> cells;
+  std::vector<int> row_line;
+};
+
+// Finds the header (the first line from `*at` that is neither blank nor a '#' comment) and reads
+// it; `*at` is left on the line after it.
+absl::StatusOr<TopoHeader> ParseTopoHeader(const std::vector<absl::string_view>& lines,
+                                           size_t* at) {
+  while (*at < lines.size()) {
+    const absl::string_view l = absl::StripAsciiWhitespace(lines[*at]);
     if (!l.empty() && l[0] != '#') break;
-    ++at;
+    ++*at;
   }
-  if (at == lines.size()) {
+  if (*at == lines.size()) {
     return absl::InvalidArgumentError("nvidia-smi topo -m: empty output (no matrix header)");
   }
-  const int header_line = static_cast<int>(at) + 1;
-  std::vector<absl::string_view> header = Tokens(lines[at++]);
+  TopoHeader header;
+  header.line = static_cast<int>(*at) + 1;
+  std::vector<absl::string_view> tokens = Tokens(lines[(*at)++]);
   size_t n = 0;
-  while (n < header.size() && header[n] != "CPU" && header[n] != "NUMA" && header[n] != "GPU") ++n;
+  while (n < tokens.size() && tokens[n] != "CPU" && tokens[n] != "NUMA" && tokens[n] != "GPU") ++n;
   absl::StatusOr<std::vector<Trailing>> trailing =
-      ParseTrailing(header_line, std::vector<absl::string_view>(header.begin() + n, header.end()));
+      ParseTrailing(header.line, std::vector<absl::string_view>(tokens.begin() + n, tokens.end()));
   if (!trailing.ok()) return trailing.status();
-  header.resize(n);
-  if (header.empty() || !IsIndexed(header[0], "GPU")) {
-    return Bad(header_line, "not a matrix header (expected it to start with GPU0)");
+  header.trailing = *std::move(trailing);
+  tokens.resize(n);
+  if (tokens.empty() || !IsIndexed(tokens[0], "GPU")) {
+    return Bad(header.line, "not a matrix header (expected it to start with GPU0)");
   }
+  header.devices = std::move(tokens);
+  return header;
+}
 
-  v1::NodeTopology topology;
-  std::map<std::string, int, std::less<>> index;
-  for (absl::string_view name : header) {
-    if (!IsDeviceName(name)) return Bad(header_line, absl::StrCat("bad device name '", name, "'"));
-    if (!index.emplace(std::string(name), topology.devices_size()).second) {
-      return Bad(header_line, absl::StrCat("device ", name, " appears twice"));
+// Adds one device per header name, in order, to `topology`, and its position to `index`.
+absl::Status AddTopoDevices(const TopoHeader& header, v1::NodeTopology* topology,
+                            TopoDeviceIndex* index) {
+  for (absl::string_view name : header.devices) {
+    if (!IsDeviceName(name)) return Bad(header.line, absl::StrCat("bad device name '", name, "'"));
+    if (!index->emplace(std::string(name), topology->devices_size()).second) {
+      return Bad(header.line, absl::StrCat("device ", name, " appears twice"));
     }
-    v1::TopologyDevice* device = topology.add_devices();
+    v1::TopologyDevice* device = topology->add_devices();
     device->set_name(std::string(name));
     device->set_is_gpu(IsIndexed(name, "GPU"));
     // Older drivers name a NIC by its device in the header itself.
     if (!device->is_gpu() && !IsIndexed(name, "NIC")) device->set_nic_device(std::string(name));
   }
+  return absl::OkStatus();
+}
 
-  // cells[i][j]: row i's cell for column j, when row i was read.
-  std::vector<std::vector<std::optional<Cell>>> cells(n, std::vector<std::optional<Cell>>(n));
-  std::vector<int> row_line(n, 0);
-  for (; at < lines.size(); ++at) {
-    const int line_no = static_cast<int>(at) + 1;
-    const absl::string_view line = absl::StripAsciiWhitespace(lines[at]);
+// Sets device `i`'s affinities from the values after a row's cells (`tokens[1 + n]` on).
+absl::Status SetTopoTrailingValues(int line_no, const std::vector<absl::string_view>& tokens,
+                                   size_t i, const TopoHeader& header, v1::NodeTopology* topology) {
+  const size_t n = header.devices.size();
+  const size_t extra = tokens.size() - 1 - n;
+  if (extra > header.trailing.size()) {
+    return Bad(line_no,
+               absl::StrCat("row ", tokens[0], " has ", extra, " values after its ", n,
+                            " cells, the header names ", header.trailing.size(), " columns"));
+  }
+  v1::TopologyDevice* device = topology->mutable_devices(static_cast<int>(i));
+  for (size_t k = 0; k < extra; ++k) {
+    const absl::string_view value = tokens[1 + n + k];
+    switch (header.trailing[k]) {
+      case Trailing::kCpuAffinity:
+        device->set_cpu_affinity(Affinity(value));
+        break;
+      case Trailing::kNumaAffinity:
+        device->set_numa_affinity(Affinity(value));
+        break;
+      case Trailing::kGpuNumaId:
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Reads one matrix row (`tokens`, from line `line_no`): its cells into `rows`, its trailing values
+// into its device.
+absl::Status ParseTopoRow(int line_no, const std::vector<absl::string_view>& tokens,
+                          const TopoHeader& header, const TopoDeviceIndex& index, TopoRows* rows,
+                          v1::NodeTopology* topology) {
+  const size_t n = header.devices.size();
+  auto it = index.find(tokens[0]);
+  if (it == index.end()) {
+    return Bad(line_no, absl::StrCat("row '", tokens[0], "' is not a device of the header"));
+  }
+  const size_t i = static_cast<size_t>(it->second);
+  if (rows->row_line[i] > 0) {
+    return Bad(line_no,
+               absl::StrCat("row ", tokens[0], " again (first on line ", rows->row_line[i], ")"));
+  }
+  rows->row_line[i] = line_no;
+  if (tokens.size() - 1 < n) {
+    return Bad(line_no, absl::StrCat("row ", tokens[0], " has ", tokens.size() - 1,
+                                     " cells, the header names ", n, " devices"));
+  }
+  for (size_t j = 0; j < n; ++j) {
+    const absl::string_view token = tokens[1 + j];
+    const std::string where =
+        absl::StrCat("column ", j + 2, " (", header.devices[i], "->", header.devices[j], ")");
+    Cell cell;
+    cell.text = std::string(token);
+    cell.line = line_no;
+    auto type = ParseLinkCell(token, &cell.nvlinks);
+    if (!type.ok()) return Bad(line_no, absl::StrCat(where, ": ", type.status().message()));
+    cell.type = *type;
+    if ((i == j) != (cell.type == v1::LINK_TYPE_SELF)) {
+      return Bad(line_no, absl::StrCat(where, ": '", token, "' ",
+                                       i == j ? "where X (self) belongs" : "off the diagonal"));
+    }
+    rows->cells[i][j] = std::move(cell);
+  }
+  return SetTopoTrailingValues(line_no, tokens, i, header, topology);
+}
+
+// Reads the matrix rows from `*at` until a blank line after a row, or the legend; `*at` is left
+// on the line that ended them.
+absl::Status ParseTopoRows(const std::vector<absl::string_view>& lines, size_t* at,
+                           const TopoHeader& header, const TopoDeviceIndex& index, TopoRows* rows,
+                           v1::NodeTopology* topology) {
+  for (; *at < lines.size(); ++*at) {
+    const int line_no = static_cast<int>(*at) + 1;
+    const absl::string_view line = absl::StripAsciiWhitespace(lines[*at]);
     if (line.empty()) {
       bool any_row = false;
-      for (int r : row_line) any_row = any_row || r > 0;
+      for (int r : rows->row_line) any_row = any_row || r > 0;
       if (any_row) break;
       continue;
     }
     if (absl::StartsWith(line, "Legend")) break;
-    const std::vector<absl::string_view> tokens = Tokens(line);
-    auto it = index.find(tokens[0]);
-    if (it == index.end()) {
-      return Bad(line_no, absl::StrCat("row '", tokens[0], "' is not a device of the header"));
-    }
-    const size_t i = static_cast<size_t>(it->second);
-    if (row_line[i] > 0) {
-      return Bad(line_no,
-                 absl::StrCat("row ", tokens[0], " again (first on line ", row_line[i], ")"));
-    }
-    row_line[i] = line_no;
-    if (tokens.size() - 1 < n) {
-      return Bad(line_no, absl::StrCat("row ", tokens[0], " has ", tokens.size() - 1,
-                                       " cells, the header names ", n, " devices"));
-    }
-    for (size_t j = 0; j < n; ++j) {
-      const absl::string_view token = tokens[1 + j];
-      const std::string where =
-          absl::StrCat("column ", j + 2, " (", header[i], "->", header[j], ")");
-      Cell cell;
-      cell.text = std::string(token);
-      cell.line = line_no;
-      auto type = ParseLinkCell(token, &cell.nvlinks);
-      if (!type.ok()) return Bad(line_no, absl::StrCat(where, ": ", type.status().message()));
-      cell.type = *type;
-      if ((i == j) != (cell.type == v1::LINK_TYPE_SELF)) {
-        return Bad(line_no, absl::StrCat(where, ": '", token, "' ",
-                                         i == j ? "where X (self) belongs" : "off the diagonal"));
-      }
-      cells[i][j] = std::move(cell);
-    }
-    const size_t extra = tokens.size() - 1 - n;
-    if (extra > trailing->size()) {
-      return Bad(line_no, absl::StrCat("row ", tokens[0], " has ", extra, " values after its ", n,
-                                       " cells, the header names ", trailing->size(), " columns"));
-    }
-    v1::TopologyDevice* device = topology.mutable_devices(static_cast<int>(i));
-    for (size_t k = 0; k < extra; ++k) {
-      const absl::string_view value = tokens[1 + n + k];
-      switch ((*trailing)[k]) {
-        case Trailing::kCpuAffinity:
-          device->set_cpu_affinity(Affinity(value));
-          break;
-        case Trailing::kNumaAffinity:
-          device->set_numa_affinity(Affinity(value));
-          break;
-        case Trailing::kGpuNumaId:
-          break;
-      }
+    if (absl::Status s = ParseTopoRow(line_no, Tokens(line), header, index, rows, topology);
+        !s.ok()) {
+      return s;
     }
   }
+  return absl::OkStatus();
+}
+
+// Checks every GPU has a row, and adds one link per pair a < b whose cell is known (checking the
+// two cells across the diagonal agree).
+absl::Status AddTopoLinks(const TopoHeader& header, const TopoRows& rows,
+                          v1::NodeTopology* topology) {
+  const std::vector<absl::string_view>& names = header.devices;
+  const size_t n = names.size();
   for (size_t i = 0; i < n; ++i) {
-    if (row_line[i] == 0 && topology.devices(static_cast<int>(i)).is_gpu()) {
-      return Bad(header_line, absl::StrCat(header[i], " has no row in the matrix"));
+    if (rows.row_line[i] == 0 && topology->devices(static_cast<int>(i)).is_gpu()) {
+      return Bad(header.line, absl::StrCat(names[i], " has no row in the matrix"));
     }
   }
   for (size_t a = 0; a < n; ++a) {
     for (size_t b = a + 1; b < n; ++b) {
-      const std::optional<Cell>& ab = cells[a][b];
-      const std::optional<Cell>& ba = cells[b][a];
+      const std::optional<Cell>& ab = rows.cells[a][b];
+      const std::optional<Cell>& ba = rows.cells[b][a];
       if (ab && ba && (ab->type != ba->type || ab->nvlinks != ba->nvlinks)) {
         return Bad(ba->line,
-                   absl::StrCat(header[b], "->", header[a], " is ", ba->text, " but ", header[a],
-                                "->", header[b], " is ", ab->text, " (line ", ab->line, ")"));
+                   absl::StrCat(names[b], "->", names[a], " is ", ba->text, " but ", names[a], "->",
+                                names[b], " is ", ab->text, " (line ", ab->line, ")"));
       }
       const std::optional<Cell>& cell = ab ? ab : ba;
       if (!cell) continue;
-      v1::TopologyLink* link = topology.add_links();
+      v1::TopologyLink* link = topology->add_links();
       link->set_a(static_cast<int>(a));
       link->set_b(static_cast<int>(b));
       link->set_type(cell->type);
       link->set_nvlinks(cell->nvlinks);
     }
   }
+  return absl::OkStatus();
+}
 
-  // The NIC legend ("NIC Legend:", then "  NIC0: mlx5_0" lines), after the matrix.
+// Reads the NIC legend ("NIC Legend:", then "  NIC0: mlx5_0" lines) from line `at` on, after the
+// matrix, into the NICs' nic_device.
+absl::Status ReadTopoNicLegend(const std::vector<absl::string_view>& lines, size_t at,
+                               const TopoDeviceIndex& index, v1::NodeTopology* topology) {
   bool in_legend = false;
   for (; at < lines.size(); ++at) {
     const int line_no = static_cast<int>(at) + 1;
@@ -256,8 +321,27 @@ absl::StatusOr<v1::NodeTopology> ParseTopoMatrix(absl::string_view text) {
       return Bad(line_no,
                  absl::StrCat("the NIC legend gives ", nic, " the bad device name '", device, "'"));
     }
-    topology.mutable_devices(it->second)->set_nic_device(std::string(device));
+    topology->mutable_devices(it->second)->set_nic_device(std::string(device));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::NodeTopology> ParseTopoMatrix(absl::string_view text) {
+  const std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  size_t at = 0;
+  absl::StatusOr<TopoHeader> header = ParseTopoHeader(lines, &at);
+  if (!header.ok()) return header.status();
+  v1::NodeTopology topology;
+  TopoDeviceIndex index;
+  if (absl::Status s = AddTopoDevices(*header, &topology, &index); !s.ok()) return s;
+  TopoRows rows(header->devices.size());
+  if (absl::Status s = ParseTopoRows(lines, &at, *header, index, &rows, &topology); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = AddTopoLinks(*header, rows, &topology); !s.ok()) return s;
+  if (absl::Status s = ReadTopoNicLegend(lines, at, index, &topology); !s.ok()) return s;
   return topology;
 }
 

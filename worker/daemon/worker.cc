@@ -59,6 +59,38 @@ absl::StatusOr<int> PickPort(const std::string& addr) {
   return static_cast<int>(ntohs(sa.sin_port));
 }
 
+// A fresh channel to the coordinator, for one session.
+std::shared_ptr<grpc::Channel> NewCoordinatorChannel(const WorkerOptions& options) {
+  grpc::ChannelArguments args;
+  // Notice a coordinator that vanished without closing the connection (a partition, a dead host).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  return grpc::CreateCustomChannel(
+      options.coordinator,
+      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
+      args);
+}
+
+// Writes the launch as the coordinator decided it, untouched, to <dir>/launch.json (every rank's
+// `train --launch`); returns its path.
+absl::StatusOr<fs::path> WriteLaunchFile(const fs::path& dir, const v1::LaunchTask& launch) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const fs::path launch_path = dir / "launch.json";
+  std::ofstream out(launch_path);
+  out << MessageToJsonText(launch, /*pretty=*/true) << "\n";
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", launch_path.string()));
+  return launch_path;
+}
+
+// The job's rendezvous port: picked here on node rank 0, else the one the launch names.
+absl::StatusOr<int> RendezvousPort(const v1::LaunchTask& launch,
+                                   const std::string& advertise_addr) {
+  if (launch.node_rank() != 0) return launch.master_port();
+  return PickPort(advertise_addr);
+}
+
 v1::TaskState StateOf(const GangResult& result) {
   if (result.succeeded) return v1::TASK_STATE_SUCCEEDED;
   if (result.cancelled) return v1::TASK_STATE_CANCELLED;
@@ -262,16 +294,7 @@ const std::string& Worker::SessionToken() {
 void Worker::Session() {
   // A fresh channel per attempt: a channel that failed to connect waits out its own back-off before
   // trying again, which would stretch ours (and a coordinator's recovery grace) for nothing.
-  grpc::ChannelArguments args;
-  // Notice a coordinator that vanished without closing the connection (a partition, a dead host).
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  auto channel = grpc::CreateCustomChannel(
-      options_.coordinator,
-      options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(),
-      args);
-  auto stub = v1::WorkerService::NewStub(channel);
+  auto stub = v1::WorkerService::NewStub(NewCoordinatorChannel(options_));
   grpc::ClientContext context;
   if (const std::string& token = SessionToken(); !token.empty()) {
     context.AddMetadata("authorization", "Bearer " + token);
@@ -288,38 +311,8 @@ void Worker::Session() {
   std::thread reader;
   if (stream->Write(MakeRegister())) {
     TRAINCTL_LOG(INFO) << "connected to " << options_.coordinator << " as " << options_.node_name;
-    reader = std::thread([&] {
-      v1::CoordinatorMessage message;
-      while (stream->Read(&message)) {
-        if (message.has_registered() && !registered.exchange(true)) {
-          ++sessions_registered_;
-          connected_ = true;
-        }
-        Handle(message);
-      }
-      broken = true;
-    });
-    // Everything not yet acknowledged goes again, in order; then new messages and heartbeats.
-    sent = outbox_.acked_through();
-    absl::Time next_heartbeat = absl::Now() + options_.heartbeat_interval;
-    while (!broken && !closing_) {
-      ReportLoopPass();
-      const absl::Time deadline = std::min(next_heartbeat, absl::Now() + absl::Milliseconds(100));
-      for (v1::WorkerMessage& m : outbox_.WaitNext(sent, 64, deadline)) {
-        const int64_t seq = m.seq();
-        if (!stream->Write(m)) {
-          broken = true;
-          break;
-        }
-        sent = seq;
-      }
-      if (!broken && absl::Now() >= next_heartbeat) {
-        v1::WorkerMessage hb;
-        *hb.mutable_heartbeat()->mutable_time() = NowProto();
-        if (!stream->Write(hb)) broken = true;
-        next_heartbeat = absl::Now() + options_.heartbeat_interval;
-      }
-    }
+    reader = std::thread([&] { ReadSession(stream.get(), &broken, &registered); });
+    sent = WriteSession(stream.get(), &broken);
     stream->WritesDone();
   }
   // A failed write or read means the call is over and the reader ends by itself; Finish then has
@@ -332,15 +325,55 @@ void Worker::Session() {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
   }
-  if (!closing_) {
-    TRAINCTL_LOG(WARNING) << "session with " << options_.coordinator
-                          << " ended: " << status.error_message() << "; reconnecting";
-    // A coordinator going away (UNAVAILABLE) or unable to store right now (RESOURCE_EXHAUSTED)
-    // says nothing against the message it did not acknowledge: it is sent again, however often.
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
-        status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
-      CountStrike(sent, registered, status.error_message());
+  if (!closing_) OnSessionEnded(status, sent, registered);
+}
+
+void Worker::ReadSession(SessionStream* stream, std::atomic<bool>* broken,
+                         std::atomic<bool>* registered) {
+  v1::CoordinatorMessage message;
+  while (stream->Read(&message)) {
+    if (message.has_registered() && !registered->exchange(true)) {
+      ++sessions_registered_;
+      connected_ = true;
     }
+    Handle(message);
+  }
+  *broken = true;
+}
+
+int64_t Worker::WriteSession(SessionStream* stream, std::atomic<bool>* broken) {
+  // Everything not yet acknowledged goes again, in order; then new messages and heartbeats.
+  int64_t sent = outbox_.acked_through();
+  absl::Time next_heartbeat = absl::Now() + options_.heartbeat_interval;
+  while (!*broken && !closing_) {
+    ReportLoopPass();
+    const absl::Time deadline = std::min(next_heartbeat, absl::Now() + absl::Milliseconds(100));
+    for (v1::WorkerMessage& m : outbox_.WaitNext(sent, 64, deadline)) {
+      const int64_t seq = m.seq();
+      if (!stream->Write(m)) {
+        *broken = true;
+        break;
+      }
+      sent = seq;
+    }
+    if (!*broken && absl::Now() >= next_heartbeat) {
+      v1::WorkerMessage hb;
+      *hb.mutable_heartbeat()->mutable_time() = NowProto();
+      if (!stream->Write(hb)) *broken = true;
+      next_heartbeat = absl::Now() + options_.heartbeat_interval;
+    }
+  }
+  return sent;
+}
+
+void Worker::OnSessionEnded(const grpc::Status& status, int64_t sent, bool registered) {
+  TRAINCTL_LOG(WARNING) << "session with " << options_.coordinator
+                        << " ended: " << status.error_message() << "; reconnecting";
+  // A coordinator going away (UNAVAILABLE) or unable to store right now (RESOURCE_EXHAUSTED)
+  // says nothing against the message it did not acknowledge: it is sent again, however often.
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+      status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    CountStrike(sent, registered, status.error_message());
   }
 }
 
@@ -422,39 +455,56 @@ void Worker::Handle(const v1::CoordinatorMessage& message) {
 
 void Worker::HandleLaunch(const v1::LaunchTask& launch) {
   const std::string& id = launch.task_id();
-  auto fail = [&](Task& task, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    TRAINCTL_LOG(WARNING) << "task " << id << ": " << why;
-    task.state = v1::TASK_STATE_FAILED;
-    v1::TaskStatus status;
-    status.set_state(v1::TASK_STATE_FAILED);
-    status.set_failed_rank(-1);
-    status.set_exit_code(-1);
-    status.set_message(ToValidUtf8(why.substr(0, Utf8PrefixLength(why, kMaxMessageBytes))));
-    PushStatus(task, std::move(status));
-  };
-
   absl::MutexLock lock(&mu_);
   if (tasks_.count(id) || stopping()) return;  // a duplicate
   Task& task = tasks_[id];
   task.launch = launch;
-  if (absl::Status s = output_roots_.Check(launch.spec()); !s.ok()) {
-    return fail(task, std::string(s.message()));
+  if (absl::Status s = CheckLaunch(launch); !s.ok()) {
+    return FailLaunchLocked(task, std::string(s.message()));
   }
+  const int slots = std::max(1, launch.slots());
+  if (absl::Status s = ReserveSlotsLocked(task, slots); !s.ok()) {
+    return FailLaunchLocked(task, std::string(s.message()));
+  }
+  const fs::path dir = fs::path(options_.work_dir) / "tasks" / id;
+  absl::StatusOr<fs::path> launch_path = WriteLaunchFile(dir, launch);
+  if (!launch_path.ok()) return FailLaunchLocked(task, std::string(launch_path.status().message()));
+  absl::StatusOr<int> port = RendezvousPort(launch, options_.advertise_addr);
+  if (!port.ok()) return FailLaunchLocked(task, std::string(port.status().message()));
+  task.master_port = launch.node_rank() == 0 ? *port : 0;
+  StartRanksLocked(launch, MakeRankSpecs(task, slots, dir, *launch_path, *port), slots, *port);
+}
+
+void Worker::FailLaunchLocked(Task& task, const std::string& why) {
+  TRAINCTL_LOG(WARNING) << "task " << task.launch.task_id() << ": " << why;
+  task.state = v1::TASK_STATE_FAILED;
+  v1::TaskStatus status;
+  status.set_state(v1::TASK_STATE_FAILED);
+  status.set_failed_rank(-1);
+  status.set_exit_code(-1);
+  status.set_message(ToValidUtf8(why.substr(0, Utf8PrefixLength(why, kMaxMessageBytes))));
+  PushStatus(task, std::move(status));
+}
+
+absl::Status Worker::CheckLaunch(const v1::LaunchTask& launch) {
+  if (absl::Status s = output_roots_.Check(launch.spec()); !s.ok()) return s;
   // Again here: the spec may come from a coordinator that allows more, or checks nothing.
   if (auto refused = RankEnvErrors(launch.spec().env(), options_.rank_env, "spec.env");
       !refused.empty()) {
-    return fail(task, absl::StrCat("refused by this worker: ", absl::StrJoin(refused, "; ")));
+    return absl::PermissionDeniedError(
+        absl::StrCat("refused by this worker: ", absl::StrJoin(refused, "; ")));
   }
   if (options_.rank_user.has_value() && !launch.spec().output_dir().empty()) {
-    if (absl::Status s = MakeRankOutputDir(launch.spec().output_dir(), *options_.rank_user);
-        !s.ok()) {
-      return fail(task, std::string(s.message()));
-    }
+    return MakeRankOutputDir(launch.spec().output_dir(), *options_.rank_user);
   }
-  const int slots = std::max(1, launch.slots());
+  return absl::OkStatus();
+}
+
+absl::Status Worker::ReserveSlotsLocked(Task& task, int slots) {
   if (!options_.gpus.empty()) {
     if (static_cast<int>(free_gpus_.size()) < slots) {
-      return fail(task, absl::StrCat("needs ", slots, " GPUs, ", free_gpus_.size(), " free"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("needs ", slots, " GPUs, ", free_gpus_.size(), " free"));
     }
     for (int i = 0; i < slots; ++i) {
       task.gpus.push_back(*free_gpus_.begin());
@@ -462,30 +512,18 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
     }
   } else {
     if (free_cpu_slots_ < slots) {
-      return fail(task, absl::StrCat("needs ", slots, " slots, ", free_cpu_slots_, " free"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("needs ", slots, " slots, ", free_cpu_slots_, " free"));
     }
     free_cpu_slots_ -= slots;
     task.cpu_slots = slots;
   }
+  return absl::OkStatus();
+}
 
-  const fs::path dir = fs::path(options_.work_dir) / "tasks" / id;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  // The launch as the coordinator decided it, untouched: every rank's `train --launch`.
-  const fs::path launch_path = dir / "launch.json";
-  {
-    std::ofstream out(launch_path);
-    out << MessageToJsonText(launch, /*pretty=*/true) << "\n";
-    if (!out) return fail(task, absl::StrCat("cannot write ", launch_path.string()));
-  }
-  int port = launch.master_port();
-  if (launch.node_rank() == 0) {
-    auto picked = PickPort(options_.advertise_addr);
-    if (!picked.ok()) return fail(task, std::string(picked.status().message()));
-    port = *picked;
-  }
-  task.master_port = launch.node_rank() == 0 ? port : 0;
-
+std::vector<RankSpec> Worker::MakeRankSpecs(const Task& task, int slots, const fs::path& dir,
+                                            const fs::path& launch_path, int port) const {
+  const v1::LaunchTask& launch = task.launch;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const std::string threads = absl::StrCat(std::max(1u, cores / static_cast<unsigned>(slots)));
   std::vector<RankSpec> ranks;
@@ -510,7 +548,7 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
     contract.master_port = port;
     contract.node_addr = options_.advertise_addr;
     contract.job_id = launch.job_id();
-    contract.task_id = id;
+    contract.task_id = launch.task_id();
     contract.attempt = launch.attempt();
     for (auto& [name, value] : contract.WorkerVariables()) rank.env[name] = std::move(value);
     rank.log_path = (dir / absl::StrCat("rank-", rank.rank, ".log")).string();
@@ -518,9 +556,13 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
     rank.user = options_.rank_user;
     ranks.push_back(std::move(rank));
   }
+  return ranks;
+}
 
+Gang::Callbacks Worker::MakeGangCallbacks(const v1::LaunchTask& launch) {
   const std::string job_id = launch.job_id();
   const int attempt = launch.attempt();
+  const std::string id = launch.task_id();
   Gang::Callbacks callbacks;
   callbacks.on_log = [this, job_id](int rank, const std::string& stream, std::string line) {
     OnLog(job_id, rank, stream, std::move(line));
@@ -535,12 +577,19 @@ void Worker::HandleLaunch(const v1::LaunchTask& launch) {
     outbox_.Push(std::move(message));
   };
   callbacks.on_exit = [this, id](const GangResult& result) { OnExit(id, result); };
+  return callbacks;
+}
+
+void Worker::StartRanksLocked(const v1::LaunchTask& launch, std::vector<RankSpec> ranks, int slots,
+                              int port) {
+  const std::string& id = launch.task_id();
+  Gang::Callbacks callbacks = MakeGangCallbacks(launch);
   // Started without mu_: the gang's thread calls back into the worker.
   mu_.Unlock();
   auto gang = Gang::Start(std::move(ranks), std::move(callbacks), options_.kill_grace);
   mu_.Lock();
   Task& started = tasks_.at(id);
-  if (!gang.ok()) return fail(started, std::string(gang.status().message()));
+  if (!gang.ok()) return FailLaunchLocked(started, std::string(gang.status().message()));
   started.gang = std::shared_ptr<Gang>(std::move(*gang));
   if (started.state != v1::TASK_STATE_STARTING) return;  // already ended (OnExit ran)
   if (stopping()) {

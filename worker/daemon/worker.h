@@ -122,12 +122,41 @@ class Worker {
     std::string cancel_reason;
   };
 
+  using SessionStream =
+      grpc::ClientReaderWriter<trainctl::v1::WorkerMessage, trainctl::v1::CoordinatorMessage>;
+
   void Session();  // one connection, until it breaks or Stop
+  // The session's reader thread: handles what the coordinator sends until the stream ends, then
+  // sets `broken`; sets `registered` (and counts the session) when the coordinator accepts it.
+  void ReadSession(SessionStream* stream, std::atomic<bool>* broken, std::atomic<bool>* registered);
+  // Sends what the outbox holds past the last acknowledgement, then new messages and heartbeats,
+  // until `broken` or closing_. Returns the seq of the last message written.
+  int64_t WriteSession(SessionStream* stream, std::atomic<bool>* broken);
+  // After a session ended without Stop: logs why and, unless the coordinator only went away, counts
+  // a strike against the oldest message sent (`sent` through) and not acknowledged.
+  void OnSessionEnded(const grpc::Status& status, int64_t sent, bool registered);
   // The token for the next session: options_.token_file read again when set. Session thread only.
   const std::string& SessionToken();
   trainctl::v1::WorkerMessage MakeRegister();
   void Handle(const trainctl::v1::CoordinatorMessage& message);
   void HandleLaunch(const trainctl::v1::LaunchTask& launch);
+  // Marks `task` failed with `why` (logged, and its final status queued for the coordinator).
+  void FailLaunchLocked(Task& task, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What this worker checks in a launch before giving it resources (output roots, the env policy),
+  // and the job's output_dir made for options_.rank_user. The error's message says why.
+  absl::Status CheckLaunch(const trainctl::v1::LaunchTask& launch);
+  // Gives `task` `slots` free GPUs (or CPU slots on a CPU node); an error when too few are free.
+  absl::Status ReserveSlotsLocked(Task& task, int slots) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The launch's local ranks: the trainer's argv, the job's env under the launch contract (rank
+  // env), and each rank's log file in `dir`.
+  std::vector<RankSpec> MakeRankSpecs(const Task& task, int slots, const std::filesystem::path& dir,
+                                      const std::filesystem::path& launch_path, int port) const;
+  // Routes a gang's log lines, trainer events and exit into the worker.
+  Gang::Callbacks MakeGangCallbacks(const trainctl::v1::LaunchTask& launch);
+  // Starts the launch's ranks (with mu_ released meanwhile) and reports its task running, or
+  // failed.
+  void StartRanksLocked(const trainctl::v1::LaunchTask& launch, std::vector<RankSpec> ranks,
+                        int slots, int port) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleCancel(const trainctl::v1::CancelTask& cancel);
   void HandleAck(int64_t through_seq);
   // Takes message `seq` out of the outbox for good (the coordinator cannot take it), keeps its
