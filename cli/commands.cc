@@ -347,36 +347,21 @@ std::string ProgressLine(const Job& job) {
   return out;
 }
 
-int Describe(Context& c) {
-  if (c.args.positional.size() != 1)
-    return Fail(c.err, absl::InvalidArgumentError("describe needs one job ID"));
-  JobClient client(c.connection);
-  auto job = client.Get(c.args.positional[0]);
-  if (!job.ok()) return Fail(c.err, job.status());
-  std::vector<JobEvent> events;
-  trainctl::v1::WatchJobRequest request;
-  request.set_id(job->id());
-  request.set_replay_only(true);
-  if (auto s = client.Watch(request, [&](const JobEvent& e) { events.push_back(e); }); !s.ok()) {
-    return Fail(c.err, s);
-  }
-  if (c.json) {
-    c.out << MessageToJsonText(*job, /*pretty=*/true) << '\n';
-    return kExitOk;
-  }
-  const JobSpec& spec = job->spec();
+// The job's spec and state, one "Name:" row each.
+void PrintJobFields(const Job& job, std::ostream& out) {
+  const JobSpec& spec = job.spec();
   const auto& r = spec.resources();
-  Table fields({"ID:", job->id()});
+  Table fields({"ID:", job.id()});
   fields.AddRow({"Name:", spec.name()});
-  fields.AddRow({"Kind:", KindColumn(*job)});
-  fields.AddRow({"Owner:", job->owner().empty() ? "-" : job->owner()});
-  fields.AddRow({"State:", StateName(job->state()) +
-                               (job->message().empty() ? "" : "  (" + job->message() + ")")});
-  if (job->cancel_requested() && job->state() != trainctl::v1::JOB_STATE_CANCELLED) {
+  fields.AddRow({"Kind:", KindColumn(job)});
+  fields.AddRow({"Owner:", job.owner().empty() ? "-" : job.owner()});
+  fields.AddRow({"State:", StateName(job.state()) +
+                               (job.message().empty() ? "" : "  (" + job.message() + ")")});
+  if (job.cancel_requested() && job.state() != trainctl::v1::JOB_STATE_CANCELLED) {
     fields.AddRow({"Cancel:", "requested"});
   }
-  fields.AddRow({"Attempt:", absl::StrCat(job->attempt(), " (max restarts ", spec.max_restarts(),
-                                          job->stages_size() > 0 ? " per stage)" : ")")});
+  fields.AddRow({"Attempt:", absl::StrCat(job.attempt(), " (max restarts ", spec.max_restarts(),
+                                          job.stages_size() > 0 ? " per stage)" : ")")});
   fields.AddRow({"Model:", spec.model_name_or_path()});
   fields.AddRow({"Data:", spec.data_path()});
   fields.AddRow({"Output dir:", spec.output_dir()});
@@ -395,15 +380,35 @@ int Describe(Context& c) {
                                                                spec.node_selector().end())) {
     fields.AddRow({"Node selector:", k + "=" + v});
   }
-  fields.AddRow({"Created:", FormatTime(job->create_time())});
-  fields.AddRow({"Started:", FormatTime(job->start_time())});
-  fields.AddRow({"Ended:", FormatTime(job->end_time())});
-  fields.AddRow({"Progress:", ProgressLine(*job)});
-  fields.AddRow({"Checkpoint:", job->last_checkpoint().path().empty()
+  fields.AddRow({"Created:", FormatTime(job.create_time())});
+  fields.AddRow({"Started:", FormatTime(job.start_time())});
+  fields.AddRow({"Ended:", FormatTime(job.end_time())});
+  fields.AddRow({"Progress:", ProgressLine(job)});
+  fields.AddRow({"Checkpoint:", job.last_checkpoint().path().empty()
                                     ? "-"
-                                    : absl::StrCat(job->last_checkpoint().path(), " (step ",
-                                                   job->last_checkpoint().step(), ")")});
-  fields.Print(c.out);
+                                    : absl::StrCat(job.last_checkpoint().path(), " (step ",
+                                                   job.last_checkpoint().step(), ")")});
+  fields.Print(out);
+}
+
+int Describe(Context& c) {
+  if (c.args.positional.size() != 1)
+    return Fail(c.err, absl::InvalidArgumentError("describe needs one job ID"));
+  JobClient client(c.connection);
+  auto job = client.Get(c.args.positional[0]);
+  if (!job.ok()) return Fail(c.err, job.status());
+  std::vector<JobEvent> events;
+  trainctl::v1::WatchJobRequest request;
+  request.set_id(job->id());
+  request.set_replay_only(true);
+  if (auto s = client.Watch(request, [&](const JobEvent& e) { events.push_back(e); }); !s.ok()) {
+    return Fail(c.err, s);
+  }
+  if (c.json) {
+    c.out << MessageToJsonText(*job, /*pretty=*/true) << '\n';
+    return kExitOk;
+  }
+  PrintJobFields(*job, c.out);
   if (job->remedies_size() > 0) {
     c.out << "\nRemedies:\n";
     for (const trainctl::v1::Remedy& remedy : job->remedies()) {

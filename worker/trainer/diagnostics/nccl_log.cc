@@ -234,6 +234,198 @@ void AddNic(absl::string_view token, v1::NcclReport* report) {
   report->add_nics(clean);
 }
 
+// The lines of `text` NCCL wrote (longer ones skipped), their writers and the first
+// "NCCL version" on any line.
+struct ScannedNcclLog {
+  std::vector<Line> lines;
+  std::set<Key> writers;
+  std::string version;
+};
+
+// One pass over `text`, line by line.
+ScannedNcclLog ScanNcclLines(absl::string_view text) {
+  ScannedNcclLog scanned;
+  for (absl::string_view raw : absl::StrSplit(text, '\n')) {
+    if (raw.size() > kMaxLineBytes) continue;
+    if (const size_t v = raw.find("NCCL version ");
+        v != absl::string_view::npos && scanned.version.empty()) {
+      const absl::string_view rest = raw.substr(v + 13);
+      scanned.version = Clean(rest.substr(0, rest.find_first_of(" \t\r")));
+    }
+    if (std::optional<Line> line = SplitLine(raw)) {
+      if (line->prefixed) {
+        scanned.writers.emplace(std::string(line->host), std::string(line->pid),
+                                std::string(line->dev));
+      }
+      scanned.lines.push_back(*line);
+    }
+  }
+  return scanned;
+}
+
+// Which lines are this rank's: its process's (host, pid), its device's (host, pid, dev); lines
+// without a writer prefix count as both.
+struct NcclLineOwner {
+  std::optional<Key> key;
+
+  bool SameProcess(const Line& l) const {
+    return !l.prefixed || !key || (l.host == std::get<0>(*key) && l.pid == std::get<1>(*key));
+  }
+  bool SameDevice(const Line& l) const {
+    return !l.prefixed || (key && SameProcess(l) && l.dev == std::get<2>(*key));
+  }
+};
+
+// nranks, cudaDev and busId from the rank's communicator summary line.
+void SetNcclCommFields(const CommLine& comm, v1::NcclReport* report) {
+  int value = 0;
+  auto field = [&](const char* name) -> const std::string* {
+    auto it = comm.fields.find(name);
+    return it == comm.fields.end() ? nullptr : &it->second;
+  };
+  if (const std::string* n = field("nranks"); n && Int(*n, &value)) report->set_nranks(value);
+  if (const std::string* d = field("cudadev"); d && Int(*d, &value)) report->set_cuda_device(value);
+  if (const std::string* b = field("busid")) report->set_bus_id(Clean(*b));
+}
+
+// "comm 0x... rank 13 nRanks 16 nNodes 2 localRanks 8 ...": nnodes and local_ranks when the line
+// is rank `me`'s.
+void SetNcclNodeCounts(absl::string_view msg, int me, v1::NcclReport* report) {
+  auto fields = CommFields(msg);
+  int r = -1, value = 0;
+  if (Int(fields["rank"], &r) && r == me) {
+    if (Int(fields["nnodes"], &value)) report->set_nnodes(value);
+    if (Int(fields["localranks"], &value)) report->set_local_ranks(value);
+  }
+}
+
+// "Bootstrap : Using eth0:10.0.0.1<0>": the first such interface of the rank's process.
+void SetNcclBootstrap(absl::string_view msg, bool same_process, v1::NcclReport* report) {
+  const size_t using_at = msg.find("Using ");
+  if (using_at != absl::string_view::npos && same_process &&
+      report->bootstrap_interface().empty()) {
+    absl::string_view first = msg.substr(using_at + 6);
+    first = first.substr(0, first.find(' '));
+    if (absl::ConsumePrefix(&first, "[")) first = first.substr(first.find(']') + 1);
+    report->set_bootstrap_interface(Clean(first));
+  }
+}
+
+// "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB eth0:..." or older "NET/IB: [0] x".
+void AddNcclNetNics(absl::string_view msg, v1::NcclReport* report) {
+  absl::string_view rest = msg;
+  if (const size_t u = rest.find("Using ["); u != absl::string_view::npos) {
+    rest = rest.substr(u + 6, rest.find(';') == absl::string_view::npos ? absl::string_view::npos
+                                                                        : rest.find(';') - u - 6);
+    for (absl::string_view token : absl::StrSplit(rest, ' ', absl::SkipEmpty())) {
+      AddNic(token, report);
+    }
+  } else if (const size_t b = rest.find(": ["); b != absl::string_view::npos) {
+    std::vector<absl::string_view> words =
+        absl::StrSplit(rest.substr(b + 2), ' ', absl::SkipEmpty());
+    if (words.size() == 2) AddNic(absl::StrCat(words[0], words[1]), report);
+  }
+}
+
+// "NCCL_IB_DISABLE set by environment to 1." into the report's env (and ib_disabled).
+void SetNcclEnvVar(absl::string_view msg, v1::NcclReport* report) {
+  const size_t at = msg.find(" set by environment to ");
+  const std::string name = Clean(msg.substr(0, at));
+  absl::string_view value = absl::StripAsciiWhitespace(msg.substr(at + 23));
+  absl::ConsumeSuffix(&value, ".");
+  (*report->mutable_env())[name] = Clean(value);
+  if (name == "NCCL_IB_DISABLE" && value == "1") report->set_ib_disabled(true);
+}
+
+// One line of any kind but a connection or a ring into `report`; false when it is none of those
+// kinds (and so may be a connection or a ring).
+bool ParseNcclSetupLine(const Line& line, int me, const NcclLineOwner& owner,
+                        v1::NcclReport* report) {
+  const absl::string_view msg = line.msg;
+  if (line.warn) {
+    if (owner.SameProcess(line) && report->warnings_size() < kMaxNcclWarnings)
+      report->add_warnings(Clean(msg));
+    return true;
+  }
+  if (absl::StartsWith(msg, "NCCL version ") || absl::StrContains(msg, " - Init ")) return true;
+  if (absl::StartsWith(msg, "comm 0x") && absl::StrContains(msg, "nNodes")) {
+    SetNcclNodeCounts(msg, me, report);
+    return true;
+  }
+  if (absl::StartsWith(msg, "Bootstrap")) {
+    SetNcclBootstrap(msg, owner.SameProcess(line), report);
+    return true;
+  }
+  if (absl::StartsWith(msg, "NET/") && owner.SameProcess(line)) {
+    AddNcclNetNics(msg, report);
+    return true;
+  }
+  if (absl::StartsWith(msg, "NCCL_") && absl::StrContains(msg, " set by environment to ")) {
+    if (!owner.SameProcess(line) || report->env_size() >= kMaxNcclEnv) return true;
+    SetNcclEnvVar(msg, report);
+    return true;
+  }
+  if (absl::StartsWith(msg, "Trees ")) {
+    if (owner.SameDevice(line) && report->trees_size() == 0) ParseTrees(msg, report);
+    return true;
+  }
+  if (absl::StrContains(msg, " coll channels")) {
+    int n = 0;
+    if (owner.SameDevice(line) && report->nchannels() == 0 &&
+        Int(msg.substr(0, msg.find(' ')), &n) && n >= 0 && n <= 1024) {
+      report->set_nchannels(n);
+    }
+    return true;
+  }
+  return false;
+}
+
+// Every line's contribution to `report`, in log order. Returns the largest channel total a ring
+// line gave ("Channel 12/16": 16).
+int ParseNcclRankLines(const std::vector<Line>& lines, int me, const NcclLineOwner& owner,
+                       v1::NcclReport* report) {
+  std::set<std::tuple<int, int, int, std::string>> seen;
+  int ring_total = 0;
+  for (const Line& line : lines) {
+    if (ParseNcclSetupLine(line, me, owner, report)) continue;
+    const absl::string_view msg = line.msg;
+    if (std::optional<v1::NcclConnection> c = ParseConnection(msg)) {
+      const bool mine =
+          me >= 0 ? (c->from_rank() == me || c->to_rank() == me) : owner.SameDevice(line);
+      if (!mine || report->connections_size() >= kMaxNcclConnections) continue;
+      if (seen.emplace(c->channel(), c->from_rank(), c->to_rank(), c->via()).second) {
+        *report->add_connections() = std::move(*c);
+      }
+      continue;
+    }
+    v1::NcclChannelPath ring;
+    int total = 0;
+    if (owner.SameDevice(line) && report->rings_size() < kMaxNcclPaths &&
+        ParseRing(msg, &ring, &total)) {
+      ring_total = std::max(ring_total, total);
+      *report->add_rings() = std::move(ring);
+    }
+  }
+  return ring_total;
+}
+
+// What the lines imply together: the channel count from the rings when no line gave it, and
+// whether GPUDirect RDMA is on when any connection crosses nodes.
+void FinishNcclSummary(int ring_total, v1::NcclReport* report) {
+  if (report->nchannels() == 0) {
+    int n = ring_total;
+    for (const v1::NcclChannelPath& ring : report->rings()) n = std::max(n, ring.channel() + 1);
+    report->set_nchannels(n);
+  }
+  bool net = false, gdr = false;
+  for (const v1::NcclConnection& c : report->connections()) {
+    if (!c.inter_node()) continue;
+    net = true;
+    gdr = gdr || c.gdrdma();
+  }
+  if (net) report->set_gdr_state(gdr ? "enabled" : "disabled");
+}
+
 }  // namespace
 
 v1::NcclReport ParseNcclLog(absl::string_view text, int rank) {
@@ -243,151 +435,25 @@ v1::NcclReport ParseNcclLog(absl::string_view text, int rank) {
     report.add_warnings(
         absl::StrCat("only the first ", kMaxNcclLogBytes, " bytes of the log read"));
   }
-  std::vector<Line> lines;
-  std::set<Key> writers;
-  std::string version;
-  for (absl::string_view raw : absl::StrSplit(text, '\n')) {
-    if (raw.size() > kMaxLineBytes) continue;
-    if (const size_t v = raw.find("NCCL version ");
-        v != absl::string_view::npos && version.empty()) {
-      const absl::string_view rest = raw.substr(v + 13);
-      version = Clean(rest.substr(0, rest.find_first_of(" \t\r")));
-    }
-    if (std::optional<Line> line = SplitLine(raw)) {
-      if (line->prefixed) {
-        writers.emplace(std::string(line->host), std::string(line->pid), std::string(line->dev));
-      }
-      lines.push_back(*line);
-    }
-  }
-  report.set_nccl_version(version);
+  const ScannedNcclLog scanned = ScanNcclLines(text);
+  report.set_nccl_version(scanned.version);
 
-  const CommLine comm = FindComm(lines, rank);
+  const CommLine comm = FindComm(scanned.lines, rank);
   report.set_rank(comm.found ? comm.rank : std::max(rank, 0));
   const int me = comm.found ? comm.rank : rank;
-  // Which lines are this rank's: its process's (host, pid), its device's (host, pid, dev). A log
-  // without a communicator line for the rank is taken as one writer's when it has one writer.
-  std::optional<Key> key;
+  // A log without a communicator line for the rank is taken as one writer's when it has one
+  // writer.
+  NcclLineOwner owner;
   if (comm.found) {
-    key = comm.key;
-  } else if (writers.size() == 1) {
-    key = *writers.begin();
+    owner.key = comm.key;
+  } else if (scanned.writers.size() == 1) {
+    owner.key = *scanned.writers.begin();
   }
-  auto same_process = [&](const Line& l) {
-    return !l.prefixed || !key || (l.host == std::get<0>(*key) && l.pid == std::get<1>(*key));
-  };
-  auto same_device = [&](const Line& l) {
-    return !l.prefixed || (key && same_process(l) && l.dev == std::get<2>(*key));
-  };
-  if (key) report.set_host(Clean(std::get<0>(*key)));
-  if (comm.found) {
-    int value = 0;
-    auto field = [&](const char* name) -> const std::string* {
-      auto it = comm.fields.find(name);
-      return it == comm.fields.end() ? nullptr : &it->second;
-    };
-    if (const std::string* n = field("nranks"); n && Int(*n, &value)) report.set_nranks(value);
-    if (const std::string* d = field("cudadev"); d && Int(*d, &value))
-      report.set_cuda_device(value);
-    if (const std::string* b = field("busid")) report.set_bus_id(Clean(*b));
-  }
+  if (owner.key) report.set_host(Clean(std::get<0>(*owner.key)));
+  if (comm.found) SetNcclCommFields(comm, &report);
 
-  std::set<std::tuple<int, int, int, std::string>> seen;
-  int ring_total = 0;
-  for (const Line& line : lines) {
-    const absl::string_view msg = line.msg;
-    if (line.warn) {
-      if (same_process(line) && report.warnings_size() < kMaxNcclWarnings)
-        report.add_warnings(Clean(msg));
-      continue;
-    }
-    if (absl::StartsWith(msg, "NCCL version ") || absl::StrContains(msg, " - Init ")) continue;
-    if (absl::StartsWith(msg, "comm 0x") && absl::StrContains(msg, "nNodes")) {
-      auto fields = CommFields(msg);
-      int r = -1, value = 0;
-      if (Int(fields["rank"], &r) && r == me) {
-        if (Int(fields["nnodes"], &value)) report.set_nnodes(value);
-        if (Int(fields["localranks"], &value)) report.set_local_ranks(value);
-      }
-      continue;
-    }
-    if (absl::StartsWith(msg, "Bootstrap")) {
-      const size_t using_at = msg.find("Using ");
-      if (using_at != absl::string_view::npos && same_process(line) &&
-          report.bootstrap_interface().empty()) {
-        absl::string_view first = msg.substr(using_at + 6);
-        first = first.substr(0, first.find(' '));
-        if (absl::ConsumePrefix(&first, "[")) first = first.substr(first.find(']') + 1);
-        report.set_bootstrap_interface(Clean(first));
-      }
-      continue;
-    }
-    if (absl::StartsWith(msg, "NET/") && same_process(line)) {
-      // "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB eth0:..." or older "NET/IB: [0] x".
-      absl::string_view rest = msg;
-      if (const size_t u = rest.find("Using ["); u != absl::string_view::npos) {
-        rest =
-            rest.substr(u + 6, rest.find(';') == absl::string_view::npos ? absl::string_view::npos
-                                                                         : rest.find(';') - u - 6);
-        for (absl::string_view token : absl::StrSplit(rest, ' ', absl::SkipEmpty())) {
-          AddNic(token, &report);
-        }
-      } else if (const size_t b = rest.find(": ["); b != absl::string_view::npos) {
-        std::vector<absl::string_view> words =
-            absl::StrSplit(rest.substr(b + 2), ' ', absl::SkipEmpty());
-        if (words.size() == 2) AddNic(absl::StrCat(words[0], words[1]), &report);
-      }
-      continue;
-    }
-    if (absl::StartsWith(msg, "NCCL_") && absl::StrContains(msg, " set by environment to ")) {
-      if (!same_process(line) || report.env_size() >= kMaxNcclEnv) continue;
-      const size_t at = msg.find(" set by environment to ");
-      const std::string name = Clean(msg.substr(0, at));
-      absl::string_view value = absl::StripAsciiWhitespace(msg.substr(at + 23));
-      absl::ConsumeSuffix(&value, ".");
-      (*report.mutable_env())[name] = Clean(value);
-      if (name == "NCCL_IB_DISABLE" && value == "1") report.set_ib_disabled(true);
-      continue;
-    }
-    if (absl::StartsWith(msg, "Trees ")) {
-      if (same_device(line) && report.trees_size() == 0) ParseTrees(msg, &report);
-      continue;
-    }
-    if (absl::StrContains(msg, " coll channels")) {
-      int n = 0;
-      if (same_device(line) && report.nchannels() == 0 && Int(msg.substr(0, msg.find(' ')), &n) &&
-          n >= 0 && n <= 1024) {
-        report.set_nchannels(n);
-      }
-      continue;
-    }
-    if (std::optional<v1::NcclConnection> c = ParseConnection(msg)) {
-      const bool mine = me >= 0 ? (c->from_rank() == me || c->to_rank() == me) : same_device(line);
-      if (!mine || report.connections_size() >= kMaxNcclConnections) continue;
-      if (seen.emplace(c->channel(), c->from_rank(), c->to_rank(), c->via()).second) {
-        *report.add_connections() = std::move(*c);
-      }
-      continue;
-    }
-    v1::NcclChannelPath ring;
-    int total = 0;
-    if (same_device(line) && report.rings_size() < kMaxNcclPaths && ParseRing(msg, &ring, &total)) {
-      ring_total = std::max(ring_total, total);
-      *report.add_rings() = std::move(ring);
-    }
-  }
-  if (report.nchannels() == 0) {
-    int n = ring_total;
-    for (const v1::NcclChannelPath& ring : report.rings()) n = std::max(n, ring.channel() + 1);
-    report.set_nchannels(n);
-  }
-  bool net = false, gdr = false;
-  for (const v1::NcclConnection& c : report.connections()) {
-    if (!c.inter_node()) continue;
-    net = true;
-    gdr = gdr || c.gdrdma();
-  }
-  if (net) report.set_gdr_state(gdr ? "enabled" : "disabled");
+  const int ring_total = ParseNcclRankLines(scanned.lines, me, owner, &report);
+  FinishNcclSummary(ring_total, &report);
   return report;
 }
 

@@ -81,6 +81,54 @@ http::ServerLimits Limits(const OpenAiServerOptions& options) {
   return limits;
 }
 
+// OpenAI's error object for httplib's own failures (body too large, unknown path) and for a
+// handler that throws.
+void SetOpenAiErrorHandlers(http::BoundedServer& server) {
+  server.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 413) {
+          SendError(res, 413, "the request body is too large", "invalid_request_error", "", "");
+        } else if (res.status == 404) {
+          SendError(res, 404, absl::StrCat("no route ", req.method, " ", req.path),
+                    "invalid_request_error", "", "unknown_url");
+        } else {
+          SendError(res, res.status, absl::StrCat("HTTP ", res.status), "invalid_request_error", "",
+                    "");
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  server.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+        SendError(res, 500, "internal error", "server_error", "", "");
+      });
+}
+
+// The answer's "choices" for `choices`, each cut before the first of `stop`; adds the tokens
+// they generated to `completion_tokens`.
+json ChatChoicesJson(const tokenizer::BpeTokenizer& tokenizer, const std::vector<Choice>& choices,
+                     const std::vector<std::string>& stop, int64_t* completion_tokens) {
+  json out_choices = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const Choice& c = choices[i];
+    *completion_tokens += static_cast<int64_t>(c.tokens.size());
+    std::string text = ChoiceText(tokenizer, c.tokens);
+    bool stopped = c.eos;
+    size_t cut = std::string::npos;
+    for (const std::string& sequence : stop) cut = std::min(cut, text.find(sequence));
+    if (cut != std::string::npos) {
+      text.resize(cut);
+      stopped = true;
+    }
+    out_choices.push_back({{"index", i},
+                           {"message", {{"role", "assistant"}, {"content", text}}},
+                           {"finish_reason", stopped ? "stop" : "length"},
+                           {"logprobs", nullptr},
+                           {"token_ids", c.tokens}});
+  }
+  return out_choices;
+}
+
 }  // namespace
 
 OpenAiServer::OpenAiServer(const tokenizer::BpeTokenizer* tokenizer, GenerationQueue* queue,
@@ -98,24 +146,7 @@ void OpenAiServer::Route() {
   http_->set_payload_max_length(options_.max_body_bytes);
   // Without it, Nagle's algorithm holds a keep-alive connection's small responses back ~40 ms.
   http_->set_tcp_nodelay(true);
-  http_->set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        if (res.status == 413) {
-          SendError(res, 413, "the request body is too large", "invalid_request_error", "", "");
-        } else if (res.status == 404) {
-          SendError(res, 404, absl::StrCat("no route ", req.method, " ", req.path),
-                    "invalid_request_error", "", "unknown_url");
-        } else {
-          SendError(res, res.status, absl::StrCat("HTTP ", res.status), "invalid_request_error", "",
-                    "");
-        }
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  http_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-        SendError(res, 500, "internal error", "server_error", "", "");
-      });
+  SetOpenAiErrorHandlers(*http_);
 
   http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json model = {
@@ -153,25 +184,9 @@ void OpenAiServer::Route() {
     absl::StatusOr<std::vector<Choice>> choices = future.get();
     if (!choices.ok()) return SendStatus(res, choices.status());
 
-    json out_choices = json::array();
     int64_t completion_tokens = 0;
-    for (size_t i = 0; i < choices->size(); ++i) {
-      const Choice& c = (*choices)[i];
-      completion_tokens += static_cast<int64_t>(c.tokens.size());
-      std::string text = ChoiceText(*tokenizer_, c.tokens);
-      bool stopped = c.eos;
-      size_t cut = std::string::npos;
-      for (const std::string& stop : request->sampling.stop) cut = std::min(cut, text.find(stop));
-      if (cut != std::string::npos) {
-        text.resize(cut);
-        stopped = true;
-      }
-      out_choices.push_back({{"index", i},
-                             {"message", {{"role", "assistant"}, {"content", text}}},
-                             {"finish_reason", stopped ? "stop" : "length"},
-                             {"logprobs", nullptr},
-                             {"token_ids", c.tokens}});
-    }
+    const json out_choices =
+        ChatChoicesJson(*tokenizer_, *choices, request->sampling.stop, &completion_tokens);
     const json body = {{"id", absl::StrFormat("chatcmpl-%016x", next_id_.fetch_add(1))},
                        {"object", "chat.completion"},
                        {"created", UnixSeconds()},

@@ -350,6 +350,37 @@ StepResult Engine::StepOrThrow(double lr) {
   torch::NoGradGuard no_grad;
   StepResult result;
   // 1. Gradients summed across ranks into each rank's slices.
+  SumGradientsAcrossRanks();
+
+  // 2. The global norm: every rank's slices (stage 0: the whole, the same on every rank).
+  const double sum_squares = GlobalGradSquares();
+  const double scale = options_.fp16 ? loss_scale_ : 1.0;
+  result.grad_norm = std::sqrt(sum_squares) / scale;
+  result.loss_scale = scale;
+
+  // 3. fp16: an overflow skips the step and lowers the scale (DeepSpeed's dynamic scaler).
+  if (options_.fp16 && !std::isfinite(result.grad_norm)) {
+    result.skipped = true;
+    LowerLossScale();
+  } else {
+    // 4. AdamW over each slice with unscaled, clipped gradients.
+    double coefficient = 1.0 / scale;
+    if (options_.gradient_clipping > 0) {
+      const double clip = options_.gradient_clipping / (result.grad_norm + 1e-6);
+      if (clip < 1) coefficient *= clip;
+    }
+    UpdateMasters(coefficient, lr);
+    RaiseLossScaleAfterGoodStep();
+    // 5. Working weights from the updated masters.
+    RefreshWorkingWeights();
+  }
+
+  // 6. Gradients cleared for the next accumulation.
+  ClearGradients();
+  return result;
+}
+
+void Engine::SumGradientsAcrossRanks() {
   if (options_.stage == 0) {
     std::vector<Handle> pending;
     for (auto& u : units_) {
@@ -364,8 +395,9 @@ StepResult Engine::StepOrThrow(double lr) {
   } else if (options_.stage == 1) {
     ReduceScatterGradients();
   }
+}
 
-  // 2. The global norm: every rank's slices (stage 0: the whole, the same on every rank).
+double Engine::GlobalGradSquares() {
   // Each slice's norm on its device, squared and summed in fp64 there: one host
   // synchronisation for the whole model (the clip coefficient needs the value), not one per unit.
   std::vector<torch::Tensor> norms;
@@ -381,51 +413,44 @@ StepResult Engine::StepOrThrow(double lr) {
     squares = squares.to(torch::kCPU).contiguous();
     comm_->AllReduce(squares, "gradient norm").Wait();
   }
-  const double sum_squares = squares.item<double>();
-  const double scale = options_.fp16 ? loss_scale_ : 1.0;
-  result.grad_norm = std::sqrt(sum_squares) / scale;
-  result.loss_scale = scale;
+  return squares.item<double>();
+}
 
-  // 3. fp16: an overflow skips the step and lowers the scale (DeepSpeed's dynamic scaler).
-  if (options_.fp16 && !std::isfinite(result.grad_norm)) {
-    result.skipped = true;
-    if (options_.static_loss_scale <= 0) {
-      if (hysteresis_left_ > 1) {
-        --hysteresis_left_;
-      } else {
-        loss_scale_ = std::max(loss_scale_ / 2, options_.min_loss_scale);
-      }
-      good_steps_ = 0;
+void Engine::LowerLossScale() {
+  if (options_.static_loss_scale <= 0) {
+    if (hysteresis_left_ > 1) {
+      --hysteresis_left_;
+    } else {
+      loss_scale_ = std::max(loss_scale_ / 2, options_.min_loss_scale);
     }
-  } else {
-    // 4. AdamW over each slice with unscaled, clipped gradients.
-    double coefficient = 1.0 / scale;
-    if (options_.gradient_clipping > 0) {
-      const double clip = options_.gradient_clipping / (result.grad_norm + 1e-6);
-      if (clip < 1) coefficient *= clip;
-    }
-    optimizer_->BeginStep();
-    for (auto& up : units_) {
-      Unit& u = *up;
-      torch::Tensor& raw = ShardGrad(u);
-      torch::Tensor p = u.master.detach();
-      // A unit that did not run has zero gradients, as in the flat buffers of stages 0-2 (and
-      // DeepSpeed's): AdamW still decays it.
-      const torch::Tensor grad = raw.defined() ? raw.detach() : torch::zeros_like(p);
-      optimizer_->Update(u.optimizer_slice, p, grad, coefficient, lr, u.decay_ranges);
-    }
-    if (options_.fp16 && options_.static_loss_scale <= 0) {
-      ++good_steps_;
-      if (good_steps_ % options_.loss_scale_window == 0) {
-        loss_scale_ *= 2;
-        hysteresis_left_ = options_.hysteresis;
-      }
-    }
-    // 5. Working weights from the updated masters.
-    RefreshWorkingWeights();
+    good_steps_ = 0;
   }
+}
 
-  // 6. Gradients cleared for the next accumulation.
+void Engine::UpdateMasters(double coefficient, double lr) {
+  optimizer_->BeginStep();
+  for (auto& up : units_) {
+    Unit& u = *up;
+    torch::Tensor& raw = ShardGrad(u);
+    torch::Tensor p = u.master.detach();
+    // A unit that did not run has zero gradients, as in the flat buffers of stages 0-2 (and
+    // DeepSpeed's): AdamW still decays it.
+    const torch::Tensor grad = raw.defined() ? raw.detach() : torch::zeros_like(p);
+    optimizer_->Update(u.optimizer_slice, p, grad, coefficient, lr, u.decay_ranges);
+  }
+}
+
+void Engine::RaiseLossScaleAfterGoodStep() {
+  if (options_.fp16 && options_.static_loss_scale <= 0) {
+    ++good_steps_;
+    if (good_steps_ % options_.loss_scale_window == 0) {
+      loss_scale_ *= 2;
+      hysteresis_left_ = options_.hysteresis;
+    }
+  }
+}
+
+void Engine::ClearGradients() {
   for (auto& u : units_) {
     if (options_.stage == 3) {
       u->master.mutable_grad() = torch::Tensor();
@@ -434,7 +459,6 @@ StepResult Engine::StepOrThrow(double lr) {
       if (u->grad32.defined()) u->grad32.zero_();
     }
   }
-  return result;
 }
 
 }  // namespace trainctl::zero

@@ -237,6 +237,20 @@ class Engine {
   torch::Tensor& ShardGrad(Unit& u);
   torch::TensorOptions MasterOptions() const;
 
+  // StepOrThrow's steps, in its order. Gradients summed across ranks into each rank's slices
+  // (stage 0: all-reduced; stage 1: reduce-scattered; stages 2-3 did it in Backward).
+  void SumGradientsAcrossRanks();
+  // The squared global gradient norm (loss-scaled), the same on every rank; one host sync.
+  double GlobalGradSquares();
+  // fp16 overflow, dynamic scaler: hysteresis first, then the scale halved (floor: min_loss_scale).
+  void LowerLossScale();
+  // AdamW on each master slice with its gradients times `coefficient` (unscale and clip).
+  void UpdateMasters(double coefficient, double lr);
+  // fp16 with a dynamic scaler: the loss scale doubled every loss_scale_window good steps.
+  void RaiseLossScaleAfterGoodStep();
+  // Every gradient buffer zeroed (stage 3: dropped) for the next accumulation.
+  void ClearGradients();
+
   EngineOptions options_;
   bool frozen_ = false;
   std::unique_ptr<ShardedAdamW> optimizer_;  // null when frozen
