@@ -5,12 +5,14 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
 #include <memory>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
@@ -92,6 +94,13 @@ ABSL_FLAG(int64_t, max_job_log_bytes, int64_t{64} << 20,
 ABSL_FLAG(std::string, metrics_ready_file, "",
           "once /metrics is served, write its bound HOST:PORT to this file (written before "
           "--ready_file)");
+
+ABSL_FLAG(bool, standby, false,
+          "PostgreSQL --db only: when another coordinator leads the database, wait as its standby "
+          "(not listening) and take over when it goes, instead of refusing to start");
+ABSL_FLAG(absl::Duration, leader_lease, absl::Seconds(10),
+          "PostgreSQL --db only: the lead's lease, renewed every third of it; a leader that stops "
+          "renewing (paused, cut off) is taken over by a standby this long after its last renewal");
 
 ABSL_FLAG(std::string, testonly_stall_file, "",
           "TEST ONLY, never in production: while this file exists the cluster loop hangs, so its "
@@ -264,6 +273,10 @@ absl::StatusOr<Database> OpenDatabase() {
   return db;
 }
 
+constexpr char kLeaderHelp[] =
+    "1 when this coordinator leads (serves the cluster), 0 for a standby waiting for the lead "
+    "(PostgreSQL --db with --standby).";
+
 // What the daemon tells systemd (Type=notify): READY=1 once serving with recovery done, STATUS=
 // lines and WATCHDOG=1 from the cluster loop, STOPPING=1 on a stop signal. Nothing without
 // $NOTIFY_SOCKET. `bound` is read once `serving` is set.
@@ -340,6 +353,8 @@ class Coordinator {
              [this](const trainctl::v1::ListNodesRequest& request) { return nodes_.List(request); },
              &diagnoser_}),
         worker_service_(&cluster_, &authorizer_) {
+    // A coordinator that serves leads (a standby serves none of this: AwaitLead).
+    registry_.AddGauge("trainctl_coordinator_leader", kLeaderHelp).Add({}).Set(1);
     AddCoordinatorCollectors(
         &registry_, db_.store.get(), [this] { return cluster_.ListNodes(); },
         db_.sqlite_file ? db_.path : "");
@@ -460,6 +475,91 @@ void Coordinator::ServeUntilStopped(const sigset_t& signals) {
   cluster_.Stop();
 }
 
+// "host pid N": who holds the lead, for the other coordinators' messages.
+std::string LeadHolder() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, " pid ", getpid());
+}
+
+// Until this coordinator leads `store`: a standby (--standby) waits, tries again every second,
+// reports to systemd and serves /metrics with trainctl_coordinator_leader 0; without --standby a
+// refusal ends the start. Returns -1 once leading, else the exit code (0: stopped while standby).
+int AwaitLead(PostgresJobStore* store, const sigset_t& signals, absl::Duration watchdog_interval) {
+  const absl::Duration lease = absl::GetFlag(FLAGS_leader_lease);
+  absl::Status lead = store->TryLead(LeadHolder(), lease);
+  if (lead.ok()) return -1;
+  if (!absl::GetFlag(FLAGS_standby)) {
+    TRAINCTL_LOG(ERROR) << "store: " << lead.message() << " (--standby waits for it instead)";
+    return 1;
+  }
+  RealClock clock;
+  SystemdNotifier notifier;
+  ServiceLoopReporter service(&notifier, &clock,
+                              {watchdog_interval, absl::GetFlag(FLAGS_testonly_stall_file)});
+  metrics::Registry registry;
+  registry.AddGauge("trainctl_coordinator_leader", kLeaderHelp).Add({}).Set(0);
+  auto metrics_server = metrics::StartDaemonMetrics(&registry, absl::GetFlag(FLAGS_metrics_listen),
+                                                    absl::GetFlag(FLAGS_metrics_ready_file));
+  if (!metrics_server.ok()) {
+    TRAINCTL_LOG(ERROR) << metrics_server.status().message();
+    return 1;
+  }
+  std::string last;
+  const timespec wait = {1, 0};
+  while (!lead.ok()) {
+    if (lead.message() != last) TRAINCTL_LOG(WARNING) << "standby: " << lead.message();
+    last = std::string(lead.message());
+    service.Tick(true, absl::StrCat("standby: ", lead.message()));
+    const int signal = sigtimedwait(&signals, nullptr, &wait);
+    if (signal == SIGINT || signal == SIGTERM) {
+      service.Stopping("stopping: standby");
+      TRAINCTL_LOG(INFO) << "stopped (standby)";
+      return 0;
+    }
+    lead = store->TryLead(LeadHolder(), lease);
+  }
+  TRAINCTL_LOG(INFO) << "took the lead of the database; recovering its jobs";
+  return -1;
+}
+
+// Renews the lead's lease every third of it while the coordinator serves. A lead taken over (the
+// database says another coordinator leads) ends the process at once: its workers and clients then
+// find the leader, and its writes would be refused anyway. A renewal that fails otherwise (the
+// server unreachable) is retried; the lease may run out meanwhile, and a standby take over.
+class LeaseRenewer {
+ public:
+  explicit LeaseRenewer(PostgresJobStore* store) : store_(store), thread_([this] { Loop(); }) {}
+  ~LeaseRenewer() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+ private:
+  void Loop() {
+    const absl::Duration every = absl::GetFlag(FLAGS_leader_lease) / 3;
+    absl::MutexLock lock(&mu_);
+    while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), every)) {
+      mu_.Unlock();
+      const absl::Status renewed = store_->RenewLead();
+      mu_.Lock();
+      if (renewed.code() == absl::StatusCode::kFailedPrecondition) {
+        TRAINCTL_LOG(ERROR) << "lost the lead: " << renewed.message() << "; exiting";
+        std::_Exit(3);
+      }
+      if (!renewed.ok()) TRAINCTL_LOG(WARNING) << "lease not renewed: " << renewed.message();
+    }
+  }
+
+  PostgresJobStore* const store_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
 int Run() {
   // Signals are taken by one thread with sigwait, so they are blocked before any other thread
   // starts.
@@ -489,6 +589,17 @@ int Run() {
   if (!db.ok()) {
     TRAINCTL_LOG(ERROR) << db.status().message();
     return 1;
+  }
+  auto* postgres = dynamic_cast<PostgresJobStore*>(db->store.get());
+  if (absl::GetFlag(FLAGS_standby) && postgres == nullptr) {
+    TRAINCTL_LOG(ERROR) << "--standby needs a PostgreSQL --db (postgresql://...): a SQLite file "
+                           "has one coordinator";
+    return 2;
+  }
+  std::unique_ptr<LeaseRenewer> renewer;
+  if (postgres != nullptr) {
+    if (int code = AwaitLead(postgres, signals, watchdog_interval); code >= 0) return code;
+    renewer = std::make_unique<LeaseRenewer>(postgres);
   }
   Coordinator coordinator(*std::move(access), *std::move(db), watchdog_interval);
   if (absl::Status s = coordinator.Start(); !s.ok()) {

@@ -312,13 +312,7 @@ absl::StatusOr<std::unique_ptr<PostgresJobStore>> PostgresJobStore::Open(const O
   // EXISTS) not printed.
   const std::vector<pg::SetupStatement> session = {{"SET synchronous_commit = on", ""},
                                                    {"SET client_min_messages = warning", ""}};
-  std::vector<pg::SetupStatement> writer_setup = session;
-  writer_setup.push_back(
-      {absl::StrCat("SELECT pg_try_advisory_lock(", internal::kPostgresLockSpace, ", ",
-                    internal::kPostgresWriterLock, ")"),
-       "another trainctl-coordinator writes to this database (it holds the writer's advisory "
-       "lock); stop it first"});
-  ASSIGN_OR_RETURN(std::unique_ptr<pg::Conn> writer, pg::Conn::Open(options.uri, writer_setup));
+  ASSIGN_OR_RETURN(std::unique_ptr<pg::Conn> writer, pg::Conn::Open(options.uri, session));
   RETURN_IF_ERROR(internal::MigratePostgres(*writer, target));
   ASSIGN_OR_RETURN(std::unique_ptr<pg::Conn> reader, pg::Conn::Open(options.uri, session));
   return std::unique_ptr<PostgresJobStore>(
@@ -335,8 +329,114 @@ absl::Status PostgresJobStore::Write(const Work& work) {
       for (Queue::Writer* w : group) w->status = s;
       return;
     }
+    internal::CommitInSavepoints<pg::Conn>(*writer_, "BEGIN", group,
+                                           [this](pg::Conn& conn) { return CheckLead(conn); });
+  });
+}
+
+absl::Status PostgresJobStore::WriteUnchecked(const Work& work) {
+  return queue_.Write(work, [this](const std::vector<Queue::Writer*>& group) {
+    if (absl::Status s = writer_->EnsureConnected(); !s.ok()) {
+      for (Queue::Writer* w : group) w->status = s;
+      return;
+    }
     internal::CommitInSavepoints(*writer_, "BEGIN", group);
   });
+}
+
+absl::Status PostgresJobStore::CheckLead(pg::Conn& conn) {
+  const int64_t epoch = epoch_.load();
+  if (epoch == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(conn.name(), ": this coordinator does not lead the database"));
+  }
+  // FOR SHARE: a takeover (an UPDATE of the row) waits until this transaction has committed.
+  ASSIGN_OR_RETURN(Result lead, conn.Query("SELECT epoch, expires_at > clock_timestamp() FROM "
+                                           "trainctl_leader WHERE id = 1 FOR SHARE"));
+  if (lead.Int(0, 0) != epoch) {
+    int64_t expected = epoch;
+    epoch_.compare_exchange_strong(expected, 0);  // taken over: this store leads no more
+    return absl::FailedPreconditionError(absl::StrCat(
+        conn.name(), ": another trainctl-coordinator took the lead of this database (epoch ", epoch,
+        " is over)"));
+  }
+  if (lead.Int(0, 1) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        conn.name(), ": this coordinator's lease on the database ran out (not renewed in time)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PostgresJobStore::TryLead(const std::string& holder, absl::Duration lease) {
+  if (leading()) return absl::OkStatus();
+  const std::string lock = absl::StrCat("pg_try_advisory_lock(", internal::kPostgresLockSpace, ", ",
+                                        internal::kPostgresWriterLock, ")");
+  int64_t epoch = 0;
+  std::string refused;
+  RETURN_IF_ERROR(WriteUnchecked([&](pg::Conn& conn) -> absl::Status {
+    ASSIGN_OR_RETURN(Result lead, conn.Query(absl::StrCat("SELECT holder, expires_at::text, "
+                                                          "expires_at < clock_timestamp(), ",
+                                                          lock,
+                                                          " FROM trainctl_leader WHERE "
+                                                          "id = 1 FOR UPDATE")));
+    if (lead.Int(0, 3) != 0) {  // no live session holds the lock: the lead is free
+      ASSIGN_OR_RETURN(Result taken,
+                       conn.Query("UPDATE trainctl_leader SET epoch = epoch + 1, holder = $1, "
+                                  "expires_at = clock_timestamp() + make_interval(secs => "
+                                  "$2::float8 / 1000000) WHERE id = 1 RETURNING epoch",
+                                  Params().Text(holder).Int(absl::ToInt64Microseconds(lease))));
+      epoch = taken.Int(0, 0);
+      return absl::OkStatus();
+    }
+    refused = absl::StrCat("another trainctl-coordinator leads this database (", lead.Bytes(0, 0),
+                           ", its lease until ", lead.Bytes(0, 1), ")");
+    if (lead.Int(0, 2) == 0) return absl::OkStatus();
+    // The lease ran out while its holder's session lives on: a leader paused or cut off. End that
+    // session (its writes are fenced by the epoch anyway); the lock is free at the next try.
+    absl::StrAppend(&refused, "; the lease ran out: its session is ended, and the lead taken next");
+    return conn
+        .Query(absl::StrCat("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = "
+                            "'advisory' AND classid = ",
+                            internal::kPostgresLockSpace,
+                            " AND objid = ", internal::kPostgresWriterLock,
+                            " AND objsubid = 2 AND granted AND pid <> pg_backend_pid()"))
+        .status();
+  }));
+  if (epoch == 0)
+    return absl::FailedPreconditionError(absl::StrCat(writer_->name(), ": ", refused));
+  lease_us_.store(absl::ToInt64Microseconds(lease));
+  epoch_.store(epoch);
+  // A reconnection takes the lock again, or fails: another took the lead while this one was cut
+  // off (its writes would be refused by the epoch; this says why sooner).
+  if (relock_added_.exchange(true)) return absl::OkStatus();
+  writer_->AddSetup({absl::StrCat("SELECT ", lock),
+                     "another trainctl-coordinator took the lead of this database while this one "
+                     "was cut off from it"});
+  return absl::OkStatus();
+}
+
+absl::Status PostgresJobStore::RenewLead() {
+  const int64_t epoch = epoch_.load();
+  if (epoch == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(writer_->name(), ": this coordinator does not lead the database"));
+  }
+  bool renewed = false;
+  RETURN_IF_ERROR(WriteUnchecked([&](pg::Conn& conn) -> absl::Status {
+    ASSIGN_OR_RETURN(Result rows, conn.Query("UPDATE trainctl_leader SET expires_at = "
+                                             "clock_timestamp() + make_interval(secs => "
+                                             "$1::float8 / 1000000) WHERE id = 1 AND epoch = $2 "
+                                             "RETURNING 1",
+                                             Params().Int(lease_us_.load()).Int(epoch)));
+    renewed = rows.rows() > 0;
+    return absl::OkStatus();
+  }));
+  if (renewed) return absl::OkStatus();
+  int64_t expected = epoch;
+  epoch_.compare_exchange_strong(expected, 0);
+  return absl::FailedPreconditionError(absl::StrCat(
+      writer_->name(), ": another trainctl-coordinator took the lead of this database (epoch ",
+      epoch, " is over)"));
 }
 
 template <typename Fn>

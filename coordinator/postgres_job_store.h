@@ -9,9 +9,15 @@
 //
 // Losing the server: a call in flight fails UNAVAILABLE (nothing of it is kept unless it was
 // committed; a retried submit with its request id finds it), and the next call connects again.
-// One coordinator writes to a database: the writing connection holds a session advisory lock,
-// taken again on every reconnection; a second coordinator, or this one after another took the lock
-// while it was cut off, is refused (FAILED_PRECONDITION) instead of writing beside it.
+//
+// One coordinator writes to a database, the one that leads it (TryLead): it holds the lead's
+// advisory lock on its writing session and a lease in table trainctl_leader that it renews
+// (RenewLead). Another takes over when the lock is free (the leader's session ended: it died, or
+// its connection did) or the lease ran out (a leader paused or cut off, whose session it then
+// ends); each takeover raises the lead's epoch. Every write transaction first checks, under a
+// share lock on the lead's row, that this store's epoch still leads with its lease unexpired, so a
+// leader that was taken over writes nothing more (FAILED_PRECONDITION), even one that resumes
+// after a pause. A store that does not lead writes nothing.
 //
 // Schema: numbered migrations in table trainctl_schema, applied at Open under a transaction-level
 // advisory lock. Log text is stored as text: a NUL byte, which PostgreSQL text cannot hold, is
@@ -19,6 +25,7 @@
 #ifndef TRAINCTL_COORDINATOR_POSTGRES_JOB_STORE_H_
 #define TRAINCTL_COORDINATOR_POSTGRES_JOB_STORE_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,6 +33,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "coordinator/internal/group_commit.h"
 #include "coordinator/internal/pg.h"
 #include "coordinator/job_store.h"
@@ -49,6 +57,16 @@ class PostgresJobStore final : public JobStore {
   static absl::StatusOr<std::unique_ptr<PostgresJobStore>> Open(const Options& options);
   static int LatestSchemaVersion();
   absl::StatusOr<int> SchemaVersion();
+
+  // Takes the lead of the database for `lease` when no other coordinator holds it: OK, this store
+  // now writes. FAILED_PRECONDITION naming the leader (`holder`, a host and pid) and its lease
+  // otherwise; UNAVAILABLE when the server cannot be reached. A lease that ran out has its holder's
+  // session ended, and the lead is taken at a later try, once that session is gone.
+  absl::Status TryLead(const std::string& holder, absl::Duration lease);
+  // Extends the lease (call well within it). FAILED_PRECONDITION once another took the lead: this
+  // store writes nothing more.
+  absl::Status RenewLead();
+  bool leading() const { return epoch_.load() > 0; }
 
   absl::StatusOr<CreateJobResult> CreateJob(const Job& job, const std::string& request_id,
                                             std::vector<JobEvent> initial_events) override;
@@ -80,8 +98,12 @@ class PostgresJobStore final : public JobStore {
         reader_(std::move(reader)),
         max_metric_events_(max_metric_events) {}
 
-  // Runs `work` inside a committed transaction, batched with concurrent writers.
+  // Runs `work` inside a committed transaction, batched with concurrent writers, once the
+  // transaction has checked that this store still leads (CheckLead).
   absl::Status Write(const Work& work);
+  // Runs `work` in a committed transaction of its own kind: the leadership statements.
+  absl::Status WriteUnchecked(const Work& work);
+  absl::Status CheckLead(pg::Conn& conn);
   // A read on the reader's connection (connected again first if it was lost).
   template <typename Fn>
   auto Read(Fn fn) -> decltype(fn(std::declval<pg::Conn&>()));
@@ -95,6 +117,10 @@ class PostgresJobStore final : public JobStore {
   std::unique_ptr<pg::Conn> reader_ ABSL_GUARDED_BY(read_mu_);
 
   const int max_metric_events_;
+  // The lead's epoch this store holds; 0 when it does not lead. lease_ is its length.
+  std::atomic<int64_t> epoch_{0};
+  std::atomic<int64_t> lease_us_{0};
+  std::atomic<bool> relock_added_{false};  // the writer's reconnections take the lock again
   // Each job's metric events as last counted (a hint, as in SqliteJobStore).
   absl::Mutex counts_mu_;
   std::map<int64_t, int64_t> metric_counts_ ABSL_GUARDED_BY(counts_mu_);

@@ -70,13 +70,22 @@ class WriteQueue {
 
 // One transaction (`begin` opens it) for the group's work; each writer's status is its work's, or
 // the commit's error. Alone in the transaction, a writer's failure rolls back the whole of it (no
-// savepoint needed).
+// savepoint needed). `first` (optional) runs right after `begin`: its error is every writer's, and
+// nothing is written (PostgresJobStore's check that it still leads the database).
 template <typename Db>
 void CommitInSavepoints(Db& db, absl::string_view begin,
-                        const std::vector<typename WriteQueue<Db>::Writer*>& group) {
+                        const std::vector<typename WriteQueue<Db>::Writer*>& group,
+                        const std::function<absl::Status(Db&)>& first = nullptr) {
   if (absl::Status s = db.ExecCached(begin); !s.ok()) {
     for (auto* w : group) w->status = s;
     return;
+  }
+  if (first != nullptr) {
+    if (absl::Status s = first(db); !s.ok()) {
+      (void)db.ExecCached("ROLLBACK");
+      for (auto* w : group) w->status = s;
+      return;
+    }
   }
   if (group.size() == 1) {
     auto* w = group[0];

@@ -99,6 +99,9 @@ class Conn {
   // call) and returns its rows.
   absl::StatusOr<Result> Query(absl::string_view sql, const Params& params = Params());
 
+  // Adds a statement to run on every later reconnection (not now).
+  void AddSetup(SetupStatement setup) { setup_.push_back(std::move(setup)); }
+
   const std::string& name() const { return name_; }
   bool connected() const { return PQstatus(conn_) == CONNECTION_OK; }
 
@@ -112,7 +115,7 @@ class Conn {
   PGconn* conn_;
   const std::string uri_;
   const std::string name_;  // uri_ without a password
-  const std::vector<SetupStatement> setup_;
+  std::vector<SetupStatement> setup_;
   std::map<std::string, std::string, std::less<>> prepared_;  // sql -> statement name
 };
 

@@ -61,12 +61,23 @@ inline constexpr const char* kPostgresMigrations[] = {
         topology BYTEA NOT NULL
       );
     )sql",
+    // 2: who leads the database among its coordinators (PostgresJobStore::TryLead): one row, the
+    // lead's epoch (raised at every takeover), its holder and when its lease ends.
+    R"sql(
+      CREATE TABLE trainctl_leader (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        epoch BIGINT NOT NULL,
+        holder TEXT NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL
+      );
+      INSERT INTO trainctl_leader VALUES (1, 0, '', '-infinity');
+    )sql",
 };
 inline constexpr int kPostgresLatestVersion =
     sizeof(kPostgresMigrations) / sizeof(kPostgresMigrations[0]);
 
-// trainctl's advisory locks: (kPostgresLockSpace, kPostgresWriterLock) is held by the writing
-// coordinator's session; (kPostgresLockSpace, kPostgresMigrationLock) by a migration's
+// trainctl's advisory locks: (kPostgresLockSpace, kPostgresWriterLock) is held by the leading
+// coordinator's writing session; (kPostgresLockSpace, kPostgresMigrationLock) by a migration's
 // transaction.
 inline constexpr int32_t kPostgresLockSpace = 0x74726e63;  // "trnc"
 inline constexpr int32_t kPostgresWriterLock = 1;

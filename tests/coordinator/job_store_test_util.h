@@ -44,8 +44,8 @@ inline LogLine Line(const std::string& job_id, int rank, const std::string& text
   return line;
 }
 
-// A PostgresJobStore on a fresh database of the process's test server (SharedPostgres); null, with
-// the test failed, when none could be had.
+// A PostgresJobStore leading a fresh database of the process's test server (SharedPostgres); null,
+// with the test failed, when none could be had.
 inline std::unique_ptr<JobStore> FreshPostgresStore(
     int max_metric_events = kDefaultMaxMetricEventsPerJob) {
   absl::StatusOr<PostgresServer*> server = SharedPostgres();
@@ -64,6 +64,10 @@ inline std::unique_ptr<JobStore> FreshPostgresStore(
   auto store = PostgresJobStore::Open(options);
   if (!store.ok()) {
     ADD_FAILURE() << store.status();
+    return nullptr;
+  }
+  if (absl::Status s = (*store)->TryLead("test", absl::Minutes(10)); !s.ok()) {
+    ADD_FAILURE() << s;
     return nullptr;
   }
   return *std::move(store);

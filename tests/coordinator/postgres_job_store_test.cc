@@ -4,10 +4,12 @@
 #include "coordinator/postgres_job_store.h"
 
 #include "absl/strings/match.h"
+#include "common/status_macros.h"
 #include "coordinator/internal/pg.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/job_store_test_util.h"
 #include "tests/testing/postgres_server.h"
+#include "tests/testing/subprocess.h"
 
 namespace trainctl {
 namespace {
@@ -24,10 +26,18 @@ class PostgresJobStoreTest : public ::testing::Test {
     ASSERT_TRUE(uri.ok()) << uri.status();
     uri_ = *uri;
   }
-  absl::StatusOr<std::unique_ptr<PostgresJobStore>> Open() {
+  // A store that does not lead (a standby's).
+  absl::StatusOr<std::unique_ptr<PostgresJobStore>> OpenStandby() {
     PostgresJobStore::Options options;
     options.uri = uri_;
     return PostgresJobStore::Open(options);
+  }
+  // A store that leads (lease `lease`).
+  absl::StatusOr<std::unique_ptr<PostgresJobStore>> Open(absl::Duration lease = absl::Minutes(1)) {
+    auto store = OpenStandby();
+    if (!store.ok()) return store.status();
+    RETURN_IF_ERROR((*store)->TryLead("test", lease));
+    return store;
   }
   // A connection of the test's own, as an operator's psql would be.
   std::unique_ptr<pg::Conn> Admin() {
@@ -57,16 +67,19 @@ TEST_F(PostgresJobStoreTest, ReopenKeepsJobsEventsAndLogs) {
   EXPECT_FALSE((*store)->CreateJob(PendingJob("again"), "req", {})->created);
 }
 
-TEST_F(PostgresJobStoreTest, OneWriterAndNoWritesAfterAnotherTookOver) {
+TEST_F(PostgresJobStoreTest, OneLeaderWritesAndNoneAfterAnotherTookOver) {
   auto first = Open();
   ASSERT_TRUE(first.ok()) << first.status();
-  auto second = Open();
-  ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
-  EXPECT_TRUE(absl::StrContains(second.status().message(), "another trainctl-coordinator"))
-      << second.status();
+  auto second = OpenStandby();
+  ASSERT_TRUE(second.ok()) << second.status();
+  const absl::Status refused = (*second)->TryLead("second", absl::Minutes(1));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "another trainctl-coordinator leads"))
+      << refused;
+  auto standby_write = (*second)->CreateJob(PendingJob("from-standby"), "", {});
+  EXPECT_EQ(standby_write.status().code(), absl::StatusCode::kFailedPrecondition);
 
-  // The first is cut off (its sessions end, as in a network partition) and a second takes over.
+  // The first is cut off (its sessions end, as in a network partition): the lead is free.
   std::unique_ptr<pg::Conn> admin = Admin();
   ASSERT_NE(admin, nullptr);
   ASSERT_TRUE(admin
@@ -74,21 +87,43 @@ TEST_F(PostgresJobStoreTest, OneWriterAndNoWritesAfterAnotherTookOver) {
                          "application_name = 'trainctl-coordinator' AND datname = "
                          "current_database() AND pid <> pg_backend_pid()")
                   .ok());
-  auto successor = Open();
-  ASSERT_TRUE(successor.ok()) << successor.status();
-  // The first comes back: it reconnects, finds the lock taken and writes nothing.
+  ASSERT_TRUE((*second)->TryLead("second", absl::Minutes(1)).ok());
+  // The first comes back: it reconnects, finds the lead taken and writes nothing.
   auto stale = (*first)->CreateJob(PendingJob("stale"), "", {});
   ASSERT_FALSE(stale.ok());
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
-  ASSERT_TRUE((*successor)->CreateJob(PendingJob("fresh"), "", {}).ok());
-  JobFilter all;
-  auto page = (*successor)->ListJobs(all);
+  EXPECT_EQ((*first)->RenewLead().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE((*first)->leading());
+  ASSERT_TRUE((*second)->CreateJob(PendingJob("fresh"), "", {}).ok());
+  auto page = (*second)->ListJobs(JobFilter());
   ASSERT_TRUE(page.ok()) << page.status();
   ASSERT_EQ(page->jobs.size(), 1u);
   EXPECT_EQ(page->jobs[0].spec().name(), "fresh");
-  // Once the successor is gone, the first may write again.
-  successor->reset();
-  EXPECT_TRUE((*first)->CreateJob(PendingJob("resumed"), "", {}).ok());
+}
+
+// A leader that stops renewing (paused, as by SIGSTOP) while its session lives: once the lease has
+// run out a standby ends that session and leads, and the old leader, resumed, writes nothing.
+TEST_F(PostgresJobStoreTest, AnExpiredLeaseIsTakenOverAndItsHolderFenced) {
+  auto paused = Open(absl::Milliseconds(300));
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  ASSERT_TRUE((*paused)->CreateJob(PendingJob("before"), "", {}).ok());
+  auto standby = OpenStandby();
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  EXPECT_EQ((*standby)->TryLead("standby", absl::Minutes(1)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::Status took = absl::UnknownError("not tried");
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return (took = (*standby)->TryLead("standby", absl::Minutes(1))).ok(); },
+      absl::Seconds(10)))
+      << took;
+  auto resumed = (*paused)->CreateJob(PendingJob("after-pause"), "", {});
+  EXPECT_EQ(resumed.status().code(), absl::StatusCode::kFailedPrecondition) << resumed.status();
+  EXPECT_FALSE((*paused)->RenewLead().ok());
+  auto page = (*standby)->ListJobs(JobFilter());
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].spec().name(), "before");
+  EXPECT_TRUE((*standby)->CreateJob(PendingJob("new-leader"), "", {}).ok());
 }
 
 TEST_F(PostgresJobStoreTest, RefusesASchemaNewerThanItKnows) {

@@ -32,13 +32,20 @@ class ControlPlaneTest : public ::testing::Test {
   void StartCoordinator() {
     const std::string ready = dir_.path() + "/ready";
     std::filesystem::remove(ready);
-    coordinator_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{TRAINCTL_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db", db_,
-                                 "--ready_file", ready, "--log_level", "warning"},
-        dir_.path() + "/coordinator.log");
+    coordinator_ =
+        std::make_unique<Subprocess>(Argv({"--listen", "127.0.0.1:0", "--db", db_, "--ready_file",
+                                           ready, "--log_level", "warning"}),
+                                     dir_.path() + "/coordinator.log");
     ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(ready); }, absl::Seconds(30)))
         << testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log");
     address_ = std::string(absl::StripAsciiWhitespace(testing::ReadFileOrEmpty(ready)));
+  }
+
+  // The coordinator's command line: `flags`, then extra_flags_.
+  std::vector<std::string> Argv(std::vector<std::string> flags) const {
+    flags.insert(flags.begin(), TRAINCTL_COORDINATOR_BIN);
+    flags.insert(flags.end(), extra_flags_.begin(), extra_flags_.end());
+    return flags;
   }
 
   RunResult Trainctl(std::vector<std::string> args, const std::string& cwd = "") {
@@ -151,6 +158,7 @@ priority: 5
 
   testing::TempDir dir_;
   std::string db_ = dir_.path() + "/var/trainctl.db";  // a derived fixture may name another
+  std::vector<std::string> extra_flags_;               // every coordinator's, last
   std::unique_ptr<Subprocess> coordinator_;
   std::string address_;
 };

@@ -1,9 +1,12 @@
 // The control plane on PostgreSQL (`--db postgresql://...`): the real coordinator over a real
 // PostgreSQL server (tests/testing/postgres_server.h), killed, restarted, and losing its server.
 #include <filesystem>
+#include <iostream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/control_plane_fixture.h"
 #include "tests/testing/postgres_server.h"
@@ -13,6 +16,8 @@ namespace {
 
 using testing::PostgresServer;
 using testing::RunResult;
+using testing::Subprocess;
+using testing::WaitFor;
 
 class PostgresControlPlaneTest : public testing::ControlPlaneTest {
  protected:
@@ -86,13 +91,57 @@ TEST_F(PostgresControlPlaneTest, LosingTheServerFailsSubmitsUnavailableAndLosesN
   EXPECT_EQ(all->jobs_size(), 6);
 }
 
+// A leader paused (SIGSTOP) past its lease: a standby takes over, and the old leader, resumed,
+// writes nothing and exits; the new one serves the jobs acknowledged before.
+TEST_F(PostgresControlPlaneTest, APausedLeaderIsTakenOverAndExitsWhenResumed) {
+  ASSERT_NO_FATAL_FAILURE(UseFreshDatabase());
+  extra_flags_ = {"--standby", "--leader_lease", "1s"};
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+  auto acked = cli::JobClient(address_).Submit(Request("before-pause"));
+  ASSERT_TRUE(acked.ok()) << acked.status();
+  const std::string ready = dir_.path() + "/standby-ready";
+  Subprocess standby(Argv({"--listen", "127.0.0.1:0", "--db", db_, "--ready_file", ready}),
+                     dir_.path() + "/standby.log");
+  // A standby says whom it waits for, and does not serve until it leads.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return absl::StrContains(testing::ReadFileOrEmpty(dir_.path() + "/standby.log"),
+                                 "standby: another trainctl-coordinator leads this database");
+      },
+      absl::Seconds(20)));
+  ASSERT_FALSE(std::filesystem::exists(ready));
+
+  coordinator_->Kill(SIGSTOP);
+  const absl::Time paused = absl::Now();
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(ready); }, absl::Seconds(20)))
+      << testing::ReadFileOrEmpty(dir_.path() + "/standby.log");
+  const absl::Duration takeover = absl::Now() - paused;
+  EXPECT_LT(takeover, absl::Seconds(10));
+  std::cerr << "standby led " << takeover << " after the leader's pause (lease 1s)\n";
+  const std::string leader =
+      std::string(absl::StripAsciiWhitespace(testing::ReadFileOrEmpty(ready)));
+
+  coordinator_->Kill(SIGCONT);
+  absl::StatusOr<int> code = coordinator_->Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 3) << testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log");
+  EXPECT_TRUE(absl::StrContains(testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log"),
+                                "lost the lead"));
+
+  cli::JobClient client(leader);
+  auto stored = client.Get(acked->job().id());
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->spec().name(), "before-pause");
+  ASSERT_TRUE(client.Submit(Request("after-takeover")).ok());
+}
+
 TEST_F(PostgresControlPlaneTest, ASecondCoordinatorOnTheSameDatabaseIsRefused) {
   ASSERT_NO_FATAL_FAILURE(UseFreshDatabase());
   ASSERT_NO_FATAL_FAILURE(StartCoordinator());
   RunResult second = testing::Run(
       {TRAINCTL_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db", db_}, {}, absl::Seconds(20));
   EXPECT_EQ(second.exit_code, 1) << second.err;
-  EXPECT_TRUE(absl::StrContains(second.err, "another trainctl-coordinator writes to this database"))
+  EXPECT_TRUE(absl::StrContains(second.err, "another trainctl-coordinator leads this database"))
       << second.err;
   // The lock is the session's: it goes with a killed holder, and the next coordinator starts.
   coordinator_->Kill(SIGKILL);
