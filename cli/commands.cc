@@ -87,7 +87,7 @@ Usage: trainctl [--coordinator HOST:PORT] [-o FORMAT] VERB [options]
   datagen shapes --out DIR --n N the synthetic shapes dataset (PNG + open-r1 JSONL)
 
 Options for every verb that talks to the coordinator, before or after the verb:
-  --coordinator HOST:PORT        default $TRAINCTL_COORDINATOR, else 127.0.0.1:50051
+  --coordinator HOST:PORT[,...]  default $TRAINCTL_COORDINATOR, else 127.0.0.1:50051
   --tls_ca/--tls_cert/--tls_key  PEM files for TLS (default $TRAINCTL_TLS_CA/_CERT/_KEY);
                                  the token: $TRAINCTL_TOKEN or ~/.config/trainctl/token; both
                                  may come from ~/.config/trainctl/config (see docs/security.md)
@@ -683,7 +683,7 @@ int RunTrainctl(const std::vector<std::string>& args, const ClientEnvironment& e
     auto connection = ResolveConnection(c.args.options, env);
     if (!connection.ok()) return Fail(err, connection.status());
     c.connection = *std::move(connection);
-    c.coordinator = c.connection.address;
+    c.coordinator = absl::StrJoin(c.connection.addresses, ",");
   }
   c.format = c.args.Get("output", "table");
   const bool csv_ok = name == "metrics";

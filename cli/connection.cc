@@ -57,8 +57,8 @@ absl::StatusOr<Connection> ResolveConnection(const std::map<std::string, std::st
     return it == config.end() ? "" : it->second;
   };
   Connection c;
-  if (std::string address = pick("coordinator", env.coordinator); !address.empty()) {
-    ASSIGN_OR_RETURN(c.address, CoordinatorTarget(address));
+  if (std::string list = pick("coordinator", env.coordinator); !list.empty()) {
+    ASSIGN_OR_RETURN(c.addresses, CoordinatorTargets(list));
   }
   c.tls.ca = pick("tls_ca", env.tls_ca);
   c.tls.cert = pick("tls_cert", env.tls_cert);
@@ -97,7 +97,7 @@ bool AddConnectionOptions(std::vector<OptionSpec>* options) {
 
 Connection PlaintextConnection(std::string address) {
   Connection c;
-  c.address = std::move(address);
+  c.addresses = {std::move(address)};
   c.credentials = grpc::InsecureChannelCredentials();
   return c;
 }

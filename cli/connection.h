@@ -7,7 +7,9 @@
 //      tls_cert, tls_key, token_file), '#' comments; a leading ~/ in a path is $HOME
 //   4. defaults: 127.0.0.1:50051, plaintext, and the token in $HOME/.config/trainctl/token when
 //      that file exists (none otherwise)
-// An address without a port gets 50051 (common/client_config.h: CoordinatorTarget).
+// The coordinator setting is one address or a comma-separated list of them (an active coordinator
+// and its standbys: JobClient calls the one that takes the connection); an address without a port
+// gets 50051 (common/client_config.h: CoordinatorTargets).
 // TLS is on when a CA, certificate or key is named; the token goes with every call as
 // `authorization: Bearer <token>` metadata.
 #ifndef TRAINCTL_CLI_CONNECTION_H_
@@ -41,14 +43,17 @@ struct ClientEnvironment {
 
 // How to reach the coordinator.
 struct Connection {
-  std::string address = "127.0.0.1:50051";
+  // gRPC targets, in the order given; never empty once resolved. The same credentials and token
+  // go to each (TLS checks each coordinator's certificate against its own address).
+  std::vector<std::string> addresses = {"127.0.0.1:50051"};
   TlsOptions tls;
   std::string token;                                      // empty: none sent
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // never null once resolved
 };
 
 // The settings by the order above, from `flags` (long names without dashes; others ignored) and
-// `env`. INVALID_ARGUMENT naming the file and line for a config file line that is not `key =
+// `env`. INVALID_ARGUMENT naming the address for a coordinator list CoordinatorTargets refuses,
+// naming the file and line for a config file line that is not `key =
 // value` with a known key, and naming the flag and file for a certificate, key or token file that
 // cannot be read or is not PEM (common/credentials.h).
 absl::StatusOr<Connection> ResolveConnection(const std::map<std::string, std::string>& flags,
@@ -61,7 +66,7 @@ std::vector<OptionSpec> ConnectionOptions();
 // other connection options to them.
 bool AddConnectionOptions(std::vector<OptionSpec>* options);
 
-// Insecure, no token: what tests and older callers that only know an address use.
+// Insecure, no token, the one coordinator at `address`: what tests and older callers use.
 Connection PlaintextConnection(std::string address);
 
 }  // namespace trainctl::cli

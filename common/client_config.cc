@@ -54,6 +54,27 @@ absl::StatusOr<std::string> CoordinatorTarget(absl::string_view address) {
   return std::string(address);
 }
 
+absl::StatusOr<std::vector<std::string>> CoordinatorTargets(absl::string_view list) {
+  std::vector<std::string> targets;
+  int n = 0;
+  for (absl::string_view item : absl::StrSplit(list, ',')) {
+    ++n;
+    item = absl::StripAsciiWhitespace(item);
+    if (item.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("coordinator list '", list, "': item ", n,
+                                                     " is empty; want HOST[:PORT],HOST[:PORT]"));
+    }
+    absl::StatusOr<std::string> target = CoordinatorTarget(item);
+    if (!target.ok()) return target.status();
+    if (std::find(targets.begin(), targets.end(), *target) != targets.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("coordinator address '", item, "': given twice (as ", *target, ")"));
+    }
+    targets.push_back(*std::move(target));
+  }
+  return targets;
+}
+
 absl::StatusOr<std::map<std::string, std::string>> ParseClientConfig(absl::string_view text,
                                                                      absl::string_view origin,
                                                                      const std::string& home) {

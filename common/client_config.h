@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -27,6 +28,12 @@ inline constexpr int kDefaultCoordinatorPort = 50051;
 // have a port in 1-65535; a target with a scheme (dns:, unix:, ipv4:, ipv6:, vsock:, or `x://`)
 // passes as it is. INVALID_ARGUMENT naming the address otherwise.
 absl::StatusOr<std::string> CoordinatorTarget(absl::string_view address);
+
+// A comma-separated list of coordinator addresses (active and standbys, e.g.
+// `10.0.0.1:50051,10.0.0.2`), each as CoordinatorTarget makes it, in the list's order; whitespace
+// around an item is ignored. INVALID_ARGUMENT naming the item for an empty item, an address
+// CoordinatorTarget refuses, or one that names the same target as an earlier item.
+absl::StatusOr<std::vector<std::string>> CoordinatorTargets(absl::string_view list);
 
 }  // namespace trainctl
 

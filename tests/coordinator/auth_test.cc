@@ -138,7 +138,7 @@ class AuthTest : public ::testing::Test {
   // A client of `holder` ("" no token) over TLS, presenting `cert` ("" none).
   std::unique_ptr<cli::JobClient> Client(const std::string& holder, const std::string& cert = "") {
     cli::Connection c;
-    c.address = address_;
+    c.addresses = {address_};
     c.credentials = Tls(cert);
     if (!holder.empty()) c.token = Tokens().at(holder);
     return std::make_unique<cli::JobClient>(std::move(c));
@@ -324,7 +324,7 @@ TEST_F(AuthTest, MissingOrWrongTokenIsUnauthenticatedSayingWhatIsMissing) {
   EXPECT_TRUE(absl::StrContains(none.message(), "TRAINCTL_TOKEN")) << none;
 
   cli::Connection wrong;
-  wrong.address = address_;
+  wrong.addresses = {address_};
   wrong.credentials = Tls();
   wrong.token = "not-a-listed-token";
   auto bad = cli::JobClient(wrong).List(v1::ListJobsRequest()).status();
@@ -417,7 +417,7 @@ TEST_F(AuthTest, RequiredClientCertificatesAreDemandedAtTheHandshake) {
   // The CLI with TLS on but no certificate hears only that the socket closed: it says why that
   // likely is, and what to give.
   cli::Connection c;
-  c.address = address;
+  c.addresses = {address};
   c.tls.ca = pki_->ca();
   c.credentials = Tls();
   auto refused = cli::JobClient(std::move(c)).List(v1::ListJobsRequest()).status();
@@ -428,7 +428,7 @@ TEST_F(AuthTest, RequiredClientCertificatesAreDemandedAtTheHandshake) {
   EXPECT_TRUE(absl::StrContains(refused.message(), "--tls_cert")) << refused;
   {
     cli::Connection streaming;
-    streaming.address = address;
+    streaming.addresses = {address};
     streaming.tls.ca = pki_->ca();
     streaming.credentials = Tls();
     v1::StreamLogsRequest logs;
@@ -441,7 +441,7 @@ TEST_F(AuthTest, RequiredClientCertificatesAreDemandedAtTheHandshake) {
   strict->Shutdown();
   // Nothing listening: the same client is not told about certificates.
   cli::Connection gone;
-  gone.address = address;
+  gone.addresses = {address};
   gone.tls.ca = pki_->ca();
   gone.credentials = Tls();
   auto unreachable = cli::JobClient(std::move(gone)).List(v1::ListJobsRequest()).status();

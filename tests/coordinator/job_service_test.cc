@@ -225,7 +225,7 @@ TEST_F(JobServiceTest, ManyConcurrentWatchersAllFinish) {
   std::atomic<int> finished{0};
   for (int i = 0; i < 16; ++i) {
     watchers.emplace_back([&] {
-      cli::JobClient own(client_->address());
+      cli::JobClient own(client_->addresses().front());
       trainctl::v1::WatchJobRequest request;
       request.set_id(id);
       int events = 0;

@@ -14,6 +14,7 @@
 #include "cli/job_client.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/daemons.h"
 #include "tests/testing/promtool.h"
 #include "tests/testing/subprocess.h"
 #include "tests/trainer/shapes_fixture.h"
@@ -90,12 +91,7 @@ class CoordinatorMetricsTest : public testing::ShapesTrainingTest {
                                                                     "--output_roots",
                                                                     dir_.path()},
                                            dir_.path() + "/worker.log");
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto nodes = client_->ListNodes();
-          return nodes.ok() && nodes->nodes_size() == 1 && nodes->nodes(0).state() == "ready";
-        },
-        absl::Seconds(20)))
+    ASSERT_TRUE(WaitFor([&] { return testing::OneNodeReady(*client_); }, absl::Seconds(20)))
         << Logs();
   }
 

@@ -52,6 +52,12 @@ inline trainctl::v1::Job WaitJobState(cli::JobClient& client, const std::string&
   return job;
 }
 
+// Whether exactly one node is registered with the coordinator behind `client`, and it is ready.
+inline bool OneNodeReady(cli::JobClient& client) {
+  auto nodes = client.ListNodes();
+  return nodes.ok() && nodes->nodes_size() == 1 && nodes->nodes(0).state() == "ready";
+}
+
 inline std::vector<trainctl::v1::LogLine> StoredLogs(cli::JobClient& client,
                                                      const std::string& id) {
   std::vector<trainctl::v1::LogLine> lines;

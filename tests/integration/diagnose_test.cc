@@ -30,12 +30,7 @@ class DiagnoseTest : public ::testing::Test, protected testing::Daemons {
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(StartCoordinator());
     StartWorker("node-a", TRAINCTL_TRAINER_BIN, {"--slots", "2", "--output_roots", dir_.path()});
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto nodes = client_->ListNodes();
-          return nodes.ok() && nodes->nodes_size() == 1 && nodes->nodes(0).state() == "ready";
-        },
-        absl::Seconds(20)))
+    ASSERT_TRUE(WaitFor([&] { return testing::OneNodeReady(*client_); }, absl::Seconds(20)))
         << Logs();
   }
 

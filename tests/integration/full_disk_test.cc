@@ -19,6 +19,7 @@
 #include "cli/job_client.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/daemons.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
@@ -77,12 +78,7 @@ class FullDiskTest : public ::testing::Test {
                                  "--trainer", FAKE_RANK_BIN, "--nvidia_smi",
                                  "/nonexistent/nvidia-smi", "--output_roots", dir_.path()},
         dir_.path() + "/worker.log");
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto nodes = client_->ListNodes();
-          return nodes.ok() && nodes->nodes_size() == 1 && nodes->nodes(0).state() == "ready";
-        },
-        absl::Seconds(20)))
+    ASSERT_TRUE(WaitFor([&] { return testing::OneNodeReady(*client_); }, absl::Seconds(20)))
         << Logs();
   }
 

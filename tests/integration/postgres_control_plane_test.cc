@@ -106,7 +106,7 @@ TEST_F(PostgresControlPlaneTest, APausedLeaderIsTakenOverAndExitsWhenResumed) {
   ASSERT_TRUE(WaitFor(
       [&] {
         return absl::StrContains(testing::ReadFileOrEmpty(dir_.path() + "/standby.log"),
-                                 "standby: another trainctl-coordinator leads this database");
+                                 "another trainctl-coordinator leads this database");
       },
       absl::Seconds(20)));
   ASSERT_FALSE(std::filesystem::exists(ready));

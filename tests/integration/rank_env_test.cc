@@ -54,7 +54,7 @@ class RankEnvTest : public ::testing::Test, protected testing::Daemons {
     if (HasFatalFailure()) return;
     // The daemons' own client, as alice: the coordinator wants a token.
     cli::Connection connection;
-    connection.address = address_;
+    connection.addresses = {address_};
     connection.token = kAliceToken;
     connection.credentials = grpc::InsecureChannelCredentials();
     client_ = std::make_unique<cli::JobClient>(connection);

@@ -52,12 +52,7 @@ class RemediesTest : public testing::ShapesTrainingTest, protected testing::Daem
     ASSERT_NO_FATAL_FAILURE(StartCoordinator());
     StartWorker("node-a", TRAINCTL_TRAINER_BIN,
                 {"--slots", "1", "--kill_grace", "2s", "--output_roots", dir_.path()});
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto nodes = client_->ListNodes();
-          return nodes.ok() && nodes->nodes_size() == 1 && nodes->nodes(0).state() == "ready";
-        },
-        absl::Seconds(20)))
+    ASSERT_TRUE(WaitFor([&] { return testing::OneNodeReady(*client_); }, absl::Seconds(20)))
         << Logs();
   }
 

@@ -19,6 +19,7 @@
 #include "common/credentials.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/daemons.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_pki.h"
@@ -125,7 +126,7 @@ class SecureClusterTest : public ::testing::Test {
     TlsOptions tls;
     tls.ca = pki_->ca();
     cli::Connection admin;
-    admin.address = address_;
+    admin.addresses = {address_};
     admin.credentials = *MakeChannelCredentials(tls);
     admin.token = kAdminToken;
     admin_ = std::make_unique<cli::JobClient>(admin);
@@ -140,12 +141,7 @@ class SecureClusterTest : public ::testing::Test {
 
   // Whether node-a, the one worker, is registered and ready within 20 s.
   bool NodeReady() {
-    return WaitFor(
-        [&] {
-          auto nodes = admin_->ListNodes();
-          return nodes.ok() && nodes->nodes_size() == 1 && nodes->nodes(0).state() == "ready";
-        },
-        absl::Seconds(20));
+    return WaitFor([&] { return testing::OneNodeReady(*admin_); }, absl::Seconds(20));
   }
 
   // The real trainctl as the user runs it: HOME holds its config and token.
@@ -194,13 +190,14 @@ class SecureClusterTest : public ::testing::Test {
 
 TEST_F(SecureClusterTest, AJobRunsOverMutualTlsWithTokensAndRecordsItsOwner) {
   StartDaemons();
-  const nlohmann::json spec = {{"kind", "sft"},
-                               {"name", "secure"},
-                               {"model_name_or_path", "tiny"},
-                               {"data_path", dir_.path() + "/data"},
-                               {"output_dir", dir_.path() + "/out"},
-                               {"resources", {{"nodes", 1}, {"slots_per_node", 2}}},
-                               {"env", {{"TRAINCTL_FAKE_LINES", "3"}, {"TRAINCTL_FAKE_PERIOD_MS", "5"}}}};
+  const nlohmann::json spec = {
+      {"kind", "sft"},
+      {"name", "secure"},
+      {"model_name_or_path", "tiny"},
+      {"data_path", dir_.path() + "/data"},
+      {"output_dir", dir_.path() + "/out"},
+      {"resources", {{"nodes", 1}, {"slots_per_node", 2}}},
+      {"env", {{"TRAINCTL_FAKE_LINES", "3"}, {"TRAINCTL_FAKE_PERIOD_MS", "5"}}}};
   RunResult submitted = Trainctl({"submit", dir_.Write("job.json", spec.dump()), "-o", "json"});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err << Logs();
   auto reply = nlohmann::json::parse(submitted.out, nullptr, false);
@@ -309,6 +306,35 @@ TEST_F(SecureClusterTest, AWorkerTokenRotatesWithoutRestartingTheWorker) {
   EXPECT_TRUE(absl::StrContains(testing::ReadFileOrEmpty(dir_.path() + "/worker.log"),
                                 "holds a new token: this session uses it"))
       << Logs();
+}
+
+// Active/standby coordinators (docs/deploy.md): the worker and trainctl, given both addresses,
+// follow the coordinator to its other address with the same CA, certificates and tokens; each
+// checks the server certificate against the address it dialled.
+TEST_F(SecureClusterTest, WorkerAndCliFollowTheCoordinatorToItsOtherAddressOverMutualTls) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+  const std::string first = address_;
+  const std::string second = absl::StrCat("127.0.0.1:", testing::FreeLoopbackPort());
+  std::vector<std::string> args = WorkerArgs("node-a");
+  args.insert(args.end(), {"--coordinator", first + "," + second});
+  worker_ = std::make_unique<Subprocess>(args, dir_.path() + "/worker.log");
+  ASSERT_TRUE(NodeReady()) << Logs();
+  RunResult before = Trainctl({"ls"}, {{"TRAINCTL_COORDINATOR", second + "," + first}});
+  EXPECT_EQ(before.exit_code, 0) << before.err;
+
+  coordinator_.reset();
+  StartCoordinator(second);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(NodeReady()) << Logs();
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return absl::StrContains(testing::ReadFileOrEmpty(dir_.path() + "/worker.log"),
+                                 "connected to " + second);
+      },
+      absl::Seconds(5)))
+      << Logs();
+  RunResult after = Trainctl({"ls"}, {{"TRAINCTL_COORDINATOR", first + "," + second}});
+  EXPECT_EQ(after.exit_code, 0) << after.err;
 }
 
 TEST_F(SecureClusterTest, DaemonsRefuseCredentialMistakesAtStartUp) {

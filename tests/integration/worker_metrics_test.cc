@@ -16,6 +16,7 @@
 #include "cli/job_client.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/daemons.h"
 #include "tests/testing/promtool.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
@@ -120,12 +121,7 @@ class WorkerMetricsTest : public ::testing::Test {
     metrics_host_ = bound.substr(0, colon);
     ASSERT_TRUE(absl::SimpleAtoi(bound.substr(colon + 1), &metrics_port_)) << bound;
     ASSERT_GT(metrics_port_, 0) << bound;
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto nodes = client_->ListNodes();
-          return nodes.ok() && nodes->nodes_size() == 1 && nodes->nodes(0).state() == "ready";
-        },
-        absl::Seconds(20)))
+    ASSERT_TRUE(WaitFor([&] { return testing::OneNodeReady(*client_); }, absl::Seconds(20)))
         << Logs();
   }
 

@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/access_tokens.h"
 #include "common/json_proto.h"
 #include "common/logging.h"
 #include "common/rank_env.h"
@@ -59,19 +58,6 @@ absl::StatusOr<int> PickPort(const std::string& addr) {
   return static_cast<int>(ntohs(sa.sin_port));
 }
 
-// A fresh channel to the coordinator, for one session.
-std::shared_ptr<grpc::Channel> NewCoordinatorChannel(const WorkerOptions& options) {
-  grpc::ChannelArguments args;
-  // Notice a coordinator that vanished without closing the connection (a partition, a dead host).
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  return grpc::CreateCustomChannel(
-      options.coordinator,
-      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
-      args);
-}
-
 // Writes the launch as the coordinator decided it, untouched, to <dir>/launch.json (every rank's
 // `train --launch`); returns its path.
 absl::StatusOr<fs::path> WriteLaunchFile(const fs::path& dir, const v1::LaunchTask& launch) {
@@ -104,10 +90,12 @@ Worker::Worker(WorkerOptions options)
       output_roots_(options_.output_roots, options_.work_dir),
       boot_id_(NewBootId()),
       outbox_((fs::path(options_.work_dir) / "outbox.spill").string(),
-              options_.outbox_memory_bytes) {
+              options_.outbox_memory_bytes),
+      link_({options_.coordinators, options_.credentials, options_.token, options_.token_file,
+             options_.connect_timeout}),
+      coordinator_(options_.coordinators.front()) {
   for (const v1::GpuInfo& gpu : options_.gpus) free_gpus_.insert(gpu.index());
   free_cpu_slots_ = options_.cpu_slots;
-  token_ = options_.token;
 }
 
 Worker::~Worker() {
@@ -136,9 +124,12 @@ void Worker::Run() {
   std::mt19937 rng(std::random_device{}());
   while (!closing_) {
     const absl::Time started = absl::Now();
-    Session();
+    const bool registered = Session();
     if (closing_) break;
     if (absl::Now() - started > absl::Seconds(10)) backoff = options_.reconnect_min;
+    // The rest of the round goes at once: a standby refuses in a moment, and the one that leads
+    // is found without waiting out a back-off per address.
+    if (!link_.EndAttempt(registered)) continue;
     // Full jitter, so a fleet of workers does not reconnect in lockstep after a coordinator
     // restart.
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
@@ -187,6 +178,7 @@ void Worker::ReportLoopPass() {
   if (!options_.on_loop) return;
   WorkerLoopSummary summary;
   summary.registered = connected_;
+  summary.coordinator = coordinator_;
   {
     absl::MutexLock lock(&mu_);
     summary.tasks = static_cast<int>(tasks_.size());
@@ -269,39 +261,23 @@ v1::WorkerMessage Worker::MakeRegister() {
   return message;
 }
 
-const std::string& Worker::SessionToken() {
-  if (options_.token_file.empty()) return token_;
-  absl::StatusOr<std::string> token = ReadTokenFile(options_.token_file);
-  if (!token.ok()) {
-    if (token.status().message() != token_file_error_) {
-      token_file_error_ = std::string(token.status().message());
-      TRAINCTL_LOG(WARNING) << "--token_file: " << token_file_error_
-                            << "; the sessions keep the token read before";
-    }
-    return token_;
+bool Worker::Session() {
+  CoordinatorLink::Attempt attempt = link_.Connect();
+  coordinator_ = attempt.address;
+  if (attempt.reach == ChannelReach::kSilent) {
+    TRAINCTL_LOG(WARNING) << "no connection to " << coordinator_ << " within "
+                          << absl::FormatDuration(options_.connect_timeout) << "; trying again";
+    return false;
   }
-  token_file_error_.clear();
-  if (*token != token_) {
-    if (!token_.empty()) {
-      TRAINCTL_LOG(INFO) << "--token_file " << options_.token_file
-                         << " holds a new token: this session uses it";
-    }
-    token_ = *std::move(token);
-  }
-  return token_;
-}
-
-void Worker::Session() {
-  // A fresh channel per attempt: a channel that failed to connect waits out its own back-off before
-  // trying again, which would stretch ours (and a coordinator's recovery grace) for nothing.
-  auto stub = v1::WorkerService::NewStub(NewCoordinatorChannel(options_));
+  // A channel that failed to connect fails the call at once, with gRPC's reason.
+  auto stub = v1::WorkerService::NewStub(attempt.channel);
   grpc::ClientContext context;
-  if (const std::string& token = SessionToken(); !token.empty()) {
+  if (const std::string& token = link_.Token(); !token.empty()) {
     context.AddMetadata("authorization", "Bearer " + token);
   }
   {
     absl::MutexLock lock(&mu_);
-    if (closing_) return;
+    if (closing_) return false;
     context_ = &context;
   }
   auto stream = stub->Session(&context);
@@ -310,7 +286,7 @@ void Worker::Session() {
   int64_t sent = 0;
   std::thread reader;
   if (stream->Write(MakeRegister())) {
-    TRAINCTL_LOG(INFO) << "connected to " << options_.coordinator << " as " << options_.node_name;
+    TRAINCTL_LOG(INFO) << "connected to " << coordinator_ << " as " << options_.node_name;
     reader = std::thread([&] { ReadSession(stream.get(), &broken, &registered); });
     sent = WriteSession(stream.get(), &broken);
     stream->WritesDone();
@@ -326,6 +302,7 @@ void Worker::Session() {
     context_ = nullptr;
   }
   if (!closing_) OnSessionEnded(status, sent, registered);
+  return registered;
 }
 
 void Worker::ReadSession(SessionStream* stream, std::atomic<bool>* broken,
@@ -367,8 +344,8 @@ int64_t Worker::WriteSession(SessionStream* stream, std::atomic<bool>* broken) {
 }
 
 void Worker::OnSessionEnded(const grpc::Status& status, int64_t sent, bool registered) {
-  TRAINCTL_LOG(WARNING) << "session with " << options_.coordinator
-                        << " ended: " << status.error_message() << "; reconnecting";
+  TRAINCTL_LOG(WARNING) << "session with " << coordinator_ << " ended: " << status.error_message()
+                        << "; reconnecting";
   // A coordinator going away (UNAVAILABLE) or unable to store right now (RESOURCE_EXHAUSTED)
   // says nothing against the message it did not acknowledge: it is sent again, however often.
   if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&

@@ -1,5 +1,6 @@
-// Worker: the daemon's core. Keeps one WorkerService.Session stream to the coordinator
-// (reconnecting with back-off), launches the ranks of the tasks it is given (rank_launcher.h), and
+// Worker: the daemon's core. Keeps one WorkerService.Session stream to the coordinator that
+// leads (coordinator_link.h: each attempt tries the next address, with back-off between rounds
+// through the list), launches the ranks of the tasks it is given (rank_launcher.h), and
 // reports their status, log lines and trainer events through the Outbox, so nothing is lost while
 // the coordinator is away.
 //
@@ -28,6 +29,7 @@
 #include "absl/time/time.h"
 #include "common/rank_env.h"
 #include "trainctl/v1/worker.grpc.pb.h"
+#include "worker/daemon/coordinator_link.h"
 #include "worker/daemon/log_rate.h"
 #include "worker/daemon/outbox.h"
 #include "worker/daemon/output_roots.h"
@@ -40,10 +42,13 @@ namespace trainctl::worker {
 struct WorkerLoopSummary {
   bool registered = false;  // the coordinator accepted the live session
   int tasks = 0;            // tasks held (starting, running, or ended and not yet acknowledged)
+  std::string coordinator;  // the address of the live session, else of the attempt last made
 };
 
 struct WorkerOptions {
-  std::string coordinator = "127.0.0.1:50051";
+  // The coordinators' gRPC targets (common/client_config.h CoordinatorTargets): one, or an active
+  // coordinator and its standbys in any order. Never empty.
+  std::vector<std::string> coordinators = {"127.0.0.1:50051"};
   // How the session reaches the coordinator (common/credentials.h); null: plaintext. With
   // client certificates, node_name must be the certificate's CN or one of its DNS names.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
@@ -74,6 +79,8 @@ struct WorkerOptions {
   absl::Duration kill_grace = absl::Seconds(10);
   absl::Duration reconnect_min = absl::Milliseconds(100);
   absl::Duration reconnect_max = absl::Seconds(5);
+  // An address that neither connects nor refuses within this long gives its turn to the next.
+  absl::Duration connect_timeout = absl::Seconds(2);
   absl::Duration log_flush_interval = absl::Milliseconds(100);
   // Each rank's output is forwarded to the coordinator at this many bytes per second at most,
   // after a burst of rank_log_burst_bytes (log_rate.h; <= 0: no limit). Lines over it stay in the
@@ -84,9 +91,9 @@ struct WorkerOptions {
   int64_t max_rank_log_bytes = int64_t{4} << 30;
   size_t outbox_memory_bytes = size_t{64} << 20;
   // Optional: runs on Run()'s thread on every pass of its loops (every 100 ms at most while a
-  // session is open, every 20 ms while waiting to reconnect), so it stops when that loop hangs
-  // (the daemon's watchdog pings from here: common/service_loop_reporter.h). Must not call back
-  // into the worker.
+  // session is open, every 20 ms while waiting to reconnect; an attempt to connect may hold it up
+  // for connect_timeout), so it stops when that loop hangs (the daemon's watchdog pings from here:
+  // common/service_loop_reporter.h). Must not call back into the worker.
   std::function<void(const WorkerLoopSummary&)> on_loop;
   // Probes the node's topology (topology_probe.h): once when Run starts (the result goes with every
   // register), and again, off the session's threads, each time the coordinator sends
@@ -125,7 +132,9 @@ class Worker {
   using SessionStream =
       grpc::ClientReaderWriter<trainctl::v1::WorkerMessage, trainctl::v1::CoordinatorMessage>;
 
-  void Session();  // one connection, until it breaks or Stop
+  // One attempt at the next coordinator in turn, until the session breaks or Stop. Returns whether
+  // the coordinator accepted the session.
+  bool Session();
   // The session's reader thread: handles what the coordinator sends until the stream ends, then
   // sets `broken`; sets `registered` (and counts the session) when the coordinator accepts it.
   void ReadSession(SessionStream* stream, std::atomic<bool>* broken, std::atomic<bool>* registered);
@@ -135,8 +144,6 @@ class Worker {
   // After a session ended without Stop: logs why and, unless the coordinator only went away, counts
   // a strike against the oldest message sent (`sent` through) and not acknowledged.
   void OnSessionEnded(const grpc::Status& status, int64_t sent, bool registered);
-  // The token for the next session: options_.token_file read again when set. Session thread only.
-  const std::string& SessionToken();
   trainctl::v1::WorkerMessage MakeRegister();
   void Handle(const trainctl::v1::CoordinatorMessage& message);
   void HandleLaunch(const trainctl::v1::LaunchTask& launch);
@@ -187,8 +194,8 @@ class Worker {
   const OutputRoots output_roots_;
   const std::string boot_id_;
   Outbox outbox_;
-  std::string token_;             // SessionToken(): the token last read; session thread only
-  std::string token_file_error_;  // SessionToken(): the last read's error, logged once
+  CoordinatorLink link_;     // Run()'s thread only
+  std::string coordinator_;  // Run()'s thread only: the address of the attempt under way or last
 
   absl::Mutex mu_;
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);

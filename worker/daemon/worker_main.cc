@@ -1,8 +1,8 @@
 // trainctl-worker: the daemon on each node. Registers the node's GPUs (or CPU slots) with the
 // coordinator, runs the ranks of the tasks placed on it, and streams their status, logs and events.
 //
-//   trainctl-worker --coordinator HOST:PORT [--node_name NAME] [--advertise_addr ADDR]
-//                   [--work_dir DIR] [--labels k=v,k=v] [--slots N]
+//   trainctl-worker --coordinator HOST:PORT[,HOST:PORT...] [--node_name NAME]
+//                   [--advertise_addr ADDR] [--work_dir DIR] [--labels k=v,k=v] [--slots N]
 //                   [--metrics_listen HOST:PORT] [--kernel_log PATH]
 //                   [--sysfs_root DIR] [--proc_modules PATH]
 #include <limits.h>
@@ -48,7 +48,8 @@
 extern char** environ;
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051",
-          "the coordinator's HOST[:PORT] (port 50051 when omitted)");
+          "the coordinator's HOST[:PORT] (port 50051 when omitted), or a comma-separated list: an "
+          "active coordinator and its standbys, tried in turn until one takes the session");
 ABSL_FLAG(std::string, node_name, "", "this node's name (default: the host name)");
 ABSL_FLAG(std::string, advertise_addr, "",
           "the IPv4 address other nodes reach this one at (default: 127.0.0.1 when the "
@@ -66,7 +67,8 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2), "how often to he
 ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(10),
           "SIGTERM -> SIGKILL grace when stopping ranks");
 ABSL_FLAG(absl::Duration, reconnect_max, absl::Seconds(5),
-          "longest wait between attempts to reach the coordinator (exponential back-off)");
+          "longest wait between attempts to reach the coordinator (exponential back-off; with "
+          "several --coordinator addresses, between rounds that try each once)");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 ABSL_FLAG(int64_t, rank_log_rate, int64_t{1} << 20,
           "bytes per second of each rank's output forwarded to the coordinator, after a burst of "
@@ -207,17 +209,20 @@ absl::Status SetUpRanks(WorkerOptions* options) {
 // --advertise_addr, --work_dir, --labels, --output_roots, --slots.
 absl::Status ReadNodeFlags(WorkerOptions* options) {
   // Without a port: 50051, not the 443 gRPC's resolver would dial (common/client_config.h).
-  absl::StatusOr<std::string> target = CoordinatorTarget(absl::GetFlag(FLAGS_coordinator));
-  if (!target.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--coordinator: ", target.status().message()));
+  absl::StatusOr<std::vector<std::string>> targets =
+      CoordinatorTargets(absl::GetFlag(FLAGS_coordinator));
+  if (!targets.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--coordinator: ", targets.status().message()));
   }
-  options->coordinator = *std::move(target);
+  options->coordinators = *std::move(targets);
   options->node_name = absl::GetFlag(FLAGS_node_name);
   if (options->node_name.empty()) options->node_name = HostName();
   options->advertise_addr = absl::GetFlag(FLAGS_advertise_addr);
   if (options->advertise_addr.empty()) {
-    const bool loopback = absl::StartsWith(options->coordinator, "127.") ||
-                          absl::StartsWith(options->coordinator, "localhost:");
+    const bool loopback = std::all_of(
+        options->coordinators.begin(), options->coordinators.end(), [](const std::string& c) {
+          return absl::StartsWith(c, "127.") || absl::StartsWith(c, "localhost:");
+        });
     options->advertise_addr = loopback ? "127.0.0.1" : HostName();
   }
   options->work_dir = absl::GetFlag(FLAGS_work_dir);
@@ -358,13 +363,13 @@ int Serve(const sigset_t& signals, absl::Duration watchdog_interval, WorkerOptio
   SystemdNotifier service_notifier;
   ServiceLoopReporter service(&service_notifier, &clock,
                               {watchdog_interval, absl::GetFlag(FLAGS_testonly_stall_file)});
-  options.on_loop = [&service, node = options.node_name,
-                     coordinator = options.coordinator](const WorkerLoopSummary& summary) {
+  options.on_loop = [&service, node = options.node_name](const WorkerLoopSummary& summary) {
     const std::string tasks = absl::StrCat(summary.tasks, summary.tasks == 1 ? " task" : " tasks");
-    service.Tick(summary.registered,
-                 summary.registered
-                     ? absl::StrCat("registered as ", node, " with ", coordinator, ", ", tasks)
-                     : absl::StrCat("connecting to ", coordinator, " as ", node, ", ", tasks));
+    service.Tick(
+        summary.registered,
+        summary.registered
+            ? absl::StrCat("registered as ", node, " with ", summary.coordinator, ", ", tasks)
+            : absl::StrCat("connecting to ", summary.coordinator, " as ", node, ", ", tasks));
   };
   // Declared before the worker, so the metrics (which read it) go first.
   metrics::Registry registry;
@@ -408,8 +413,8 @@ int Run() {
                      << "): "
                      << (options->gpus.empty() ? absl::StrCat(options->cpu_slots, " CPU slots")
                                                : absl::StrCat(options->gpus.size(), " GPUs"))
-                     << ", coordinator " << options->coordinator << ", work dir "
-                     << options->work_dir << ", jobs write under "
+                     << ", coordinator " << absl::StrJoin(options->coordinators, ",")
+                     << ", work dir " << options->work_dir << ", jobs write under "
                      << (options->output_roots.empty() ? options->work_dir
                                                        : absl::StrJoin(options->output_roots, ","));
   return Serve(signals, watchdog_interval, *std::move(options));
@@ -421,7 +426,7 @@ int Run() {
 int main(int argc, char** argv) {
   trainctl::ParseDaemonFlags(
       argc, argv, "trainctl-worker",
-      "trainctl-worker --coordinator HOST:PORT [--node_name N] [--advertise_addr A] "
+      "trainctl-worker --coordinator HOST:PORT[,...] [--node_name N] [--advertise_addr A] "
       "[--work_dir D] [--labels k=v,...] [--slots N] [--metrics_listen HOST:PORT]");
   return trainctl::worker::Run();
 }
