@@ -2,11 +2,10 @@
 //   TRAINCTL_FAKE_LINES=N            print N numbered lines "rank R line i" (stdout), one every
 //   TRAINCTL_FAKE_PERIOD_MS
 //                           (default 20), each followed by a metric event on $TRAINCTL_EVENT_FD
-//   TRAINCTL_FAKE_TRAINER_METRICS=1  those metric events also carry total_steps (N) and
-//   tokens_per_second,
+//   TRAINCTL_FAKE_TRAINER_METRICS=1  those metric events also carry total_steps (N) and tokens_per_second,
 //                           as the trainer's do
-//   TRAINCTL_FAKE_FAIL_RANK=R        that rank prints "rank R: fatal: injected failure" to stderr
-//   and exits TRAINCTL_FAKE_EXIT_CODE=C        with C (default 1) after its lines
+//   TRAINCTL_FAKE_FAIL_RANK=R        that rank prints "rank R: fatal: injected failure" to stderr and exits
+//   TRAINCTL_FAKE_EXIT_CODE=C        with C (default 1) after its lines
 //   TRAINCTL_FAKE_HANG=1             after its lines, sleep forever (a hung rank)
 //   TRAINCTL_FAKE_IGNORE_TERM=1      ignore SIGTERM (so only SIGKILL stops it)
 // Then it exits 0. It also prints its launch environment once, for the tests to check.
@@ -53,8 +52,8 @@ int main() {
               ? ",\"total_steps\":" + std::to_string(lines) + ",\"tokens_per_second\":1500"
               : "";
       const std::string event = "{\"type\":\"metric\",\"step\":" + std::to_string(i + 1) +
-                                ",\"values\":{\"loss\":" + std::to_string(1.0 / (i + 1)) + extra +
-                                "}}\n";
+                                ",\"values\":{\"loss\":" + std::to_string(1.0 / (i + 1)) +
+                                extra + "}}\n";
       if (write(event_fd, event.data(), event.size()) < 0) return 9;
     }
     usleep(static_cast<useconds_t>(period_ms) * 1000);
