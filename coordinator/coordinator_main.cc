@@ -484,7 +484,8 @@ std::string LeadHolder() {
 
 // Until this coordinator leads `store`: a standby (--standby) waits, tries again every second,
 // reports to systemd and serves /metrics with trainctl_coordinator_leader 0; without --standby a
-// refusal ends the start. Returns -1 once leading, else the exit code (0: stopped while standby).
+// refusal ends the start. Returns -1 when it led at once, -2 when it led after standing by, else
+// the exit code (0: stopped while standby).
 int AwaitLead(PostgresJobStore* store, const sigset_t& signals, absl::Duration watchdog_interval) {
   const absl::Duration lease = absl::GetFlag(FLAGS_leader_lease);
   absl::Status lead = store->TryLead(LeadHolder(), lease);
@@ -520,7 +521,7 @@ int AwaitLead(PostgresJobStore* store, const sigset_t& signals, absl::Duration w
     lead = store->TryLead(LeadHolder(), lease);
   }
   TRAINCTL_LOG(INFO) << "took the lead of the database; recovering its jobs";
-  return -1;
+  return -2;
 }
 
 // Renews the lead's lease every third of it while the coordinator serves. A lead taken over (the
@@ -598,7 +599,19 @@ int Run() {
   }
   std::unique_ptr<LeaseRenewer> renewer;
   if (postgres != nullptr) {
-    if (int code = AwaitLead(postgres, signals, watchdog_interval); code >= 0) return code;
+    const int code = AwaitLead(postgres, signals, watchdog_interval);
+    if (code >= 0) return code;
+    // After standing by: the TLS files and tokens as they are now, which the operator may have
+    // changed meanwhile (a standby serves nothing, so nothing else reads them); files that no
+    // longer load leave those read at start in force, as a failed reload does.
+    if (code == -2) {
+      if (auto fresh = LoadAccess(); fresh.ok()) {
+        access = *std::move(fresh);
+      } else {
+        TRAINCTL_LOG(ERROR) << "TLS files and tokens not read again, those read at start stay: "
+                            << fresh.status().message();
+      }
+    }
     renewer = std::make_unique<LeaseRenewer>(postgres);
   }
   Coordinator coordinator(*std::move(access), *std::move(db), watchdog_interval);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/access_tokens.h"
 #include "gtest/gtest.h"
 #include "tests/integration/control_plane_fixture.h"
 #include "tests/testing/postgres_server.h"
@@ -133,6 +134,37 @@ TEST_F(PostgresControlPlaneTest, APausedLeaderIsTakenOverAndExitsWhenResumed) {
   ASSERT_TRUE(stored.ok()) << stored.status();
   EXPECT_EQ(stored->spec().name(), "before-pause");
   ASSERT_TRUE(client.Submit(Request("after-takeover")).ok());
+}
+
+// A standby reads its tokens file again when it takes the lead: a token the operator rotated while
+// it stood by works with it, the one it replaced does not.
+TEST_F(PostgresControlPlaneTest, AStandbyThatTakesOverUsesTheTokensAsTheyAreThen) {
+  ASSERT_NO_FATAL_FAILURE(UseFreshDatabase());
+  const std::string tokens =
+      dir_.Write("tokens", absl::StrCat("ops admin ", Sha256Hex("old"), "\n"));
+  extra_flags_ = {"--standby", "--tokens_file", tokens};
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+  const std::string ready = dir_.path() + "/standby-ready";
+  Subprocess standby(Argv({"--listen", "127.0.0.1:0", "--db", db_, "--ready_file", ready}),
+                     dir_.path() + "/standby.log");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return absl::StrContains(testing::ReadFileOrEmpty(dir_.path() + "/standby.log"),
+                                 "another trainctl-coordinator leads this database");
+      },
+      absl::Seconds(20)));
+  dir_.Write("tokens", absl::StrCat("ops admin ", Sha256Hex("new"), "\n"));
+  coordinator_->Kill(SIGKILL);
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(ready); }, absl::Seconds(20)))
+      << testing::ReadFileOrEmpty(dir_.path() + "/standby.log");
+  auto with = [&](const std::string& token) {
+    cli::Connection c = cli::PlaintextConnection(
+        std::string(absl::StripAsciiWhitespace(testing::ReadFileOrEmpty(ready))));
+    c.token = token;
+    return cli::JobClient(std::move(c)).List(trainctl::v1::ListJobsRequest()).status();
+  };
+  EXPECT_TRUE(with("new").ok()) << with("new");
+  EXPECT_EQ(with("old").code(), absl::StatusCode::kUnauthenticated) << with("old");
 }
 
 TEST_F(PostgresControlPlaneTest, ASecondCoordinatorOnTheSameDatabaseIsRefused) {
