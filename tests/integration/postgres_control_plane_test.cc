@@ -1,7 +1,11 @@
 // The control plane on PostgreSQL (`--db postgresql://...`): the real coordinator over a real
 // PostgreSQL server (tests/testing/postgres_server.h), killed, restarted, and losing its server.
+#include <atomic>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -60,36 +64,69 @@ TEST_F(PostgresControlPlaneTest, LosingTheServerFailsSubmitsUnavailableAndLosesN
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_NO_FATAL_FAILURE(UseFreshDatabase(server->get()));
   ASSERT_NO_FATAL_FAILURE(StartCoordinator());
-  cli::JobClient client(address_, absl::Seconds(20));
-  std::vector<trainctl::v1::Job> acked;
-  for (int i = 0; i < 5; ++i) {
-    auto r = client.Submit(Request(absl::StrCat("before-", i)));
-    ASSERT_TRUE(r.ok()) << r.status();
-    acked.push_back(r->job());
+
+  // Four clients submit until the server has been down a while; the server dies mid-flight.
+  constexpr int kClients = 4;
+  std::mutex mu;
+  std::map<std::string, trainctl::v1::Job> acked;  // request id -> the acknowledged job
+  std::vector<absl::Status> refusals;
+  std::atomic<int> next{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&] {
+      cli::JobClient client(address_, absl::Seconds(20));
+      while (!stop) {
+        const std::string name = absl::StrCat("submit-", next++);
+        auto r = client.Submit(Request(name));
+        std::lock_guard<std::mutex> lock(mu);
+        if (r.ok()) {
+          acked[name] = r->job();
+        } else {
+          refusals.push_back(r.status());
+        }
+      }
+    });
+  }
+  ASSERT_TRUE(WaitFor([&] { return next.load() >= 40; }, absl::Seconds(20)));
+  ASSERT_TRUE((*server)->Kill().ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return refusals.size() >= 8;
+      },
+      absl::Seconds(20)));
+  stop = true;
+  for (std::thread& t : clients) t.join();
+  for (const absl::Status& refused : refusals) {
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+    EXPECT_TRUE(absl::StrContains(refused.message(), absl::StrCat("127.0.0.1:", (*server)->port())))
+        << refused;
   }
 
-  ASSERT_TRUE((*server)->Kill().ok());
-  auto refused = client.Submit(Request("while-down"));
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
-  EXPECT_TRUE(
-      absl::StrContains(refused.status().message(), absl::StrCat("127.0.0.1:", (*server)->port())))
-      << refused.status();
-
+  // The server is back: the coordinator carries on, every acknowledged job is there as
+  // acknowledged, and retrying every submit with its request id completes the set once.
   ASSERT_TRUE((*server)->Restart().ok());
-  // The same request id again: stored once, whatever the failed attempt left.
-  auto again = client.Submit(Request("while-down"));
-  ASSERT_TRUE(again.ok()) << again.status();
-  acked.push_back(again->job());
-  for (const trainctl::v1::Job& job : acked) {
+  cli::JobClient client(address_, absl::Seconds(20));
+  for (const auto& [name, job] : acked) {
     auto stored = client.Get(job.id());
     ASSERT_TRUE(stored.ok()) << job.id() << ": " << stored.status();
-    EXPECT_EQ(stored->spec().name(), job.spec().name());
+    EXPECT_EQ(stored->spec().name(), name);
+  }
+  const int submitted = next.load();
+  for (int i = 0; i < submitted; ++i) {
+    const std::string name = absl::StrCat("submit-", i);
+    auto r = client.Submit(Request(name));
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (acked.count(name)) {
+      EXPECT_EQ(r->job().id(), acked[name].id());
+    }
   }
   trainctl::v1::ListJobsRequest list;
+  list.set_page_size(1000);
   auto all = client.List(list);
   ASSERT_TRUE(all.ok()) << all.status();
-  EXPECT_EQ(all->jobs_size(), 6);
+  EXPECT_EQ(all->jobs_size(), submitted);
 }
 
 // A leader paused (SIGSTOP) past its lease: a standby takes over, and the old leader, resumed,
