@@ -1,9 +1,10 @@
 // JobStore: the coordinator's durable record of jobs, their events and their log lines.
 //
-// Two implementations share one conformance suite
-// (tests/coordinator/job_store_conformance_test.cc): SqliteJobStore (production; WAL, every write
-// committed before it returns) and InMemoryJobStore (tests of other components). Both are
-// thread-safe. A job is stored whole, a pipeline's stages (Job.stages, Job.current_stage) included.
+// Three implementations share one conformance suite
+// (tests/coordinator/job_store_conformance_test.cc): SqliteJobStore (the default; WAL, every write
+// committed before it returns), PostgresJobStore (`--db postgresql://...`; the same promises on a
+// PostgreSQL server, and the lead among several coordinators) and InMemoryJobStore (tests of other
+// components). All are thread-safe. A job is stored whole, a pipeline's stages (Job.stages, Job.current_stage) included.
 #ifndef TRAINCTL_COORDINATOR_JOB_STORE_H_
 #define TRAINCTL_COORDINATOR_JOB_STORE_H_
 
