@@ -1,9 +1,11 @@
 // submit_bench: how close SubmitJob comes to its floors, measured in one run on loopback.
 //
 // Starts the coordinator's gRPC stack in-process (health service on, JobServiceImpl over
-// JobManager over SqliteJobStore on a fresh file, ThreadPool executor) and measures:
+// JobManager over the --store: SqliteJobStore on a fresh file, or PostgresJobStore on a fresh
+// database of a PostgreSQL test server started for the run; ThreadPool executor) and measures:
 //   floor A  an empty RPC: grpc.health.v1.Health/Check on the same server;
-//   floor B  one INSERT of a Job-sized blob in its own transaction, same durability as the store;
+//   floor B  one INSERT of a Job-sized blob in its own transaction, same engine and durability as
+//            the store, own connection (bench/submit_bench_stores.h);
 //   SubmitJob with the seed's SFT spec, from 1 client and from --clients concurrent clients;
 //   floor B from --clients threads, each on its own connection (what group commit is up against).
 // See bench/README.md for how to read the figures.
@@ -37,21 +39,24 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
+#include "bench/submit_bench_stores.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
-#include "coordinator/internal/sqlite.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_service.h"
-#include "coordinator/sqlite_job_store.h"
 #include "trainctl/v1/job.grpc.pb.h"
 
 ABSL_FLAG(int, requests, 2000,
           "measured calls per phase; a phase with several clients splits them between its clients");
 ABSL_FLAG(int, warmup, 50, "unmeasured calls each client makes before a phase starts");
+ABSL_FLAG(std::string, store, "sqlite",
+          "the job store: sqlite (a fresh file) | postgres (a fresh database on a PostgreSQL test "
+          "server started for the run, fsync=off)");
 ABSL_FLAG(std::string, sync, "full",
-          "SQLite synchronous mode of the store and of the insert floor: full | normal");
+          "SQLite synchronous mode of the store and of the insert floor: full | normal (sqlite "
+          "only)");
 ABSL_FLAG(int, clients, 32, "concurrent clients in the contended phases");
 ABSL_FLAG(
     int, rounds, 5,
@@ -69,9 +74,6 @@ using trainctl::v1::JobService;
 using trainctl::v1::JobSpec;
 using trainctl::v1::SubmitJobRequest;
 using trainctl::v1::SubmitJobResponse;
-
-// One measured call; each client owns its own (channel, connection, request ids).
-using Op = std::function<absl::Status()>;
 
 struct Stats {
   int64_t count = 0;
@@ -222,13 +224,8 @@ absl::StatusOr<std::vector<Stats>> MeasureAlternating(const std::vector<std::vec
 
 class BenchServer {
  public:
-  static absl::StatusOr<std::unique_ptr<BenchServer>> Start(const std::string& db_path,
-                                                            bool synchronous_full,
+  static absl::StatusOr<std::unique_ptr<BenchServer>> Start(std::unique_ptr<JobStore> store,
                                                             int rpc_threads) {
-    SqliteJobStore::Options options;
-    options.path = db_path;
-    options.synchronous_full = synchronous_full;
-    ASSIGN_OR_RETURN(std::unique_ptr<SqliteJobStore> store, SqliteJobStore::Open(options));
     auto server = std::unique_ptr<BenchServer>(new BenchServer(std::move(store), rpc_threads));
     RETURN_IF_ERROR(server->Listen());
     return server;
@@ -238,7 +235,7 @@ class BenchServer {
   const std::string& address() const { return address_; }
 
  private:
-  BenchServer(std::unique_ptr<SqliteJobStore> store, int rpc_threads)
+  BenchServer(std::unique_ptr<JobStore> store, int rpc_threads)
       : store_(std::move(store)),
         jobs_(store_.get(), &clock_),
         executor_(rpc_threads),
@@ -260,7 +257,7 @@ class BenchServer {
     return absl::OkStatus();
   }
 
-  std::unique_ptr<SqliteJobStore> store_;
+  std::unique_ptr<JobStore> store_;
   RealClock clock_;
   JobNotifier notifier_;
   JobManager jobs_;
@@ -338,58 +335,6 @@ class SubmitClient {
   int64_t next_id_ = 0;
 };
 
-// The floor under the store's write path: insert a blob, commit, on a connection configured as
-// SqliteJobStore configures its own. Statements are prepared once.
-class SqliteInserter {
- public:
-  static absl::StatusOr<std::unique_ptr<SqliteInserter>> Open(const std::string& path,
-                                                              bool synchronous_full,
-                                                              size_t blob_size) {
-    ASSIGN_OR_RETURN(std::unique_ptr<sqlite::Db> db, sqlite::Db::Open(path));
-    RETURN_IF_ERROR(db->Exec("PRAGMA busy_timeout = 10000"));
-    RETURN_IF_ERROR(db->Exec("PRAGMA journal_mode = WAL"));
-    RETURN_IF_ERROR(
-        db->Exec(synchronous_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL"));
-    RETURN_IF_ERROR(
-        db->Exec("CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, job BLOB "
-                 "NOT NULL)"));
-    ASSIGN_OR_RETURN(sqlite::Statement begin, db->Prepare("BEGIN IMMEDIATE"));
-    ASSIGN_OR_RETURN(sqlite::Statement insert, db->Prepare("INSERT INTO jobs(job) VALUES(?)"));
-    ASSIGN_OR_RETURN(sqlite::Statement commit, db->Prepare("COMMIT"));
-    return std::unique_ptr<SqliteInserter>(new SqliteInserter(
-        std::move(db), std::move(begin), std::move(insert), std::move(commit), blob_size));
-  }
-
-  absl::Status Insert() {
-    absl::Status status = Step(begin_);
-    if (status.ok()) status = Step(insert_.BindBlob(1, blob_));
-    if (status.ok()) status = Step(commit_);
-    if (!status.ok()) (void)db_->Exec("ROLLBACK");
-    return status;
-  }
-
- private:
-  SqliteInserter(std::unique_ptr<sqlite::Db> db, sqlite::Statement begin, sqlite::Statement insert,
-                 sqlite::Statement commit, size_t blob_size)
-      : db_(std::move(db)),
-        begin_(std::move(begin)),
-        insert_(std::move(insert)),
-        commit_(std::move(commit)),
-        blob_(blob_size, 'j') {}
-
-  static absl::Status Step(sqlite::Statement& statement) {
-    absl::Status status = statement.Run();
-    statement.Reset();
-    return status;
-  }
-
-  std::unique_ptr<sqlite::Db> db_;
-  sqlite::Statement begin_;
-  sqlite::Statement insert_;
-  sqlite::Statement commit_;
-  std::string blob_;
-};
-
 // ---------------------------------------------------------------------------------------------
 // The phases.
 
@@ -444,13 +389,12 @@ absl::StatusOr<std::vector<Op>> SubmitClients(const std::string& address, const 
   return ops;
 }
 
-absl::StatusOr<std::vector<Op>> InserterClients(const std::string& path, bool synchronous_full,
-                                                size_t blob_size, int n) {
+absl::StatusOr<std::vector<Op>> InserterClients(const BenchStores& stores, size_t blob_size,
+                                                int n) {
   std::vector<Op> ops;
   for (int i = 0; i < n; ++i) {
-    ASSIGN_OR_RETURN(std::shared_ptr<SqliteInserter> client,
-                     SqliteInserter::Open(path, synchronous_full, blob_size));
-    ops.push_back([client] { return client->Insert(); });
+    ASSIGN_OR_RETURN(Op op, stores.NewInserter(blob_size));
+    ops.push_back(std::move(op));
   }
   return ops;
 }
@@ -480,10 +424,10 @@ struct Row {
 };
 
 void PrintTable(const std::vector<Row>& rows) {
-  absl::PrintF("%-42s %7s %7s %10s %10s %10s\n", "measurement", "clients", "calls", "p50 us",
+  absl::PrintF("%-46s %7s %7s %10s %10s %10s\n", "measurement", "clients", "calls", "p50 us",
                "p99 us", "ops/s");
   for (const Row& row : rows) {
-    absl::PrintF("%-42s %7d %7d %10.1f %10.1f %10.0f\n", row.name, row.clients, row.stats.count,
+    absl::PrintF("%-46s %7d %7d %10.1f %10.1f %10.0f\n", row.name, row.clients, row.stats.count,
                  row.stats.p50_us, row.stats.p99_us, row.stats.ops_per_s);
   }
 }
@@ -497,32 +441,10 @@ bool DiskDrifted(const Results& r) {
          spread(r.submit_1) > kMaxSpread;
 }
 
-void PrintReport(const Results& r, int clients, bool synchronous_full) {
-  PrintTable({
-      {"floor A: Health/Check RPC", 1, r.rpc_1},
-      {"floor B: SQLite insert+commit", 1, r.insert_1},
-      {"SubmitJob", 1, r.submit_1},
-      {"SubmitJob", clients, r.submit_n},
-      {"floor B: SQLite insert+commit, own conn each", clients, r.insert_n},
-  });
-  const double ratio = r.submit_1.p50_us / (r.rpc_1.p50_us + r.insert_1.p50_us);
-  absl::PrintF("\nsubmit_p50 / (rpc_p50 + insert_p50), 1 client:  %.2f  (target <= 1.50: %s)\n",
-               ratio, ratio <= 1.5 ? "met" : "MISSED");
-  absl::PrintF("submit_throughput_%d / sqlite_insert_throughput_%d:  %.2f\n", clients, clients,
-               r.submit_n.ops_per_s / r.insert_n.ops_per_s);
-  absl::PrintF("\nfloor B p50 per turn: %.0f..%.0f us; SubmitJob p50 per turn: %.0f..%.0f us\n",
-               r.insert_1.turn_p50_min_us, r.insert_1.turn_p50_max_us, r.submit_1.turn_p50_min_us,
-               r.submit_1.turn_p50_max_us);
-  if (synchronous_full && DiskDrifted(r)) {
-    absl::PrintF(
-        "warning: the disk changed speed during the run; the ratios are unreliable, run "
-        "again\n");
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 
 struct Config {
+  StoreKind store = StoreKind::kSqlite;
   int requests = 0;
   int warmup = 0;
   bool synchronous_full = true;
@@ -532,13 +454,50 @@ struct Config {
   int rpc_threads = 0;
 };
 
+void PrintReport(const Results& r, const Config& c) {
+  const bool sqlite = c.store == StoreKind::kSqlite;
+  const std::string floor =
+      sqlite ? "floor B: SQLite insert+commit" : "floor B: Postgres insert+commit";
+  PrintTable({
+      {"floor A: Health/Check RPC", 1, r.rpc_1},
+      {floor, 1, r.insert_1},
+      {"SubmitJob", 1, r.submit_1},
+      {"SubmitJob", c.clients, r.submit_n},
+      {floor + ", own conn each", c.clients, r.insert_n},
+  });
+  const double ratio = r.submit_1.p50_us / (r.rpc_1.p50_us + r.insert_1.p50_us);
+  absl::PrintF("\nsubmit_p50 / (rpc_p50 + insert_p50), 1 client:  %.2f  (target <= 1.50: %s)\n",
+               ratio, ratio <= 1.5 ? "met" : "MISSED");
+  absl::PrintF("submit_throughput_%d / %s_insert_throughput_%d:  %.2f\n", c.clients,
+               sqlite ? "sqlite" : "postgres", c.clients,
+               r.submit_n.ops_per_s / r.insert_n.ops_per_s);
+  absl::PrintF("\nfloor B p50 per turn: %.0f..%.0f us; SubmitJob p50 per turn: %.0f..%.0f us\n",
+               r.insert_1.turn_p50_min_us, r.insert_1.turn_p50_max_us, r.submit_1.turn_p50_min_us,
+               r.submit_1.turn_p50_max_us);
+  if (sqlite && c.synchronous_full && DiskDrifted(r)) {
+    absl::PrintF(
+        "warning: the disk changed speed during the run; the ratios are unreliable, run "
+        "again\n");
+  }
+}
+
 absl::StatusOr<Config> ReadFlags() {
+  const std::string store = absl::GetFlag(FLAGS_store);
   const std::string sync = absl::GetFlag(FLAGS_sync);
+  if (store != "sqlite" && store != "postgres") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--store must be sqlite or postgres, got '", store, "'"));
+  }
   if (sync != "full" && sync != "normal") {
     return absl::InvalidArgumentError(
         absl::StrCat("--sync must be full or normal, got '", sync, "'"));
   }
+  if (store == "postgres" && sync != "full") {
+    return absl::InvalidArgumentError(
+        "--sync is SQLite's: with --store postgres every commit is synchronous_commit = on");
+  }
   Config config;
+  config.store = store == "sqlite" ? StoreKind::kSqlite : StoreKind::kPostgres;
   config.requests = absl::GetFlag(FLAGS_requests);
   config.warmup = absl::GetFlag(FLAGS_warmup);
   config.synchronous_full = sync == "full";
@@ -563,10 +522,9 @@ absl::StatusOr<std::filesystem::path> MakeTempDir() {
 }
 
 absl::Status MeasureOneClient(const Config& c, const std::string& address, const JobSpec& spec,
-                              const std::string& floor_db, size_t job_size, Results* r) {
+                              const BenchStores& stores, size_t job_size, Results* r) {
   ASSIGN_OR_RETURN(std::vector<Op> health, HealthClients(address, 1));
-  ASSIGN_OR_RETURN(std::vector<Op> insert,
-                   InserterClients(floor_db, c.synchronous_full, job_size, 1));
+  ASSIGN_OR_RETURN(std::vector<Op> insert, InserterClients(stores, job_size, 1));
   ASSIGN_OR_RETURN(std::vector<Op> submit, SubmitClients(address, spec, "1", 1));
   ASSIGN_OR_RETURN(std::vector<Stats> stats, MeasureInterleaved({health[0], insert[0], submit[0]},
                                                                 c.warmup, c.requests, c.turn));
@@ -577,10 +535,9 @@ absl::Status MeasureOneClient(const Config& c, const std::string& address, const
 }
 
 absl::Status MeasureContended(const Config& c, const std::string& address, const JobSpec& spec,
-                              const std::string& floor_db, size_t job_size, Results* r) {
+                              const BenchStores& stores, size_t job_size, Results* r) {
   ASSIGN_OR_RETURN(std::vector<Op> submit, SubmitClients(address, spec, "n", c.clients));
-  ASSIGN_OR_RETURN(std::vector<Op> insert,
-                   InserterClients(floor_db, c.synchronous_full, job_size, c.clients));
+  ASSIGN_OR_RETURN(std::vector<Op> insert, InserterClients(stores, job_size, c.clients));
   ASSIGN_OR_RETURN(std::vector<Stats> stats,
                    MeasureAlternating({submit, insert}, c.warmup, c.requests, c.rounds));
   r->submit_n = stats[0];
@@ -590,17 +547,29 @@ absl::Status MeasureContended(const Config& c, const std::string& address, const
 
 absl::StatusOr<Results> Measure(const Config& c, const std::filesystem::path& dir) {
   ASSIGN_OR_RETURN(const JobSpec spec, SeedSftSpec());
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<BenchServer> server,
-      BenchServer::Start((dir / "jobs.db").string(), c.synchronous_full, c.rpc_threads));
+  // The stores outlive the server (a PostgreSQL server outlives the store's connections).
+  ASSIGN_OR_RETURN(std::unique_ptr<BenchStores> stores,
+                   BenchStores::Open(c.store, dir, c.synchronous_full));
+  ASSIGN_OR_RETURN(std::unique_ptr<BenchServer> server,
+                   BenchServer::Start(stores->TakeStore(), c.rpc_threads));
   const std::string& address = server->address();
   ASSIGN_OR_RETURN(const size_t job_size, StoredJobSize(address, spec));
-  const std::string floor_db = (dir / "floor.db").string();
-  absl::PrintF("server %s, db dir %s, stored Job %d bytes\n\n", address, dir.string(), job_size);
+  absl::PrintF("server %s, %s, stored Job %d bytes\n\n", address, stores->Where(), job_size);
   Results r;
-  RETURN_IF_ERROR(MeasureOneClient(c, address, spec, floor_db, job_size, &r));
-  RETURN_IF_ERROR(MeasureContended(c, address, spec, floor_db, job_size, &r));
+  RETURN_IF_ERROR(MeasureOneClient(c, address, spec, *stores, job_size, &r));
+  RETURN_IF_ERROR(MeasureContended(c, address, spec, *stores, job_size, &r));
   return r;
+}
+
+void PrintHeader(const Config& c) {
+  const std::string store =
+      c.store == StoreKind::kSqlite
+          ? absl::StrCat("store=sqlite sync=", c.synchronous_full ? "full" : "normal")
+          : "store=postgres (test server with fsync=off: a commit waits for no disk; compare "
+            "with --store sqlite --sync normal) synchronous_commit=on";
+  absl::PrintF(
+      "submit_bench: %s requests=%d warmup=%d turn=%d clients=%d rounds=%d rpc_threads=%d\n", store,
+      c.requests, c.warmup, c.turn, c.clients, c.rounds, c.rpc_threads);
 }
 
 int Run() {
@@ -614,10 +583,7 @@ int Run() {
     absl::FPrintF(stderr, "submit_bench: %s\n", dir.status().ToString());
     return 1;
   }
-  absl::PrintF(
-      "submit_bench: sync=%s requests=%d warmup=%d turn=%d clients=%d rounds=%d rpc_threads=%d\n",
-      config->synchronous_full ? "full" : "normal", config->requests, config->warmup, config->turn,
-      config->clients, config->rounds, config->rpc_threads);
+  PrintHeader(*config);
   absl::StatusOr<Results> results = Measure(*config, *dir);
   std::error_code ignored;
   std::filesystem::remove_all(*dir, ignored);
@@ -625,7 +591,7 @@ int Run() {
     absl::FPrintF(stderr, "submit_bench: %s\n", results.status().ToString());
     return 1;
   }
-  PrintReport(*results, config->clients, config->synchronous_full);
+  PrintReport(*results, *config);
   return 0;
 }
 
@@ -634,7 +600,8 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "submit_bench [--requests N] [--warmup N] [--sync full|normal] [--clients N] [--turn N] "
+      "submit_bench [--store sqlite|postgres] [--requests N] [--warmup N] [--sync full|normal] "
+      "[--clients N] [--turn N] "
       "[--rounds N] [--rpc_threads N]");
   absl::ParseCommandLine(argc, argv);
   return trainctl::bench::Run();
