@@ -17,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/access_tokens.h"
 #include "common/build_info.h"
 #include "common/clock.h"
@@ -489,6 +490,17 @@ std::string LeadHolder() {
 int AwaitLead(PostgresJobStore* store, const sigset_t& signals, absl::Duration watchdog_interval) {
   const absl::Duration lease = absl::GetFlag(FLAGS_leader_lease);
   absl::Status lead = store->TryLead(LeadHolder(), lease);
+  // A leader that just died (this coordinator's previous run, restarted at once) may hold the lock
+  // until the server has noticed its closed connection: a moment's grace before refusing.
+  const absl::Time grace = absl::Now() + absl::Seconds(3);
+  while (!lead.ok() && !absl::GetFlag(FLAGS_standby) && absl::Now() < grace) {
+    const timespec pause = {0, 200'000'000};
+    if (const int signal = sigtimedwait(&signals, nullptr, &pause);
+        signal == SIGINT || signal == SIGTERM) {
+      return 0;
+    }
+    lead = store->TryLead(LeadHolder(), lease);
+  }
   if (lead.ok()) return -1;
   if (!absl::GetFlag(FLAGS_standby)) {
     TRAINCTL_LOG(ERROR) << "store: " << lead.message() << " (--standby waits for it instead)";
