@@ -3,7 +3,9 @@
 // (register, take a launch, report RUNNING, then stream rank log batches, a metric event per step
 // and a larger "topology" JSON event per rank per step, heartbeats, and finally SUCCEEDED), while a
 // prober times ListJobs and ListNodes and watches for nodes declared lost. Afterwards it reads back
-// what the coordinator stored. Header-only: the test and the benchmark both include it.
+// what the coordinator stored. Header-only: the test and the benchmark both include it. SimSession,
+// the same worker's session on gRPC's callback API (many sessions, few threads), is what
+// bench/cluster_sim runs its simulated cluster on.
 #ifndef TRAINCTL_TESTS_INTEGRATION_INGEST_LOAD_H_
 #define TRAINCTL_TESTS_INTEGRATION_INGEST_LOAD_H_
 
@@ -13,6 +15,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -75,6 +79,31 @@ inline Latency Summarize(std::vector<double> ms) {
   return l;
 }
 
+// A worker's first message: a node of `slots` CPU slots on loopback, a fresh boot.
+inline v1::WorkerMessage RegisterMessage(const std::string& name, int slots) {
+  v1::WorkerMessage m;
+  auto* reg = m.mutable_register_();
+  reg->set_node_name(name);
+  reg->set_advertise_addr("127.0.0.1");
+  reg->mutable_resources()->set_cpu_slots(slots);
+  reg->set_boot_id(absl::StrCat(name, "-", absl::ToUnixNanos(absl::Now())));
+  return m;
+}
+
+// A task's status as a worker reports it (its node rank 0 "chose" rendezvous port 29500); the
+// caller gives it a seq.
+inline v1::WorkerMessage StatusMessage(const std::string& task, const std::string& job,
+                                       v1::TaskState state, int attempt = 0) {
+  v1::WorkerMessage m;
+  auto* s = m.mutable_task_status();
+  s->set_task_id(task);
+  s->set_job_id(job);
+  s->set_state(state);
+  s->set_master_port(29500);
+  s->set_attempt(attempt);
+  return m;
+}
+
 // One simulated worker daemon on its own stream.
 class SimWorker {
  public:
@@ -93,13 +122,7 @@ class SimWorker {
   }
 
   bool Register() {
-    v1::WorkerMessage m;
-    auto* reg = m.mutable_register_();
-    reg->set_node_name(name_);
-    reg->set_advertise_addr("127.0.0.1");
-    reg->mutable_resources()->set_cpu_slots(load_.ranks);
-    reg->set_boot_id(absl::StrCat(name_, "-", absl::ToUnixNanos(absl::Now())));
-    if (!Write(m)) return false;
+    if (!Write(RegisterMessage(name_, load_.ranks))) return false;
     absl::MutexLock lock(&mu_);
     return mu_.AwaitWithTimeout(absl::Condition(&registered_), absl::Seconds(10));
   }
@@ -212,14 +235,10 @@ class SimWorker {
   }
   bool Status(v1::TaskState state) {
     v1::WorkerMessage m;
-    auto* s = m.mutable_task_status();
     {
       absl::MutexLock lock(&mu_);
-      s->set_task_id(task_);
-      s->set_job_id(job_);
+      m = StatusMessage(task_, job_, state);
     }
-    s->set_state(state);
-    s->set_master_port(29500);
     return Sequenced(&m);
   }
   void Read() {
@@ -255,19 +274,133 @@ class SimWorker {
   std::thread reader_;
 };
 
-inline v1::JobSpec LoadJobSpec(int ranks, int n) {
+inline v1::JobSpec LoadJobSpec(int ranks, int n, int nodes = 1) {
   v1::JobSpec spec;
   spec.set_kind(v1::JOB_KIND_SFT);
   spec.set_name(absl::StrCat("chatty-", n));
   spec.set_model_name_or_path("tiny");
   spec.set_data_path("/tmp/trainctl-ingest-load/data");
   spec.set_output_dir(absl::StrCat("/tmp/trainctl-ingest-load/out-", n));
-  spec.mutable_resources()->set_nodes(1);
+  spec.mutable_resources()->set_nodes(nodes);
   spec.mutable_resources()->set_slots_per_node(ranks);
   return spec;
 }
 
 }  // namespace internal_load
+
+// A simulated worker's session on gRPC's callback API, for loads of many nodes (bench/cluster_sim
+// runs 1,000 of them on two cores): the sessions share gRPC's few callback threads instead of
+// holding threads of their own. Each has its own channel, so its own TCP connection as a worker
+// daemon has. It registers, writes what it is given in order (one write in flight, the rest
+// queued, seqs given in queue order) and hands every LaunchTask to `on_launch` on a callback
+// thread. Its creator owns it; destroying it stops the call and waits until gRPC lets go.
+class SimSession final : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+ public:
+  using OnLaunch = std::function<void(const v1::LaunchTask&)>;
+
+  SimSession(const std::string& address, std::string name, int slots, OnLaunch on_launch)
+      : name_(std::move(name)), on_launch_(std::move(on_launch)) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+    args.SetMaxReceiveMessageSize(64 << 20);
+    channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::WorkerService::NewStub(channel_);
+    stub_->async()->Session(&context_, this);
+    StartRead(&in_);
+    Send(internal_load::RegisterMessage(name_, slots));
+    StartCall();
+  }
+  ~SimSession() override { Stop(); }
+
+  const std::string& name() const { return name_; }
+
+  // Queues `m` (a heartbeat, or a message with a seq already set).
+  void Send(v1::WorkerMessage m) {
+    absl::MutexLock lock(&mu_);
+    QueueLocked(std::move(m));
+  }
+  // Gives `m` the next seq and queues it.
+  void SendSequenced(v1::WorkerMessage m) {
+    absl::MutexLock lock(&mu_);
+    m.set_seq(++seq_);
+    QueueLocked(std::move(m));
+  }
+
+  bool AwaitRegistered(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto up = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registered_ || done_; };
+    return mu_.AwaitWithTimeout(absl::Condition(&up), timeout) && registered_ && !done_;
+  }
+  // Messages with a seq not yet acknowledged.
+  int64_t unacked() {
+    absl::MutexLock lock(&mu_);
+    return seq_ - acked_;
+  }
+  // Messages waiting for their write (the coordinator reads a session's next message only when it
+  // is done with the last).
+  size_t queued() {
+    absl::MutexLock lock(&mu_);
+    return queue_.size();
+  }
+  // Why the stream ended ("" while it lives; "cancelled" after Stop).
+  std::string ended() {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+
+  // Cancels the call and waits until gRPC is done with this reactor.
+  void Stop() {
+    context_.TryCancel();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+  }
+
+ private:
+  void QueueLocked(v1::WorkerMessage m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (done_) return;
+    queue_.push_back(std::move(m));
+    if (writing_) return;
+    writing_ = true;
+    StartWrite(&queue_.front());  // deque references stay valid across push_back
+  }
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    queue_.pop_front();
+    writing_ = ok && !queue_.empty();
+    if (!ok) queue_.clear();
+    if (writing_) StartWrite(&queue_.front());
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended; OnDone has its status
+    if (in_.has_launch()) on_launch_(in_.launch());
+    {
+      absl::MutexLock lock(&mu_);
+      if (in_.has_registered()) registered_ = true;
+      if (in_.has_ack()) acked_ = std::max(acked_, in_.ack().through_seq());
+    }
+    StartRead(&in_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    ended_ = status.ok() ? "ended" : status.error_message();
+    done_ = true;
+  }
+
+  const std::string name_;
+  const OnLaunch on_launch_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  grpc::ClientContext context_;
+  v1::CoordinatorMessage in_;
+  absl::Mutex mu_;
+  std::deque<v1::WorkerMessage> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t acked_ ABSL_GUARDED_BY(mu_) = 0;
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::string ended_ ABSL_GUARDED_BY(mu_);
+};
 
 // Runs `load` against the coordinator at `address` (with no other workers or jobs).
 inline IngestReport RunIngestLoad(const std::string& address, const IngestLoad& load) {
