@@ -176,9 +176,19 @@ torch::Tensor LossOf(model::Qwen2VLForConditionalGeneration& net, const torch::T
   return torch::nn::functional::cross_entropy(net.Head(rows).to(torch::kFloat32), labels);
 }
 
-}  // namespace
+// The flags of a run, read and checked once; `config` is the --preset's model.
+struct RunOptions {
+  torch::Device device{torch::kCPU};
+  int64_t B = 0, T = 0;
+  int warmup = 0, steps = 0;
+  model::AttentionImpl attention{};
+  model::Qwen2VLConfig config;
+  bool fused_loss = true, fused_kernels = true;
+};
 
-int main(int argc, char** argv) {
+// Parses the flags, picks and initialises the device and loads the preset's config; false (with
+// the reason on stderr) when one of them is unusable.
+bool ParseRunOptions(int argc, char** argv, RunOptions* run) {
   absl::ParseCommandLine(argc, argv);
   torch::Device device(absl::GetFlag(FLAGS_device));
   if (device.is_cuda() && !device.has_index()) device = torch::Device(torch::kCUDA, 0);
@@ -187,7 +197,7 @@ int main(int argc, char** argv) {
   }
   if (device.is_cuda() && !torch::cuda::is_available()) {
     std::cerr << "gpu_train_bench: --device cuda but this build or machine has no CUDA\n";
-    return 1;
+    return false;
   }
   const int64_t B = absl::GetFlag(FLAGS_batch), T = absl::GetFlag(FLAGS_seq);
   const int warmup = absl::GetFlag(FLAGS_warmup), steps = std::max(1, absl::GetFlag(FLAGS_steps));
@@ -202,124 +212,156 @@ int main(int argc, char** argv) {
   if (!config.ok() || !attention.ok()) {
     std::cerr << "gpu_train_bench: " << (config.ok() ? attention.status() : config.status())
               << "\n";
-    return 1;
+    return false;
   }
   if (device.is_cuda()) {
     at::globalContext().setAllowTF32CuBLAS(true);
     at::globalContext().setAllowTF32CuDNN(true);
   }
-  const int64_t H = config->hidden_size, L = config->num_hidden_layers, V = config->vocab_size;
-  const int64_t I = config->intermediate_size;
-  const int64_t kv = config->num_key_value_heads * config->head_dim();
-  const int64_t tokens = B * T;
+  run->device = device;
+  run->B = B;
+  run->T = T;
+  run->warmup = warmup;
+  run->steps = steps;
+  run->attention = *attention;
+  run->config = *config;
+  run->fused_loss = absl::GetFlag(FLAGS_fused_loss);
+  run->fused_kernels = absl::GetFlag(FLAGS_fused_kernels);
+  return true;
+}
 
-  const bool fused_loss = absl::GetFlag(FLAGS_fused_loss);
+// One mode's model and what trains it: the ZeRO engine (with its comm) or the plain module with
+// torch AdamW. Members in dependency order: the engine uses the comm.
+struct ModeModel {
+  std::unique_ptr<zero::Comm> comm;
+  std::unique_ptr<zero::Engine> engine;
+  std::shared_ptr<model::Qwen2VLForConditionalGeneration> plain;
+  std::unique_ptr<torch::optim::AdamW> adam;
+  model::Qwen2VLForConditionalGeneration* net = nullptr;
+};
+
+// `mode`'s model in training mode, with the run's attention and checkpointing.
+absl::StatusOr<ModeModel> BuildMode(const std::string& mode, const RunOptions& run) {
+  const torch::Device& device = run.device;
+  const model::Qwen2VLConfig& config = run.config;
+  const int64_t H = config.hidden_size;
+  ModeModel m;
+  if (mode == "engine" || mode == "engine_unfused") {
+    zero::CommOptions comm_options;
+    comm_options.device = device;
+    m.comm = std::move(zero::Comm::Create(comm_options).value());
+    zero::EngineOptions options;
+    options.stage = absl::GetFlag(FLAGS_stage);
+    options.compute_dtype = torch::kBFloat16;
+    options.device = device;
+    options.lr = 1e-4;
+    options.overlap_comm = true;
+    options.param_persistence_threshold = 10 * H;
+    options.prefetch_bucket_size = static_cast<int64_t>(0.9 * H * H);
+    auto created = zero::Engine::Create(config, options, m.comm.get(), /*seed=*/0);
+    if (!created.ok()) return created.status();
+    m.engine = std::move(*created);
+    m.net = &m.engine->model();
+  } else {
+    m.plain = std::make_shared<model::Qwen2VLForConditionalGeneration>(config);
+    m.plain->to(device);
+    m.adam = std::make_unique<torch::optim::AdamW>(m.plain->parameters(),
+                                                   torch::optim::AdamWOptions(1e-4));
+    m.net = m.plain.get();
+  }
+  m.net->train();
+  m.net->SetAttentionImpl(run.attention);
+  model::GradientCheckpointing ckpt;
+  ckpt.decoder_layers = absl::GetFlag(FLAGS_checkpointing) || mode == "plain_recompute";
+  m.net->SetGradientCheckpointing(ckpt);
+  return m;
+}
+
+// --warmup unmeasured then --steps timed training steps of `m` on the same random batches in
+// every mode: median, min and max seconds, the last loss, peak device memory (and the engine's
+// own accounting).
+ModeResult MeasureMode(const std::string& mode, const RunOptions& run, ModeModel* m) {
+  const torch::Device& device = run.device;
+  const int64_t B = run.B, T = run.T, V = run.config.vocab_size;
+  const int warmup = run.warmup, steps = run.steps;
+  const bool fused_loss = run.fused_loss;
+  auto step = [&](const torch::Tensor& ids) {
+    torch::Tensor loss = LossOf(*m->net, ids, device, m->engine != nullptr && fused_loss);
+    if (m->engine) {
+      if (!m->engine->Backward(loss).ok() || !m->engine->Step(1e-4).ok()) std::abort();
+    } else {
+      m->adam->zero_grad();
+      loss.backward();
+      m->adam->step();
+    }
+    return loss.item<double>();
+  };
+  torch::manual_seed(1);
+  std::vector<torch::Tensor> batches;
+  for (int i = 0; i < warmup + steps; ++i) {
+    batches.push_back(
+        torch::randint(0, V, {B, T}, torch::TensorOptions().dtype(torch::kLong)).to(device));
+  }
+  ModeResult r;
+  r.mode = mode;
+  for (int i = 0; i < warmup; ++i) step(batches[i]);
+  std::vector<double> times;
+  for (int i = 0; i < steps; ++i) {
+    Sync(device);
+    const auto start = Clock::now();
+    r.last_loss = step(batches[warmup + i]);
+    Sync(device);
+    times.push_back(Seconds(start));
+  }
+  std::sort(times.begin(), times.end());
+  r.median_s = times[times.size() / 2];
+  r.min_s = times.front();
+  r.max_s = times.back();
+  r.peak_bytes = PeakDeviceBytes(device);
+  if (m->engine) {
+    r.memory = m->engine->Memory();
+    r.has_memory = true;
+  }
+  return r;
+}
+
+// Every mode --modes names, in the fixed order, each on a fresh model from seed 0. Sets
+// `total_params` from the first mode's model.
+absl::StatusOr<std::vector<ModeResult>> MeasureModes(const RunOptions& run, int64_t* total_params) {
+  const torch::Device& device = run.device;
   std::vector<ModeResult> results;
-  int64_t total_params = 0;
   const std::vector<std::string> modes = absl::StrSplit(absl::GetFlag(FLAGS_modes), ',');
-  const bool fused_kernels = absl::GetFlag(FLAGS_fused_kernels);
+  const bool fused_kernels = run.fused_kernels;
   for (const std::string mode : {"engine", "engine_unfused", "plain", "plain_recompute"}) {
     if (std::find(modes.begin(), modes.end(), mode) == modes.end()) continue;
     model::SetFusedKernelsEnabled(fused_kernels && mode != "engine_unfused");
     ResetPeak(device);
     torch::manual_seed(0);
-    std::unique_ptr<zero::Comm> comm;
-    std::unique_ptr<zero::Engine> engine;
-    std::shared_ptr<model::Qwen2VLForConditionalGeneration> plain;
-    std::unique_ptr<torch::optim::AdamW> adam;
-    model::Qwen2VLForConditionalGeneration* net = nullptr;
-    if (mode == "engine" || mode == "engine_unfused") {
-      zero::CommOptions comm_options;
-      comm_options.device = device;
-      comm = std::move(zero::Comm::Create(comm_options).value());
-      zero::EngineOptions options;
-      options.stage = absl::GetFlag(FLAGS_stage);
-      options.compute_dtype = torch::kBFloat16;
-      options.device = device;
-      options.lr = 1e-4;
-      options.overlap_comm = true;
-      options.param_persistence_threshold = 10 * H;
-      options.prefetch_bucket_size = static_cast<int64_t>(0.9 * H * H);
-      auto created = zero::Engine::Create(*config, options, comm.get(), /*seed=*/0);
-      if (!created.ok()) {
-        std::cerr << "gpu_train_bench: " << created.status() << "\n";
-        return 1;
-      }
-      engine = std::move(*created);
-      net = &engine->model();
-    } else {
-      plain = std::make_shared<model::Qwen2VLForConditionalGeneration>(*config);
-      plain->to(device);
-      adam = std::make_unique<torch::optim::AdamW>(plain->parameters(),
-                                                   torch::optim::AdamWOptions(1e-4));
-      net = plain.get();
-    }
-    net->train();
-    net->SetAttentionImpl(*attention);
-    model::GradientCheckpointing ckpt;
-    ckpt.decoder_layers = absl::GetFlag(FLAGS_checkpointing) || mode == "plain_recompute";
-    net->SetGradientCheckpointing(ckpt);
-    if (total_params == 0) {
-      if (engine) {
-        total_params = engine->Memory().parameters;
+    absl::StatusOr<ModeModel> built = BuildMode(mode, run);
+    if (!built.ok()) return built.status();
+    if (*total_params == 0) {
+      if (built->engine) {
+        *total_params = built->engine->Memory().parameters;
       } else {
-        for (const auto& p : net->parameters()) total_params += p.numel();
+        for (const auto& p : built->net->parameters()) *total_params += p.numel();
       }
     }
-    auto step = [&](const torch::Tensor& ids) {
-      torch::Tensor loss = LossOf(*net, ids, device, engine != nullptr && fused_loss);
-      if (engine) {
-        if (!engine->Backward(loss).ok() || !engine->Step(1e-4).ok()) std::abort();
-      } else {
-        adam->zero_grad();
-        loss.backward();
-        adam->step();
-      }
-      return loss.item<double>();
-    };
-    torch::manual_seed(1);
-    std::vector<torch::Tensor> batches;
-    for (int i = 0; i < warmup + steps; ++i) {
-      batches.push_back(
-          torch::randint(0, V, {B, T}, torch::TensorOptions().dtype(torch::kLong)).to(device));
-    }
-    ModeResult r;
-    r.mode = mode;
-    for (int i = 0; i < warmup; ++i) step(batches[i]);
-    std::vector<double> times;
-    for (int i = 0; i < steps; ++i) {
-      Sync(device);
-      const auto start = Clock::now();
-      r.last_loss = step(batches[warmup + i]);
-      Sync(device);
-      times.push_back(Seconds(start));
-    }
-    std::sort(times.begin(), times.end());
-    r.median_s = times[times.size() / 2];
-    r.min_s = times.front();
-    r.max_s = times.back();
-    r.peak_bytes = PeakDeviceBytes(device);
-    if (engine) {
-      r.memory = engine->Memory();
-      r.has_memory = true;
-    }
-    results.push_back(r);
+    results.push_back(MeasureMode(mode, run, &*built));
   }
-  if (results.empty()) {
-    std::cerr << "gpu_train_bench: --modes names none of engine, engine_unfused, plain, "
-                 "plain_recompute\n";
-    return 1;
-  }
+  return results;
+}
 
-  // N: the decoder layers, the final norm and the embedding matrix, counted once as the tied head
-  // (a matmul; the lookup is not). The unused vision stub is left out.
-  int64_t vision = 0;
-  for (const auto& p : model::Qwen2VisionTransformer(config->vision).parameters()) {
-    vision += p.numel();
-  }
-  const int64_t N = total_params - vision;  // decoder layers + norm + embedding(= tied head)
-  const double flop_per_step = 6.0 * N * tokens + 12.0 * L * H * static_cast<double>(T) * T * B;
-
+// The ceilings: the model line, the batch line and the GEMM table (bf16 on CUDA), measured now.
+// Returns the best GEMM FLOP/s; `gemms` gets each shape's TFLOP/s.
+double PrintModelAndGemms(const RunOptions& run, int64_t total_params, int64_t N,
+                          double flop_per_step, nlohmann::json* gemms) {
+  const torch::Device& device = run.device;
+  const model::Qwen2VLConfig& config = run.config;
+  const int64_t B = run.B, T = run.T;
+  const int64_t H = config.hidden_size, L = config.num_hidden_layers, V = config.vocab_size;
+  const int64_t I = config.intermediate_size;
+  const int64_t kv = config.num_key_value_heads * config.head_dim();
+  const int64_t tokens = B * T;
   const std::vector<Gemm> shapes = {
       {"8192x8192x8192", 8192, 8192, 8192},    {"[BT,H]x[H,I] MLP up", tokens, H, I},
       {"[BT,I]x[I,H] MLP down", tokens, I, H}, {"[BT,H]x[H,H] q/o", tokens, H, H},
@@ -329,27 +371,42 @@ int main(int argc, char** argv) {
   std::cout << absl::StrFormat(
       "model: hidden %d, %d layers, %d heads (%d kv), MLP %d, vocab %d, tied; %.3fB parameters "
       "(N = %.3fB without the vision stub)\n",
-      H, L, config->num_attention_heads, config->num_key_value_heads, I, V, total_params / 1e9,
+      H, L, config.num_attention_heads, config.num_key_value_heads, I, V, total_params / 1e9,
       N / 1e9);
   std::cout << absl::StrFormat("batch %d x %d = %d tokens/step, %.1f TFLOP/step, device %s\n\n", B,
                                T, tokens, flop_per_step / 1e12, device.str());
   std::cout << absl::StrFormat("%-28s %12s\n", "GEMM (bf16 on CUDA)", "TFLOP/s");
-  nlohmann::json gemms = nlohmann::json::object();
   for (const auto& g : shapes) {
     const double f = GemmFlops(g, device);
     gemm_peak = std::max(gemm_peak, f);
-    gemms[g.name] = f / 1e12;
+    (*gemms)[g.name] = f / 1e12;
     std::cout << absl::StrFormat("%-28s %12.1f\n", g.name, f / 1e12);
   }
-  const double datasheet = absl::GetFlag(FLAGS_peak_tflops) * 1e12;
-  nlohmann::json out = {
-      {"parameters", total_params},
-      {"flop_per_step", flop_per_step},
-      {"tokens_per_step", tokens},
-      {"gemm_tflops", gemms},
-      {"gemm_peak_tflops", gemm_peak / 1e12},
-      {"datasheet_tflops", datasheet / 1e12},
-      {"fused_kernels", {{"built", model::FusedKernelsBuilt()}, {"enabled", fused_kernels}}}};
+  return gemm_peak;
+}
+
+// The engine's memory against the ZeRO model: printed under its mode's row and added to `m`.
+void ReportEngineMemory(const ModeResult& r, nlohmann::json* m) {
+  const double psi = static_cast<double>(r.memory.parameters);
+  const int64_t states = r.memory.master_bytes + r.memory.optimizer_bytes + r.memory.gradient_bytes;
+  (*m)["model_states_bytes"] = states;
+  (*m)["zero_model_states_bytes"] = 16 * psi;
+  (*m)["peak_working_bytes"] = r.memory.peak_working_bytes;
+  (*m)["activations_and_temporaries_bytes"] = r.peak_bytes - states - r.memory.peak_working_bytes;
+  std::cout << absl::StrFormat(
+      "  engine memory: model states %.2f GiB (ZeRO model 16 bytes x %.3fB = %.2f GiB; master "
+      "%.2f + AdamW %.2f + gradients %.2f), working bf16 weights peak %.2f GiB, activations "
+      "and temporaries %.2f GiB (peak allocated - the two)\n",
+      states / double(1 << 30), psi / 1e9, 16 * psi / double(1 << 30),
+      r.memory.master_bytes / double(1 << 30), r.memory.optimizer_bytes / double(1 << 30),
+      r.memory.gradient_bytes / double(1 << 30), r.memory.peak_working_bytes / double(1 << 30),
+      (r.peak_bytes - states - r.memory.peak_working_bytes) / double(1 << 30));
+}
+
+// The modes table (MFU against the datasheet and against the measured GEMM peak) and the engine's
+// step time over each peer's, each also into `out`.
+void PrintModes(const std::vector<ModeResult>& results, int64_t tokens, double flop_per_step,
+                double datasheet, double gemm_peak, nlohmann::json* out) {
   std::cout << absl::StrFormat("\n%-15s %9s %11s %9s %13s %13s %11s\n", "mode", "s/step",
                                "tokens/s", "TFLOP/s", "MFU datasheet", "MFU vs GEMM", "peak GiB");
   for (const auto& r : results) {
@@ -367,24 +424,8 @@ int main(int argc, char** argv) {
                         {"mfu_vs_gemm", achieved / gemm_peak},
                         {"peak_bytes", r.peak_bytes},
                         {"last_loss", r.last_loss}};
-    if (r.has_memory) {
-      const double psi = static_cast<double>(r.memory.parameters);
-      const int64_t states =
-          r.memory.master_bytes + r.memory.optimizer_bytes + r.memory.gradient_bytes;
-      m["model_states_bytes"] = states;
-      m["zero_model_states_bytes"] = 16 * psi;
-      m["peak_working_bytes"] = r.memory.peak_working_bytes;
-      m["activations_and_temporaries_bytes"] = r.peak_bytes - states - r.memory.peak_working_bytes;
-      std::cout << absl::StrFormat(
-          "  engine memory: model states %.2f GiB (ZeRO model 16 bytes x %.3fB = %.2f GiB; master "
-          "%.2f + AdamW %.2f + gradients %.2f), working bf16 weights peak %.2f GiB, activations "
-          "and temporaries %.2f GiB (peak allocated - the two)\n",
-          states / double(1 << 30), psi / 1e9, 16 * psi / double(1 << 30),
-          r.memory.master_bytes / double(1 << 30), r.memory.optimizer_bytes / double(1 << 30),
-          r.memory.gradient_bytes / double(1 << 30), r.memory.peak_working_bytes / double(1 << 30),
-          (r.peak_bytes - states - r.memory.peak_working_bytes) / double(1 << 30));
-    }
-    out[r.mode] = m;
+    if (r.has_memory) ReportEngineMemory(r, &m);
+    (*out)[r.mode] = m;
   }
   // plain keeps every activation, as the engine does without --checkpointing; plain_recompute is
   // the peer of a run with it.
@@ -392,8 +433,53 @@ int main(int argc, char** argv) {
     if (results[0].mode != "engine" || peer.mode == "engine") continue;
     const double ratio = results[0].median_s / peer.median_s;
     std::cout << absl::StrFormat("engine / %s step time: %.3f\n", peer.mode, ratio);
-    out["engine_over_" + peer.mode] = ratio;
+    (*out)["engine_over_" + peer.mode] = ratio;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  RunOptions run;
+  if (!ParseRunOptions(argc, argv, &run)) return 1;
+  const int64_t B = run.B, T = run.T;
+  const int64_t H = run.config.hidden_size, L = run.config.num_hidden_layers;
+  const int64_t tokens = B * T;
+
+  int64_t total_params = 0;
+  absl::StatusOr<std::vector<ModeResult>> measured = MeasureModes(run, &total_params);
+  if (!measured.ok()) {
+    std::cerr << "gpu_train_bench: " << measured.status() << "\n";
+    return 1;
+  }
+  const std::vector<ModeResult>& results = *measured;
+  if (results.empty()) {
+    std::cerr << "gpu_train_bench: --modes names none of engine, engine_unfused, plain, "
+                 "plain_recompute\n";
+    return 1;
+  }
+
+  // N: the decoder layers, the final norm and the embedding matrix, counted once as the tied head
+  // (a matmul; the lookup is not). The unused vision stub is left out.
+  int64_t vision = 0;
+  for (const auto& p : model::Qwen2VisionTransformer(run.config.vision).parameters()) {
+    vision += p.numel();
+  }
+  const int64_t N = total_params - vision;  // decoder layers + norm + embedding(= tied head)
+  const double flop_per_step = 6.0 * N * tokens + 12.0 * L * H * static_cast<double>(T) * T * B;
+
+  nlohmann::json gemms = nlohmann::json::object();
+  const double gemm_peak = PrintModelAndGemms(run, total_params, N, flop_per_step, &gemms);
+  const double datasheet = absl::GetFlag(FLAGS_peak_tflops) * 1e12;
+  nlohmann::json out = {
+      {"parameters", total_params},
+      {"flop_per_step", flop_per_step},
+      {"tokens_per_step", tokens},
+      {"gemm_tflops", gemms},
+      {"gemm_peak_tflops", gemm_peak / 1e12},
+      {"datasheet_tflops", datasheet / 1e12},
+      {"fused_kernels", {{"built", model::FusedKernelsBuilt()}, {"enabled", run.fused_kernels}}}};
+  PrintModes(results, tokens, flop_per_step, datasheet, gemm_peak, &out);
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream(path) << out.dump(2) << "\n";
   }

@@ -178,16 +178,14 @@ void SamplingAlone(int64_t rows, int64_t vocab) {
   }
 }
 
-Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& config, int step) {
-  const int64_t group = absl::GetFlag(FLAGS_num_generations);
-  const int64_t rows = absl::GetFlag(FLAGS_prompts) * group;
-  Split split;
-  torch::manual_seed(step);
-  const torch::Tensor unique =
-      torch::randint(1000, config.vocab_size - 1000,
-                     {absl::GetFlag(FLAGS_prompts), absl::GetFlag(FLAGS_prompt)}, torch::kInt64);
-  const torch::Tensor prompts = unique.repeat_interleave(group, 0);
-
+// Generation: num_generations sampled completions of each prompt, timed; its peer, plain greedy
+// decoding of the same prompts, the same number of new tokens per row (what decode_bench
+// measures), same model, same batch, runs just before generation on odd steps and just after it on
+// even ones, so that neither always inherits the allocator's state from the phase before (scoring's
+// or training's large tensors).
+model::GenerationOutput GenerationPhase(zero::Engine& policy, const Qwen2VLConfig& config,
+                                        const torch::Tensor& prompts, int step, Split* split) {
+  const int64_t rows = prompts.size(0);
   model::GenerationOptions g;
   g.max_new_tokens = absl::GetFlag(FLAGS_completion);
   g.temperature = 1.0;
@@ -196,10 +194,6 @@ Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& c
   for (int64_t r = 0; r < rows; ++r) g.row_seeds.push_back(static_cast<uint64_t>(step * 1000 + r));
   model::ModelInputs in;
   in.input_ids = prompts;
-  // The peer of generation: plain greedy decoding of the same prompts, the same number of new
-  // tokens per row (what decode_bench measures), same model, same batch; run just before
-  // generation on odd steps and just after it on even ones, so that neither always inherits the
-  // allocator's state from the phase before (scoring's or training's large tensors).
   const auto plain_decode = [&] {
     model::GenerationOptions greedy;
     greedy.max_new_tokens = g.max_new_tokens;
@@ -208,66 +202,101 @@ Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& c
     greedy.compact_finished_rows = g.compact_finished_rows;
     const Clock::time_point start = Clock::now();
     auto plain = model::Generate(policy.model(), in, greedy);
-    split.plain_decode = Seconds(start);
-    split.plain_tokens = plain.ok() ? plain->new_tokens : 0;
+    split->plain_decode = Seconds(start);
+    split->plain_tokens = plain.ok() ? plain->new_tokens : 0;
   };
   if (step % 2 == 1) plain_decode();
-  Clock::time_point start = Clock::now();
+  const Clock::time_point start = Clock::now();
   auto out = model::Generate(policy.model(), in, g);
   if (!out.ok()) {
     std::cerr << "grpo_bench: " << out.status() << "\n";
     std::exit(1);
   }
-  split.generation = Seconds(start);
-  split.new_tokens = out->new_tokens;
+  split->generation = Seconds(start);
+  split->new_tokens = out->new_tokens;
   if (step % 2 == 0) plain_decode();
+  return *std::move(out);
+}
 
-  start = Clock::now();
+// What scoring hands to training: advantages, the joined rows and their completion mask, and the
+// reference's log-probabilities (undefined without one).
+struct Scored {
+  absl::StatusOr<trainer::Advantages> adv;
+  torch::Tensor mask;
+  model::ModelInputs joined;
+  torch::Tensor ref;
+};
+
+// Scoring, timed: rule rewards of the decoded ids' text, advantages normalised per group, the
+// prompt + completion rows joined, and the frozen reference's log-probabilities.
+Scored ScoringPhase(zero::Engine* reference, const torch::Tensor& prompts,
+                    const model::GenerationOutput& out, int64_t group, Split* split) {
+  Scored s;
+  const Clock::time_point start = Clock::now();
   std::vector<double> rewards;
-  for (const auto& t : out->tokens) {
+  for (const auto& t : out.tokens) {
     const std::string text = absl::StrCat("<answer>", absl::StrJoin(t, " "), "</answer>");
     rewards.push_back(trainctl::rewards::AccuracyReward(text, "<answer>7</answer>") +
                       trainctl::rewards::FormatReward(text, ""));
   }
-  auto adv = trainer::ComputeAdvantages(torch::tensor(rewards, torch::kFloat64), group,
-                                        trainer::ScaleRewards::kGroup);
-  torch::Tensor mask;
-  const model::ModelInputs joined = Joined(prompts, *out, 0, &mask);
+  s.adv = trainer::ComputeAdvantages(torch::tensor(rewards, torch::kFloat64), group,
+                                     trainer::ScaleRewards::kGroup);
+  s.joined = Joined(prompts, out, 0, &s.mask);
   const int64_t p = prompts.size(1);
-  torch::Tensor ref;
   if (reference != nullptr) {
     torch::NoGradGuard no_grad;
-    ref = model::CompletionLogProbs(reference->model(), joined, p);
+    s.ref = model::CompletionLogProbs(reference->model(), s.joined, p);
   }
-  split.scoring = Seconds(start);
+  split->scoring = Seconds(start);
+  return s;
+}
 
-  // The same tokens through one forward: what scoring them at once costs.
-  start = Clock::now();
+// The same tokens through one no-grad forward, timed: what scoring them at once costs.
+void ForwardPhase(zero::Engine& policy, const model::ModelInputs& joined, Split* split) {
+  const Clock::time_point start = Clock::now();
   {
     torch::NoGradGuard no_grad;
     (void)policy.model().ForwardHidden(joined);
   }
-  split.forward = Seconds(start);
-  split.scored_tokens = joined.attention_mask.sum().item<int64_t>();
-  ScoringPaddedVsPacked(policy, prompts, *out, step, &split);
+  split->forward = Seconds(start);
+  split->scored_tokens = joined.attention_mask.sum().item<int64_t>();
+}
 
-  start = Clock::now();
+// Training, timed: the policy's log-probabilities with grad, the clipped loss and a ZeRO step.
+void TrainingPhase(zero::Engine& policy, const Scored& scored, int64_t p, Split* split) {
+  const Clock::time_point start = Clock::now();
   trainer::GrpoLossInputs li;
-  li.per_token_logps = model::CompletionLogProbs(policy.model(), joined, p);
-  li.ref_per_token_logps = ref;
-  li.advantages = adv->advantages;
-  li.completion_mask = mask;
+  li.per_token_logps = model::CompletionLogProbs(policy.model(), scored.joined, p);
+  li.ref_per_token_logps = scored.ref;
+  li.advantages = scored.adv->advantages;
+  li.completion_mask = scored.mask;
   trainer::GrpoLossOptions lo;
   lo.beta = absl::GetFlag(FLAGS_beta);
   lo.max_completion_length = absl::GetFlag(FLAGS_completion);
   trainer::GrpoStepShape shape;
-  shape.global_active_tokens = mask.sum().item<double>();
+  shape.global_active_tokens = scored.mask.sum().item<double>();
   auto loss = trainer::GrpoLoss(li, lo, shape);
   if (!loss.ok() || !policy.Backward(loss->contribution).ok() || !policy.Step(1e-5).ok()) {
     std::cerr << "grpo_bench: the training step failed\n";
     std::exit(1);
   }
-  split.training = Seconds(start);
+  split->training = Seconds(start);
+}
+
+// One GRPO step on --prompts random prompts (seeded by `step`), each repeated for its group.
+Split Step(zero::Engine& policy, zero::Engine* reference, const Qwen2VLConfig& config, int step) {
+  const int64_t group = absl::GetFlag(FLAGS_num_generations);
+  Split split;
+  torch::manual_seed(step);
+  const torch::Tensor unique =
+      torch::randint(1000, config.vocab_size - 1000,
+                     {absl::GetFlag(FLAGS_prompts), absl::GetFlag(FLAGS_prompt)}, torch::kInt64);
+  const torch::Tensor prompts = unique.repeat_interleave(group, 0);
+  const model::GenerationOutput out = GenerationPhase(policy, config, prompts, step, &split);
+  const Scored scored = ScoringPhase(reference, prompts, out, group, &split);
+  ForwardPhase(policy, scored.joined, &split);
+  ScoringPaddedVsPacked(policy, prompts, out, step, &split);
+  TrainingPhase(policy, scored, prompts.size(1), &split);
   return split;
 }
 

@@ -90,34 +90,47 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-}  // namespace
+// The real daemons in `dir`: a coordinator (SQLite file, full fsync) and one worker with 2 CPU
+// slots whose trainer is trainctl-trainer.
+struct Daemons {
+  std::string dir;
+  std::string address;  // the coordinator's
+  pid_t coordinator = 0;
+  pid_t worker = 0;
+};
 
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+// Starts the coordinator, waits (up to ~6 s) for its ready file, then starts the worker.
+Daemons StartDaemons() {
+  Daemons d;
   char tmpl[] = "/tmp/launch_bench.XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  d.dir = mkdtemp(tmpl);
+  const std::string& dir = d.dir;
   const std::string ready = dir + "/ready";
-  const pid_t coordinator =
-      Spawn({TRAINCTL_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db", dir + "/trainctl.db",
-             "--ready_file", ready, "--log_level", "warning"},
-            dir + "/coordinator.log");
+  d.coordinator = Spawn({TRAINCTL_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db",
+                         dir + "/trainctl.db", "--ready_file", ready, "--log_level", "warning"},
+                        dir + "/coordinator.log");
   for (int i = 0; i < 300 && !fs::exists(ready); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::string address;
-  std::getline(std::ifstream(ready), address);
-  const pid_t worker =
-      Spawn({TRAINCTL_WORKER_BIN, "--coordinator", address, "--node_name", "bench", "--slots", "2",
-             "--work_dir", dir + "/work", "--output_roots", dir, "--trainer", TRAINCTL_TRAINER_BIN,
-             "--nvidia_smi", "/nonexistent", "--log_level", "warning"},
-            dir + "/worker.log");
-  trainctl::cli::JobClient client(address);
+  std::getline(std::ifstream(ready), d.address);
+  d.worker = Spawn({TRAINCTL_WORKER_BIN, "--coordinator", d.address, "--node_name", "bench",
+                    "--slots", "2", "--work_dir", dir + "/work", "--output_roots", dir, "--trainer",
+                    TRAINCTL_TRAINER_BIN, "--nvidia_smi", "/nonexistent", "--log_level", "warning"},
+                   dir + "/worker.log");
+  return d;
+}
+
+// Waits (up to ~10 s) for the worker's node to be ready.
+void WaitNodeReady(trainctl::cli::JobClient& client) {
   for (int i = 0; i < 500; ++i) {
     auto nodes = client.ListNodes();
     if (nodes.ok() && nodes->nodes_size() == 1 && nodes->nodes(0).state() == "ready") break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
 
+// A 2-rank SFT job on one node whose data does not exist, so that it fails quickly.
+v1::JobSpec BenchSpec(const std::string& dir) {
   v1::JobSpec spec;
   spec.set_name("launch-bench");
   spec.set_kind(v1::JOB_KIND_SFT);
@@ -126,45 +139,50 @@ int main(int argc, char** argv) {
   spec.set_output_dir(dir + "/out");
   spec.mutable_resources()->set_nodes(1);
   spec.mutable_resources()->set_slots_per_node(2);
+  return spec;
+}
 
-  std::vector<double> submit_ms, direct_ms;
-  const int jobs = absl::GetFlag(FLAGS_jobs);
-  for (int i = 0; i < jobs + 1; ++i) {  // the first of each is a warm-up
-    const double direct = Ms(DirectLaunch(TRAINCTL_TRAINER_BIN, 2));
-    v1::SubmitJobRequest request;
-    *request.mutable_spec() = spec;
-    const auto start = Clock::now();
-    auto submitted = client.Submit(request);
-    if (!submitted.ok()) {
-      absl::FPrintF(stderr, "submit: %s\n", submitted.status().ToString());
-      return 1;
-    }
-    double running = -1;
-    bool ended = false;
-    v1::WatchJobRequest watch;
-    watch.set_id(submitted->job().id());
-    auto s = client.Watch(watch, [&](const v1::JobEvent& e) {
-      if (!e.has_state_change()) return;
-      if (e.state_change().to() == v1::JOB_STATE_RUNNING && running < 0) {
-        running = Ms(Clock::now() - start);
-      }
-      ended = ended || e.state_change().to() == v1::JOB_STATE_FAILED ||
-              e.state_change().to() == v1::JOB_STATE_SUCCEEDED;
-    });
-    if (running < 0) {
-      absl::FPrintF(stderr, "job %s never ran (%s); see %s\n", submitted->job().id(), s.ToString(),
-                    dir);
-      return 1;
-    }
-    if (i == 0) continue;
-    submit_ms.push_back(running);
-    direct_ms.push_back(direct);
+// Milliseconds from the SubmitJob call to the `running` state change on a WatchJob stream (the
+// stream is read to the job's end); -1, with the reason on stderr, when the submit fails or the
+// job never ran.
+double SubmitToRunningMs(trainctl::cli::JobClient& client, const v1::JobSpec& spec,
+                         const std::string& dir) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  const auto start = Clock::now();
+  auto submitted = client.Submit(request);
+  if (!submitted.ok()) {
+    absl::FPrintF(stderr, "submit: %s\n", submitted.status().ToString());
+    return -1;
   }
-  kill(worker, SIGTERM);
-  waitpid(worker, nullptr, 0);
-  kill(coordinator, SIGTERM);
-  waitpid(coordinator, nullptr, 0);
+  double running = -1;
+  bool ended = false;
+  v1::WatchJobRequest watch;
+  watch.set_id(submitted->job().id());
+  auto s = client.Watch(watch, [&](const v1::JobEvent& e) {
+    if (!e.has_state_change()) return;
+    if (e.state_change().to() == v1::JOB_STATE_RUNNING && running < 0) {
+      running = Ms(Clock::now() - start);
+    }
+    ended = ended || e.state_change().to() == v1::JOB_STATE_FAILED ||
+            e.state_change().to() == v1::JOB_STATE_SUCCEEDED;
+  });
+  if (running < 0) {
+    absl::FPrintF(stderr, "job %s never ran (%s); see %s\n", submitted->job().id(), s.ToString(),
+                  dir);
+  }
+  return running;
+}
 
+// SIGTERM to `pid`, then waits for it.
+void Stop(pid_t pid) {
+  kill(pid, SIGTERM);
+  waitpid(pid, nullptr, 0);
+}
+
+// The medians of both, the spread of the submissions, and their ratio.
+void PrintResults(int jobs, const std::vector<double>& submit_ms,
+                  const std::vector<double>& direct_ms) {
   const double submit = Median(submit_ms), direct = Median(direct_ms);
   absl::PrintF("launch_bench: %d jobs of 2 ranks (trainctl-trainer) on one worker, 2 CPU slots\n",
                jobs);
@@ -175,6 +193,32 @@ int main(int argc, char** argv) {
   absl::PrintF(
       "  ratio submit/direct                    %8.1fx   (+%.2f ms of scheduling, RPCs, fsyncs)\n",
       submit / std::max(1e-6, direct), submit - direct);
-  fs::remove_all(dir);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const Daemons daemons = StartDaemons();
+  trainctl::cli::JobClient client(daemons.address);
+  WaitNodeReady(client);
+  const v1::JobSpec spec = BenchSpec(daemons.dir);
+
+  // Interleaved: a direct launch, then a submission, --jobs times.
+  std::vector<double> submit_ms, direct_ms;
+  const int jobs = absl::GetFlag(FLAGS_jobs);
+  for (int i = 0; i < jobs + 1; ++i) {  // the first of each is a warm-up
+    const double direct = Ms(DirectLaunch(TRAINCTL_TRAINER_BIN, 2));
+    const double running = SubmitToRunningMs(client, spec, daemons.dir);
+    if (running < 0) return 1;
+    if (i == 0) continue;
+    submit_ms.push_back(running);
+    direct_ms.push_back(direct);
+  }
+  Stop(daemons.worker);
+  Stop(daemons.coordinator);
+
+  PrintResults(jobs, submit_ms, direct_ms);
+  fs::remove_all(daemons.dir);
   return 0;
 }

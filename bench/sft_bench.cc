@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -74,66 +75,77 @@ int64_t Count(const std::vector<torch::Tensor>& params) {
   return n;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_threads) > 0)
-    trainctl::model::SetCpuThreads(absl::GetFlag(FLAGS_threads));
-  const int64_t B = absl::GetFlag(FLAGS_batch);
-  const int64_t T = absl::GetFlag(FLAGS_seq);
-  const int warmup = absl::GetFlag(FLAGS_warmup);
-  const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
-  torch::manual_seed(0);
-
-  // configs/models/bench-30m: ~30M parameters, hidden 512, 6 layers, 8 heads (4 kv), MLP 1024,
-  // vocab 32000, tied; a minimal vision tower, unused by text-only batches.
+// configs/models/bench-30m: ~30M parameters, hidden 512, 6 layers, 8 heads (4 kv), MLP 1024,
+// vocab 32000, tied; a minimal vision tower, unused by text-only batches.
+absl::StatusOr<trainctl::model::Qwen2VLConfig> LoadBenchConfig() {
   auto path = trainctl::model::FindModelConfig("bench-30m");
-  absl::StatusOr<trainctl::model::Qwen2VLConfig> config =
-      path.ok() ? trainctl::model::LoadQwen2VLConfig(*path)
-                : absl::StatusOr<trainctl::model::Qwen2VLConfig>(path.status());
-  if (!config.ok()) {
-    std::cerr << "sft_bench: " << config.status() << "\n";
-    return 1;
-  }
-  const int64_t H = config->hidden_size;
-  const int64_t L = config->num_hidden_layers;
-  const int64_t V = config->vocab_size;
-  const int64_t I = config->intermediate_size;
-  const int64_t kv = config->num_key_value_heads * config->head_dim();
+  return path.ok() ? trainctl::model::LoadQwen2VLConfig(*path)
+                   : absl::StatusOr<trainctl::model::Qwen2VLConfig>(path.status());
+}
 
-  auto model = std::make_shared<trainctl::model::Qwen2VLForConditionalGeneration>(*config);
-  model->InitWeights();
-  model->train();
-  const int64_t total = Count(model->parameters());
-  const int64_t vision = Count(model->visual->parameters());
-  const int64_t embedding = V * H;
-  const int64_t non_embedding = total - vision - embedding;  // decoder layers + final norm
-  const int64_t matmul_params = non_embedding + V * H;       // + the tied output head
-  const int64_t tokens = B * T;
-  const double flop_per_step =
-      6.0 * matmul_params * tokens + 12.0 * L * H * static_cast<double>(T) * T * B;
+// The model's parameter counts and FLOPs per step of --batch x --seq tokens (the header's N).
+struct ModelFlops {
+  int64_t total = 0, vision = 0, embedding = 0, non_embedding = 0, matmul_params = 0;
+  int64_t tokens = 0;
+  double flop_per_step = 0;
+};
 
+ModelFlops CountFlops(trainctl::model::Qwen2VLForConditionalGeneration& model,
+                      const trainctl::model::Qwen2VLConfig& config, int64_t B, int64_t T) {
+  const int64_t H = config.hidden_size;
+  const int64_t L = config.num_hidden_layers;
+  const int64_t V = config.vocab_size;
+  ModelFlops f;
+  f.total = Count(model.parameters());
+  f.vision = Count(model.visual->parameters());
+  f.embedding = V * H;
+  f.non_embedding = f.total - f.vision - f.embedding;  // decoder layers + final norm
+  f.matmul_params = f.non_embedding + V * H;           // + the tied output head
+  f.tokens = B * T;
+  f.flop_per_step =
+      6.0 * f.matmul_params * f.tokens + 12.0 * L * H * static_cast<double>(T) * T * B;
+  return f;
+}
+
+// The model, parameter, FLOPs and threads lines.
+void PrintModel(const trainctl::model::Qwen2VLConfig& config, const ModelFlops& f, int64_t B,
+                int64_t T) {
   std::cout << absl::StrFormat(
-      "model: hidden %d, %d layers, %d heads (%d kv), MLP %d, vocab %d, tied embeddings\n", H, L,
-      config->num_attention_heads, config->num_key_value_heads, I, V);
+      "model: hidden %d, %d layers, %d heads (%d kv), MLP %d, vocab %d, tied embeddings\n",
+      config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
+      config.num_key_value_heads, config.intermediate_size, config.vocab_size);
   std::cout << absl::StrFormat(
       "params: %.2fM total = %.2fM embedding + %.2fM non-embedding + %.3fM vision tower (unused)\n",
-      total / 1e6, embedding / 1e6, non_embedding / 1e6, vision / 1e6);
+      f.total / 1e6, f.embedding / 1e6, f.non_embedding / 1e6, f.vision / 1e6);
   std::cout << absl::StrFormat(
       "FLOPs/step = 6 * N * tokens + 12 * L * H * T^2 * B, N = %.2fM (non-embedding + head), "
       "tokens = %d x %d = %d -> %.1f GFLOP\n",
-      matmul_params / 1e6, B, T, tokens, flop_per_step / 1e9);
+      f.matmul_params / 1e6, B, T, f.tokens, f.flop_per_step / 1e9);
   std::cout << absl::StrFormat("threads: %d, dtype float32\n\n", torch::get_num_threads());
+}
 
-  const std::vector<GemmShape> shapes = {
+// The model's own matmul shapes at `tokens` rows.
+std::vector<GemmShape> ModelShapes(const trainctl::model::Qwen2VLConfig& config, int64_t tokens) {
+  const int64_t H = config.hidden_size;
+  const int64_t V = config.vocab_size;
+  const int64_t I = config.intermediate_size;
+  const int64_t kv = config.num_key_value_heads * config.head_dim();
+  return {
       {"[BT,H]x[H,I] (MLP up/gate)", tokens, H, I}, {"[BT,I]x[I,H] (MLP down)", tokens, I, H},
       {"[BT,H]x[H,H] (q/o proj)", tokens, H, H},    {"[BT,H]x[H,kv] (k/v proj)", tokens, H, kv},
       {"[BT,H]x[H,V] (head)", tokens, H, V},
   };
-  std::vector<double> before, after;
-  for (const auto& s : shapes) before.push_back(GemmFlops(s));
+}
 
+// The measured steps' seconds (sorted) and the last one's loss.
+struct StepTimes {
+  std::vector<double> seconds;
+  double loss = 0;
+};
+
+// `warmup` unmeasured then `steps` timed SFT steps (fwd + bwd + AdamW) on fresh random batches.
+StepTimes TimeSteps(const std::shared_ptr<trainctl::model::Qwen2VLForConditionalGeneration>& model,
+                    int64_t V, int64_t H, int64_t B, int64_t T, int warmup, int steps) {
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-4));
   auto step = [&]() {
     auto ids = torch::randint(0, V, {B, T}, torch::kLong);
@@ -149,18 +161,23 @@ int main(int argc, char** argv) {
     return loss.item<double>();
   };
   for (int i = 0; i < warmup; ++i) step();
-  std::vector<double> step_seconds;
-  double loss = 0;
+  StepTimes times;
   for (int i = 0; i < steps; ++i) {
     const auto start = Clock::now();
-    loss = step();
-    step_seconds.push_back(Seconds(start));
+    times.loss = step();
+    times.seconds.push_back(Seconds(start));
   }
-  for (const auto& s : shapes) after.push_back(GemmFlops(s));
+  std::sort(times.seconds.begin(), times.seconds.end());
+  return times;
+}
 
-  std::sort(step_seconds.begin(), step_seconds.end());
+// The GEMM table (before and after the steps), the step row, the loss and the MFU.
+void PrintResults(const std::vector<GemmShape>& shapes, const std::vector<double>& before,
+                  const std::vector<double>& after, const StepTimes& times, const ModelFlops& f,
+                  int64_t V) {
+  const std::vector<double>& step_seconds = times.seconds;
   const double median = step_seconds[step_seconds.size() / 2];
-  const double achieved = flop_per_step / median;
+  const double achieved = f.flop_per_step / median;
   double peak = 0;
   std::cout << absl::StrFormat("%-30s %10s %14s %14s\n", "GEMM (fp32, same threads)", "M x K x N",
                                "GFLOP/s before", "GFLOP/s after");
@@ -173,12 +190,46 @@ int main(int argc, char** argv) {
   }
   std::cout << absl::StrFormat("\n%-30s %10s %14s %14s\n", "SFT step (fwd+bwd+AdamW)", "s/step",
                                "tokens/s", "GFLOP/s");
-  std::cout << absl::StrFormat("%-30s %10.3f %14.0f %14.1f\n",
-                               absl::StrFormat("median of %d (min %.3f, max %.3f)", steps,
-                                               step_seconds.front(), step_seconds.back()),
-                               median, tokens / median, achieved / 1e9);
-  std::cout << absl::StrFormat("last loss %.3f (ln V = %.3f)\n", loss, std::log(double(V)));
+  std::cout << absl::StrFormat(
+      "%-30s %10.3f %14.0f %14.1f\n",
+      absl::StrFormat("median of %d (min %.3f, max %.3f)", step_seconds.size(),
+                      step_seconds.front(), step_seconds.back()),
+      median, f.tokens / median, achieved / 1e9);
+  std::cout << absl::StrFormat("last loss %.3f (ln V = %.3f)\n", times.loss, std::log(double(V)));
   std::cout << absl::StrFormat("\nMFU = achieved / GEMM peak = %.1f / %.1f GFLOP/s = %.1f%%\n",
                                achieved / 1e9, peak / 1e9, 100.0 * achieved / peak);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_threads) > 0)
+    trainctl::model::SetCpuThreads(absl::GetFlag(FLAGS_threads));
+  const int64_t B = absl::GetFlag(FLAGS_batch);
+  const int64_t T = absl::GetFlag(FLAGS_seq);
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
+  torch::manual_seed(0);
+
+  absl::StatusOr<trainctl::model::Qwen2VLConfig> config = LoadBenchConfig();
+  if (!config.ok()) {
+    std::cerr << "sft_bench: " << config.status() << "\n";
+    return 1;
+  }
+  auto model = std::make_shared<trainctl::model::Qwen2VLForConditionalGeneration>(*config);
+  model->InitWeights();
+  model->train();
+  const ModelFlops flops = CountFlops(*model, *config, B, T);
+  PrintModel(*config, flops, B, T);
+
+  // The GEMM peak is measured before and after the steps, with the same threads.
+  const std::vector<GemmShape> shapes = ModelShapes(*config, flops.tokens);
+  std::vector<double> before, after;
+  for (const auto& s : shapes) before.push_back(GemmFlops(s));
+  const StepTimes times =
+      TimeSteps(model, config->vocab_size, config->hidden_size, B, T, warmup, steps);
+  for (const auto& s : shapes) after.push_back(GemmFlops(s));
+  PrintResults(shapes, before, after, times, flops, config->vocab_size);
   return 0;
 }

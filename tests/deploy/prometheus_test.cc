@@ -258,6 +258,21 @@ class PrometheusTest : public testing::ShapesTrainingTest, protected testing::Da
   // `names`.
   void RunDashboardQueries(const std::string& job_id, std::set<std::string>* names);
 
+  // The scenario's phases, in the order the test runs them.
+
+  // Both targets up, with the job labels of the scrape config.
+  void ExpectBothTargetsUp();
+  // The running job's loss, with the job's labels (the exporter's `job` kept by honor_labels).
+  void ExpectJobLoss(const std::string& job_id);
+  // The GPU-less node: its slots and info, its rank's CPU time, and no GPU series at all.
+  void ExpectCpuNodeSeries(const std::string& job_id);
+  // The dashboard while the job trains; every trainctl_ name it and the rules use is declared.
+  void ExpectDashboardAndRulesUseDeclaredNames(const std::string& job_id);
+  // TrainctlJobFailed, for real: a job whose model does not exist fails its only attempt.
+  void ExpectJobFailedFires();
+  // TrainctlNodeLost, for real: the worker killed outright misses its 2 s lease.
+  void ExpectNodeLostFires();
+
   std::string coordinator_metrics_;  // HOST:PORT of the coordinator's /metrics
   std::string worker_metrics_;
   std::unique_ptr<PrometheusServer> prometheus_;
@@ -329,12 +344,7 @@ void PrometheusTest::RunDashboardQueries(const std::string& job_id, std::set<std
             << " with data\n";
 }
 
-TEST_F(PrometheusTest, ScrapesTheDaemonsRunsTheDashboardAndFiresAlerts) {
-  ASSERT_NO_FATAL_FAILURE(StartCoordinator());
-  ASSERT_NO_FATAL_FAILURE(StartWorker());
-  ASSERT_NO_FATAL_FAILURE(StartPrometheus());
-
-  // Both targets up, with the job labels of the scrape config.
+void PrometheusTest::ExpectBothTargetsUp() {
   EXPECT_TRUE(WaitFor(
       [&] {
         auto r = prometheus_->Query("up == 1");
@@ -351,15 +361,11 @@ TEST_F(PrometheusTest, ScrapesTheDaemonsRunsTheDashboardAndFiresAlerts) {
   EXPECT_EQ(instances,
             (std::map<std::string, std::string>{{"trainctl-coordinator", coordinator_metrics_},
                                                 {"trainctl-worker", worker_metrics_}}));
+}
 
-  // A real SFT job long enough to outlast the checks (the worker is killed under it at the end).
-  const std::string id = Submit(WriteSpec("prom-sft", dir_.path() + "/out-sft",
-                                          {{"max_steps", 2000}, {"save_strategy", "no"}},
-                                          {{"resources", {{"nodes", 1}, {"slots_per_node", 1}}}}));
-  ASSERT_FALSE(id.empty());
-
-  // Its loss, with the job's labels (the exporter's `job` kept by honor_labels).
-  json loss = WaitSeries(absl::StrCat("trainctl_job_loss{job=\"", id, "\"}"), absl::Seconds(60));
+void PrometheusTest::ExpectJobLoss(const std::string& job_id) {
+  json loss =
+      WaitSeries(absl::StrCat("trainctl_job_loss{job=\"", job_id, "\"}"), absl::Seconds(60));
   ASSERT_EQ(loss.size(), 1u) << loss.dump();
   EXPECT_EQ(Label(loss[0], "name"), "prom-sft");
   EXPECT_EQ(Label(loss[0], "kind"), "sft");
@@ -369,8 +375,9 @@ TEST_F(PrometheusTest, ScrapesTheDaemonsRunsTheDashboardAndFiresAlerts) {
   const double loss_value = std::stod(loss[0]["value"][1].get<std::string>());
   EXPECT_GT(loss_value, 0) << loss.dump();
   EXPECT_LT(loss_value, 20) << loss.dump();
+}
 
-  // The GPU-less node: its slots and info, its rank's CPU time, and no GPU series at all.
+void PrometheusTest::ExpectCpuNodeSeries(const std::string& job_id) {
   json slots =
       WaitSeries(absl::StrCat("trainctl_worker_slots{node=\"", kNode, "\"}"), absl::Seconds(10));
   ASSERT_EQ(slots.size(), 1u);
@@ -381,7 +388,7 @@ TEST_F(PrometheusTest, ScrapesTheDaemonsRunsTheDashboardAndFiresAlerts) {
       WaitSeries(absl::StrCat("trainctl_worker_info{node=\"", kNode, "\"}"), absl::Seconds(10));
   ASSERT_EQ(info.size(), 1u);
   EXPECT_FALSE(Label(info[0], "version").empty()) << info.dump();
-  json cpu = WaitSeries(absl::StrCat("trainctl_rank_cpu_seconds_total{job=\"", id, "\"}"),
+  json cpu = WaitSeries(absl::StrCat("trainctl_rank_cpu_seconds_total{job=\"", job_id, "\"}"),
                         absl::Seconds(20));
   ASSERT_EQ(cpu.size(), 1u) << cpu.dump();
   EXPECT_EQ(Label(cpu[0], "node"), kNode);
@@ -390,15 +397,16 @@ TEST_F(PrometheusTest, ScrapesTheDaemonsRunsTheDashboardAndFiresAlerts) {
       absl::StrCat(R"({__name__=~"trainctl_gpu_.+", Hostname=")", kNode, R"("})"));
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   EXPECT_TRUE(gpu->empty()) << gpu->dump();
+}
 
-  // The dashboard, while the job trains. Then every trainctl_ name it and the rules use must be
-  // declared by one of the daemons (GPU and GRPO families are declared without series here).
+void PrometheusTest::ExpectDashboardAndRulesUseDeclaredNames(const std::string& job_id) {
   std::set<std::string> used;
-  ASSERT_NO_FATAL_FAILURE(RunDashboardQueries(id, &used));
+  ASSERT_NO_FATAL_FAILURE(RunDashboardQueries(job_id, &used));
   for (const std::string& n :
        TrainctlNames(testing::ReadFileOrEmpty(kDeploy + "/prometheus/alerts.yml"))) {
     used.insert(n);
   }
+  // Declared by one of the daemons (GPU and GRPO families are declared without series here).
   std::set<std::string> declared = Declared(coordinator_metrics_);
   for (const std::string& n : Declared(worker_metrics_)) declared.insert(n);
   EXPECT_GT(used.size(), 40u);
@@ -417,8 +425,9 @@ TEST_F(PrometheusTest, ScrapesTheDaemonsRunsTheDashboardAndFiresAlerts) {
   }
   std::cout << "deploy/ uses " << used.size() << " trainctl names; without series on this "
             << "CPU cluster: " << absl::StrJoin(no_series, ", ") << "\n";
+}
 
-  // TrainctlJobFailed, for real: a job whose model does not exist fails its only attempt.
+void PrometheusTest::ExpectJobFailedFires() {
   const std::string bad = Submit(WriteSpec("prom-bad", dir_.path() + "/out-bad", {},
                                            {{"model_name_or_path", dir_.path() + "/no-model"}}));
   ASSERT_FALSE(bad.empty());
@@ -431,8 +440,9 @@ TEST_F(PrometheusTest, ScrapesTheDaemonsRunsTheDashboardAndFiresAlerts) {
   EXPECT_TRUE(
       absl::StrContains(failed["annotations"].value("description", ""), coordinator_metrics_))
       << failed.dump();
+}
 
-  // TrainctlNodeLost, for real: the worker killed outright misses its 2 s lease.
+void PrometheusTest::ExpectNodeLostFires() {
   workers_[kNode]->Kill(SIGKILL);
   json lost = WaitFiring("TrainctlNodeLost", {{"severity", "critical"}}, absl::Seconds(30));
   ASSERT_TRUE(lost.is_object());
@@ -442,6 +452,25 @@ TEST_F(PrometheusTest, ScrapesTheDaemonsRunsTheDashboardAndFiresAlerts) {
       << lost.dump();
   // And Prometheus sees the worker's target down.
   WaitSeries(R"(up{job="trainctl-worker"} == 0)", absl::Seconds(10));
+}
+
+TEST_F(PrometheusTest, ScrapesTheDaemonsRunsTheDashboardAndFiresAlerts) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+  ASSERT_NO_FATAL_FAILURE(StartWorker());
+  ASSERT_NO_FATAL_FAILURE(StartPrometheus());
+  ASSERT_NO_FATAL_FAILURE(ExpectBothTargetsUp());
+
+  // A real SFT job long enough to outlast the checks (the worker is killed under it at the end).
+  const std::string id = Submit(WriteSpec("prom-sft", dir_.path() + "/out-sft",
+                                          {{"max_steps", 2000}, {"save_strategy", "no"}},
+                                          {{"resources", {{"nodes", 1}, {"slots_per_node", 1}}}}));
+  ASSERT_FALSE(id.empty());
+  ASSERT_NO_FATAL_FAILURE(ExpectJobLoss(id));
+  ASSERT_NO_FATAL_FAILURE(ExpectCpuNodeSeries(id));
+  ASSERT_NO_FATAL_FAILURE(ExpectDashboardAndRulesUseDeclaredNames(id));
+
+  ASSERT_NO_FATAL_FAILURE(ExpectJobFailedFires());
+  ASSERT_NO_FATAL_FAILURE(ExpectNodeLostFires());
 }
 
 }  // namespace

@@ -98,6 +98,19 @@ class TopologyTest : public ::testing::Test {
     return client_->ListNodes(request);
   }
 
+  // The scenario's phases, in the order the test runs them.
+
+  // The probe sent with the register, stored and returned by ListNodes with topology (in `first`).
+  void ExpectProbeStoredAtRegister(v1::NodeTopology* first);
+  // The CLI prints it.
+  void ExpectCliPrintsTopology();
+  // The port goes down and the peer-memory module is unloaded; a refresh sees it.
+  void ExpectRefreshSeesTheChange(const v1::NodeTopology& first);
+  // The worker goes away: a refresh cannot be had, the last probe is shown with a warning.
+  void ExpectLastProbeWithoutTheWorker();
+  // A restarted coordinator has it from SQLite, before the node is back.
+  void ExpectProbeKeptAcrossRestart();
+
   std::string Logs() {
     return "coordinator:\n" + testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log") +
            "\nworker:\n" + testing::ReadFileOrEmpty(dir_.path() + "/worker.log");
@@ -109,10 +122,7 @@ class TopologyTest : public ::testing::Test {
   std::unique_ptr<cli::JobClient> client_;
 };
 
-TEST_F(TopologyTest, ProbedAtRegisterRefreshedOnDemandAndKeptAcrossRestart) {
-  StartCoordinator();
-  StartWorker();
-  // The probe sent with the register, stored.
+void TopologyTest::ExpectProbeStoredAtRegister(v1::NodeTopology* first) {
   absl::StatusOr<v1::ListNodesResponse> got;
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -121,28 +131,29 @@ TEST_F(TopologyTest, ProbedAtRegisterRefreshedOnDemandAndKeptAcrossRestart) {
       },
       absl::Seconds(20)))
       << got.status() << Logs();
-  const v1::NodeTopology first = got->nodes(0).topology();
+  *first = got->nodes(0).topology();
   EXPECT_EQ(got->nodes(0).state(), "ready");
-  EXPECT_EQ(first.node(), "node-gpu");
-  EXPECT_EQ(first.probe_errors_size(), 0) << absl::StrJoin(first.probe_errors(), "; ");
-  ASSERT_EQ(first.gpus_size(), 8);
-  EXPECT_EQ(first.gpus(0).pci_bus_id(), "00000000:18:00.0");
-  EXPECT_EQ(first.devices_size(), 17);
-  EXPECT_EQ(first.links_size(), 133);
-  ASSERT_EQ(first.rdma_ports_size(), 1);
-  EXPECT_EQ(first.rdma_ports(0).state(), "ACTIVE");
-  EXPECT_EQ(first.rdma_ports(0).rate_gbps(), 400);
-  EXPECT_TRUE(first.gpudirect_rdma());
-  EXPECT_EQ(first.nccl_env().at("NCCL_IB_HCA"), "mlx5_0");
-  EXPECT_EQ(first.nccl_env().at("NCCL_NET_GDR_LEVEL"), "2");
-  EXPECT_EQ(first.interfaces().at("ibp24s0"), "up ib");
+  EXPECT_EQ(first->node(), "node-gpu");
+  EXPECT_EQ(first->probe_errors_size(), 0) << absl::StrJoin(first->probe_errors(), "; ");
+  ASSERT_EQ(first->gpus_size(), 8);
+  EXPECT_EQ(first->gpus(0).pci_bus_id(), "00000000:18:00.0");
+  EXPECT_EQ(first->devices_size(), 17);
+  EXPECT_EQ(first->links_size(), 133);
+  ASSERT_EQ(first->rdma_ports_size(), 1);
+  EXPECT_EQ(first->rdma_ports(0).state(), "ACTIVE");
+  EXPECT_EQ(first->rdma_ports(0).rate_gbps(), 400);
+  EXPECT_TRUE(first->gpudirect_rdma());
+  EXPECT_EQ(first->nccl_env().at("NCCL_IB_HCA"), "mlx5_0");
+  EXPECT_EQ(first->nccl_env().at("NCCL_NET_GDR_LEVEL"), "2");
+  EXPECT_EQ(first->interfaces().at("ibp24s0"), "up ib");
   // Without topology, ListNodes stays as it was.
   auto plain = client_->ListNodes();
   ASSERT_TRUE(plain.ok());
   ASSERT_EQ(plain->nodes_size(), 1);
   EXPECT_FALSE(plain->nodes(0).has_topology());
+}
 
-  // The CLI prints it.
+void TopologyTest::ExpectCliPrintsTopology() {
   testing::RunResult cli = testing::Run(
       {TRAINCTL_CLI_BIN, "--coordinator", address_, "nodes", "node-gpu", "--topology"});
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
@@ -152,8 +163,9 @@ TEST_F(TopologyTest, ProbedAtRegisterRefreshedOnDemandAndKeptAcrossRestart) {
   EXPECT_TRUE(absl::StrContains(cli.out, "GPUDirect RDMA: possible (nvidia_peermem loaded)"))
       << cli.out;
   EXPECT_TRUE(absl::StrContains(cli.out, "NCCL_IB_HCA=mlx5_0")) << cli.out;
+}
 
-  // The port goes down and the peer-memory module is unloaded; a refresh sees it.
+void TopologyTest::ExpectRefreshSeesTheChange(const v1::NodeTopology& first) {
   testing::WriteFakeRdmaPort(dir_, sysfs_, "mlx5_0", 1, "1: DOWN", "400 Gb/sec (4X NDR)",
                              "InfiniBand", "ibp24s0");
   dir_.Write("modules", "nvidia 56598528 147 - Live 0x0\n");
@@ -168,12 +180,13 @@ TEST_F(TopologyTest, ProbedAtRegisterRefreshedOnDemandAndKeptAcrossRestart) {
   EXPECT_GE(second.probe_time().seconds() * 1000000000LL + second.probe_time().nanos(),
             first.probe_time().seconds() * 1000000000LL + first.probe_time().nanos());
 
-  cli = testing::Run({TRAINCTL_CLI_BIN, "--coordinator", address_, "-o", "json", "nodes",
-                      "node-gpu", "--topology", "--refresh"});
+  testing::RunResult cli = testing::Run({TRAINCTL_CLI_BIN, "--coordinator", address_, "-o", "json",
+                                         "nodes", "node-gpu", "--topology", "--refresh"});
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
   EXPECT_TRUE(absl::StrContains(cli.out, "\"state\": \"DOWN\"")) << cli.out;
+}
 
-  // The worker goes away: a refresh cannot be had, the last probe is shown with a warning.
+void TopologyTest::ExpectLastProbeWithoutTheWorker() {
   worker_->Kill(SIGKILL);
   ASSERT_TRUE(worker_->Wait(absl::Seconds(10)).ok());
   worker_.reset();
@@ -189,8 +202,9 @@ TEST_F(TopologyTest, ProbedAtRegisterRefreshedOnDemandAndKeptAcrossRestart) {
   ASSERT_EQ(stale->warnings_size(), 1);
   EXPECT_TRUE(absl::StrContains(stale->warnings(0), "not connected")) << stale->warnings(0);
   EXPECT_EQ(stale->nodes(0).topology().rdma_ports(0).state(), "DOWN");
+}
 
-  // A restarted coordinator has it from SQLite, before the node is back.
+void TopologyTest::ExpectProbeKeptAcrossRestart() {
   coordinator_->Kill(SIGKILL);
   ASSERT_TRUE(coordinator_->Wait(absl::Seconds(20)).ok());
   StartCoordinator();
@@ -201,6 +215,17 @@ TEST_F(TopologyTest, ProbedAtRegisterRefreshedOnDemandAndKeptAcrossRestart) {
   EXPECT_EQ(after->nodes(0).topology().rdma_ports(0).state(), "DOWN");
   EXPECT_EQ(after->nodes(0).topology().devices_size(), 17);
   EXPECT_EQ(after->warnings_size(), 1);
+}
+
+TEST_F(TopologyTest, ProbedAtRegisterRefreshedOnDemandAndKeptAcrossRestart) {
+  StartCoordinator();
+  StartWorker();
+  v1::NodeTopology first;
+  ASSERT_NO_FATAL_FAILURE(ExpectProbeStoredAtRegister(&first));
+  ASSERT_NO_FATAL_FAILURE(ExpectCliPrintsTopology());
+  ASSERT_NO_FATAL_FAILURE(ExpectRefreshSeesTheChange(first));
+  ASSERT_NO_FATAL_FAILURE(ExpectLastProbeWithoutTheWorker());
+  ASSERT_NO_FATAL_FAILURE(ExpectProbeKeptAcrossRestart());
   // An unknown node is NOT_FOUND.
   v1::ListNodesRequest unknown;
   unknown.set_name("no-such-node");

@@ -88,6 +88,23 @@ class WatchTmuxTest : public ::testing::Test {
     return nlohmann::json::parse(submit.out, nullptr, false).value("id", "");
   }
 
+  // The scenario's phases, in the order the test runs them.
+
+  // `trainctl watch ID` on a 120 x 30 tmux pane, the shell left open after it exits.
+  void StartWatchInTmux(const std::string& id);
+  // While it runs: exactly one live line, redrawn in place, with every figure; ls shows progress.
+  void ExpectOneLiveLineWhileRunning();
+  // Once watch exits: the last live line stays (at 100%, its ETA gone), then the summary.
+  void ExpectLastLineThenSummary();
+  // Not a terminal: event lines as before, no redrawing, and the summary.
+  void ExpectPipedEventsAndSummary(const std::string& id);
+  // ls after the end: a full bar, no ETA; the coordinator given after the verb works the same.
+  void ExpectLsAfterTheEnd();
+  // describe: the loss curve, from 1 down to 0.025 over steps 1..40.
+  void ExpectDescribeLossChart(const std::string& id);
+  // metrics: every step of the loss, as CSV, and downsampled as JSON; an unknown job is an error.
+  void ExpectMetricsCsvAndJson(const std::string& id);
+
   std::string Logs() {
     return "--- coordinator\n" + testing::ReadFileOrEmpty(dir_.path() + "/coordinator.log") +
            "--- worker\n" + testing::ReadFileOrEmpty(dir_.path() + "/worker.log");
@@ -102,18 +119,15 @@ class WatchTmuxTest : public ::testing::Test {
   std::unique_ptr<cli::JobClient> client_;
 };
 
-TEST_F(WatchTmuxTest, OneLiveLineOnATerminalThenTheSummary) {
-  ASSERT_NE(std::string(TRAINCTL_TMUX_BIN), "")
-      << "tmux not found when CMake was configured; scripts/setup.sh installs it";
-  const std::string id = Submit();
-  ASSERT_EQ(id, "job-1");
+void WatchTmuxTest::StartWatchInTmux(const std::string& id) {
   RunResult tmux = Tmux({"new-session", "-d", "-s", "watch", "-x", "120", "-y", "30",
                          absl::StrCat(TRAINCTL_CLI_BIN, " --coordinator ", address_, " watch ", id,
                                       "; echo EXIT=$?; sleep 600")});
   ASSERT_EQ(tmux.exit_code, 0) << tmux.err;
   tmux_started_ = true;
+}
 
-  // While it runs: exactly one live line, redrawn in place, with every figure in it.
+void WatchTmuxTest::ExpectOneLiveLineWhileRunning() {
   const std::regex live(
       "job-1 running  step ([0-9]+)/40 ▕.{30,}▏ ([0-9]+)%  loss [0-9.]+  1\\.5k tok/s  "
       "ETA ([0-9]+)s  elapsed ([0-9]+)s");
@@ -139,13 +153,15 @@ TEST_F(WatchTmuxTest, OneLiveLineOnATerminalThenTheSummary) {
   // ls while it runs: a bar, a percentage and an ETA in seconds.
   EXPECT_TRUE(std::regex_search(ls_running, std::regex("job-1 .*▕.*▏ [0-9]+%   [0-9]+s ")))
       << ls_running;
+}
 
+void WatchTmuxTest::ExpectLastLineThenSummary() {
+  std::string pane;
   ASSERT_TRUE(WaitFor([&] { return absl::StrContains(pane = Pane(), "EXIT="); }, absl::Seconds(40)))
       << pane << "\n"
       << Logs();
   EXPECT_TRUE(absl::StrContains(pane, "EXIT=0")) << pane;
   const std::vector<std::string> lines = Lines(pane);
-  // The last live line stays (at 100%, its ETA gone), then the summary.
   ASSERT_GE(lines.size(), 3u) << pane;
   EXPECT_TRUE(std::regex_match(
       lines[lines.size() - 3],
@@ -158,23 +174,26 @@ TEST_F(WatchTmuxTest, OneLiveLineOnATerminalThenTheSummary) {
                  "s/step")))
       << pane;
   for (const std::string& line : lines) EXPECT_LE(line.size(), 3u * 120) << line;
+}
 
-  // Not a terminal: event lines as before, no redrawing, and the summary.
+void WatchTmuxTest::ExpectPipedEventsAndSummary(const std::string& id) {
   RunResult piped = Trainctl({"watch", id});
   EXPECT_EQ(piped.exit_code, 0) << piped.err;
   EXPECT_FALSE(absl::StrContains(piped.out, "\r")) << piped.out;
   EXPECT_FALSE(absl::StrContains(piped.out, "\x1b")) << piped.out;
   EXPECT_TRUE(absl::StrContains(piped.out, "metric     step 40  loss=0.025")) << piped.out;
   EXPECT_TRUE(absl::StartsWith(Lines(piped.out).back(), "job-1 succeeded after ")) << piped.out;
+}
 
-  // ls after the end: a full bar, no ETA; the coordinator given after the verb works the same.
+void WatchTmuxTest::ExpectLsAfterTheEnd() {
   RunResult ls = testing::Run({TRAINCTL_CLI_BIN, "ls", "--coordinator", address_});
   ASSERT_EQ(ls.exit_code, 0) << ls.err;
   EXPECT_TRUE(absl::StrContains(Lines(ls.out)[0], "STEP    PROGRESS            ETA   AGE"))
       << ls.out;
   EXPECT_TRUE(absl::StrContains(ls.out, "40/40   ▕██████████▏ 100%   -     ")) << ls.out;
+}
 
-  // describe: the loss curve, from 1 down to 0.025 over steps 1..40.
+void WatchTmuxTest::ExpectDescribeLossChart(const std::string& id) {
   RunResult describe = Trainctl({"describe", id});
   ASSERT_EQ(describe.exit_code, 0) << describe.err;
   EXPECT_TRUE(absl::StrContains(describe.out, "\nloss\n    1 ┤")) << describe.out;
@@ -189,8 +208,9 @@ TEST_F(WatchTmuxTest, OneLiveLineOnATerminalThenTheSummary) {
       << describe.out;
   EXPECT_TRUE(std::regex_search(describe.out, std::regex("\n +1 +40\n"))) << describe.out;
   EXPECT_TRUE(absl::StrContains(describe.out, "s/step")) << describe.out;
+}
 
-  // metrics: every step of the loss, as CSV, and downsampled as JSON.
+void WatchTmuxTest::ExpectMetricsCsvAndJson(const std::string& id) {
   RunResult csv = Trainctl({"metrics", id, "--name", "loss", "-o", "csv"});
   ASSERT_EQ(csv.exit_code, 0) << csv.err;
   const std::vector<std::string> rows = Lines(csv.out);
@@ -207,6 +227,22 @@ TEST_F(WatchTmuxTest, OneLiveLineOnATerminalThenTheSummary) {
   RunResult unknown = Trainctl({"metrics", "job-7"});
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_EQ(unknown.err, "trainctl: job job-7 not found\n");
+}
+
+TEST_F(WatchTmuxTest, OneLiveLineOnATerminalThenTheSummary) {
+  ASSERT_NE(std::string(TRAINCTL_TMUX_BIN), "")
+      << "tmux not found when CMake was configured; scripts/setup.sh installs it";
+  const std::string id = Submit();
+  ASSERT_EQ(id, "job-1");
+  ASSERT_NO_FATAL_FAILURE(StartWatchInTmux(id));
+  ASSERT_NO_FATAL_FAILURE(ExpectOneLiveLineWhileRunning());
+  ASSERT_NO_FATAL_FAILURE(ExpectLastLineThenSummary());
+
+  // Then the other views of the same job, against the same daemons.
+  ASSERT_NO_FATAL_FAILURE(ExpectPipedEventsAndSummary(id));
+  ASSERT_NO_FATAL_FAILURE(ExpectLsAfterTheEnd());
+  ASSERT_NO_FATAL_FAILURE(ExpectDescribeLossChart(id));
+  ASSERT_NO_FATAL_FAILURE(ExpectMetricsCsvAndJson(id));
 }
 
 }  // namespace
