@@ -1,4 +1,5 @@
-// trainctl-coordinator: accepts job specs over gRPC, keeps jobs, events and logs in SQLite, and
+// trainctl-coordinator: accepts job specs over gRPC, keeps jobs, events and logs in SQLite or
+// PostgreSQL (where several coordinators may stand by for the one that leads), and
 // schedules jobs onto the worker daemons connected to it (WorkerService).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -503,7 +504,10 @@ int AwaitLead(PostgresJobStore* store, const sigset_t& signals, absl::Duration w
   }
   if (lead.ok()) return -1;
   if (!absl::GetFlag(FLAGS_standby)) {
-    TRAINCTL_LOG(ERROR) << "store: " << lead.message() << " (--standby waits for it instead)";
+    TRAINCTL_LOG(ERROR) << "store: " << lead.message()
+                        << (lead.code() == absl::StatusCode::kFailedPrecondition
+                                ? " (--standby waits for it instead)"
+                                : "");
     return 1;
   }
   RealClock clock;
@@ -602,6 +606,11 @@ int Run() {
   if (!db.ok()) {
     TRAINCTL_LOG(ERROR) << db.status().message();
     return 1;
+  }
+  if (absl::GetFlag(FLAGS_leader_lease) < absl::Seconds(1)) {
+    TRAINCTL_LOG(ERROR) << "--leader_lease must be at least 1s, got "
+                        << absl::GetFlag(FLAGS_leader_lease);
+    return 2;
   }
   auto* postgres = dynamic_cast<PostgresJobStore*>(db->store.get());
   if (absl::GetFlag(FLAGS_standby) && postgres == nullptr) {

@@ -19,9 +19,9 @@
 // leader that was taken over writes nothing more (FAILED_PRECONDITION), even one that resumes
 // after a pause. A store that does not lead writes nothing.
 //
-// Schema: numbered migrations in table trainctl_schema, applied at Open under a transaction-level
-// advisory lock. Log text is stored as text: a NUL byte, which PostgreSQL text cannot hold, is
-// stored as U+FFFD. Thread-safe.
+// Schema: numbered migrations in table trainctl_schema, applied under a transaction-level advisory
+// lock at Open, or when a standby takes the lead. Log text is stored as text: a NUL byte, which
+// PostgreSQL text cannot hold, is stored as U+FFFD. Thread-safe.
 #ifndef TRAINCTL_COORDINATOR_POSTGRES_JOB_STORE_H_
 #define TRAINCTL_COORDINATOR_POSTGRES_JOB_STORE_H_
 
@@ -51,9 +51,9 @@ class PostgresJobStore final : public JobStore {
     int max_metric_events = kDefaultMaxMetricEventsPerJob;
   };
 
-  // Connects, takes the writer's lock and migrates. UNAVAILABLE when the server cannot be reached,
-  // FAILED_PRECONDITION when another coordinator holds the database or its schema is newer than
-  // this binary's.
+  // Connects and migrates the schema, unless another coordinator leads the database (it runs its
+  // own schema): then at TryLead. The store leads nothing yet: TryLead. UNAVAILABLE when the server
+  // cannot be reached, FAILED_PRECONDITION when its schema is newer than this binary's.
   static absl::StatusOr<std::unique_ptr<PostgresJobStore>> Open(const Options& options);
   static int LatestSchemaVersion();
   absl::StatusOr<int> SchemaVersion();
@@ -101,9 +101,15 @@ class PostgresJobStore final : public JobStore {
   // Runs `work` inside a committed transaction, batched with concurrent writers, once the
   // transaction has checked that this store still leads (CheckLead).
   absl::Status Write(const Work& work);
-  // Runs `work` in a committed transaction of its own kind: the leadership statements.
-  absl::Status WriteUnchecked(const Work& work);
+  // Runs `work` in a transaction of its own on the writer (the lead's statements; no lead check).
+  absl::Status InLeadTransaction(const Work& work) ABSL_EXCLUSIVE_LOCKS_REQUIRED(writer_mu_);
+  // UNAVAILABLE unless this store's epoch leads with its lease unexpired.
   absl::Status CheckLead(pg::Conn& conn);
+  // After TryLead won `epoch`: the session's settings, a deferred migration, the reconnections'
+  // setup.
+  absl::Status BecomeLeader(int64_t epoch, absl::Duration lease, const std::string& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(writer_mu_);
+  static std::string TakenOver(const pg::Conn& conn, int64_t epoch);
   // A read on the reader's connection (connected again first if it was lost).
   template <typename Fn>
   auto Read(Fn fn) -> decltype(fn(std::declval<pg::Conn&>()));
@@ -111,8 +117,12 @@ class PostgresJobStore final : public JobStore {
   void ForgetMetricCount(int64_t job_n);
 
   Queue queue_;
-  // Used only by the current group leader (the front of queue_).
+  // Held by whoever uses writer_: the group leader while it commits, TryLead and RenewLead.
+  absl::Mutex writer_mu_;
   std::unique_ptr<pg::Conn> writer_;
+  // A schema version to migrate to once leading (Open found another coordinator leading); 0: none.
+  int pending_migration_ ABSL_GUARDED_BY(writer_mu_) = 0;
+  bool relock_added_ ABSL_GUARDED_BY(writer_mu_) = false;  // reconnections take the lock again
   absl::Mutex read_mu_;
   std::unique_ptr<pg::Conn> reader_ ABSL_GUARDED_BY(read_mu_);
 
@@ -120,7 +130,6 @@ class PostgresJobStore final : public JobStore {
   // The lead's epoch this store holds; 0 when it does not lead. lease_ is its length.
   std::atomic<int64_t> epoch_{0};
   std::atomic<int64_t> lease_us_{0};
-  std::atomic<bool> relock_added_{false};  // the writer's reconnections take the lock again
   // Each job's metric events as last counted (a hint, as in SqliteJobStore).
   absl::Mutex counts_mu_;
   std::map<int64_t, int64_t> metric_counts_ ABSL_GUARDED_BY(counts_mu_);

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace trainctl::pg {
 namespace {
@@ -22,6 +23,7 @@ constexpr Oid kText = 25;
 absl::StatusCode CodeOfSqlState(absl::string_view state) {
   if (state == "53100") return absl::StatusCode::kResourceExhausted;  // disk_full
   if (state == "23505") return absl::StatusCode::kAlreadyExists;      // unique_violation
+  if (state == "55P03") return absl::StatusCode::kUnavailable;        // lock_not_available
   for (absl::string_view cls : {"08", "57P", "40", "53"}) {
     if (absl::StartsWith(state, cls)) return absl::StatusCode::kUnavailable;
   }
@@ -55,17 +57,25 @@ bool IsPostgresUri(absl::string_view db) {
 }
 
 std::string RedactUri(absl::string_view uri) {
-  const size_t scheme = uri.find("://");
-  if (scheme == absl::string_view::npos) return std::string(uri);
-  const size_t start = scheme + 3;
-  const size_t at = uri.find('@', start);
-  const size_t slash = uri.find('/', start);
-  if (at == absl::string_view::npos || (slash != absl::string_view::npos && slash < at)) {
-    return std::string(uri);
+  std::string out(uri);
+  // The query's password=... parameters.
+  for (size_t at = out.find("password="); at != std::string::npos;
+       at = out.find("password=", at + 12)) {
+    if (at > 0 && out[at - 1] != '?' && out[at - 1] != '&') continue;
+    const size_t end = out.find('&', at);
+    out.replace(at + 9, (end == std::string::npos ? out.size() : end) - at - 9, "***");
   }
-  const size_t colon = uri.find(':', start);
-  if (colon == absl::string_view::npos || colon > at) return std::string(uri);
-  return absl::StrCat(uri.substr(0, colon), ":***", uri.substr(at));
+  // USER:PASSWORD@ before the host: everything from the first ':' to the last '@' (a password may
+  // hold '/', '@' or ':').
+  const size_t scheme = out.find("://");
+  if (scheme == std::string::npos) return out;
+  const size_t start = scheme + 3;
+  const size_t query = out.find('?', start);
+  const size_t at = out.rfind('@', query == std::string::npos ? std::string::npos : query);
+  if (at == std::string::npos || at < start) return out;
+  const size_t colon = out.find(':', start);
+  if (colon == std::string::npos || colon > at) return out;
+  return out.replace(colon, at - colon, ":***");
 }
 
 Params& Params::Add(Oid type, std::string value, bool null) {
@@ -131,11 +141,15 @@ absl::StatusOr<std::unique_ptr<Conn>> Conn::Open(const std::string& uri,
   PGconn* raw = PQconnectdbParams(kKeywords, values.data(), /*expand_dbname=*/1);
   if (raw == nullptr) return absl::ResourceExhaustedError("libpq: out of memory");
   std::unique_ptr<Conn> conn(new Conn(raw, uri, std::move(setup)));
+  // Server notices (a ROLLBACK with no transaction left, ...) are not errors: not printed.
+  PQsetNoticeProcessor(
+      raw, [](void*, const char*) {}, nullptr);
   if (PQstatus(raw) != CONNECTION_OK) {
     return absl::UnavailableError(
         absl::StrCat(conn->name_, ": cannot connect: ", Trimmed(PQerrorMessage(raw))));
   }
   if (absl::Status s = conn->RunSetup(); !s.ok()) return s;
+  conn->setup_ok_ = true;
   return conn;
 }
 
@@ -149,21 +163,24 @@ absl::Status Conn::RunSetup() {
     if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) return Error(raw, setup.sql);
     if (status == PGRES_TUPLES_OK && result.rows() > 0 &&
         absl::string_view(PQgetvalue(raw, 0, 0)) == "f") {
-      return absl::FailedPreconditionError(absl::StrCat(name_, ": ", setup.if_false));
+      return absl::UnavailableError(absl::StrCat(name_, ": ", setup.if_false));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status Conn::EnsureConnected() {
-  if (PQstatus(conn_) == CONNECTION_OK) return absl::OkStatus();
+  if (connected()) return absl::OkStatus();
   prepared_.clear();
+  setup_ok_ = false;
   PQreset(conn_);
   if (PQstatus(conn_) != CONNECTION_OK) {
     return absl::UnavailableError(
         absl::StrCat(name_, ": cannot reconnect: ", Trimmed(PQerrorMessage(conn_))));
   }
-  return RunSetup();
+  RETURN_IF_ERROR(RunSetup());
+  setup_ok_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status Conn::Error(const PGresult* result, absl::string_view what) const {

@@ -3,7 +3,8 @@
 // and errors as absl::Status naming the server and the statement. Not thread-safe: one user at a
 // time.
 //
-// Status codes: the server unreachable or gone (SQLSTATE classes 08, 57P, 40, 53 but 53100) is
+// Status codes: the server unreachable or gone (SQLSTATE classes 08, 57P, 40, 53 but 53100) or a
+// lock not granted in time (55P03) is
 // UNAVAILABLE; its disk full (53100) RESOURCE_EXHAUSTED — both IsTransientStoreError; a unique
 // violation ALREADY_EXISTS; bad data (classes 22, 23) INVALID_ARGUMENT; anything else INTERNAL.
 #ifndef TRAINCTL_COORDINATOR_INTERNAL_PG_H_
@@ -70,7 +71,8 @@ class Result {
 };
 
 // A statement run on every new connection: a session setting, or a check (a query whose first
-// column answers true, else the connection fails FAILED_PRECONDITION with `if_false`).
+// column answers true, else the connection is not used, UNAVAILABLE with `if_false`, and the next
+// call tries again).
 struct SetupStatement {
   std::string sql;
   std::string if_false;
@@ -103,7 +105,8 @@ class Conn {
   void AddSetup(SetupStatement setup) { setup_.push_back(std::move(setup)); }
 
   const std::string& name() const { return name_; }
-  bool connected() const { return PQstatus(conn_) == CONNECTION_OK; }
+  // Connected, and the setup statements ran on this connection.
+  bool connected() const { return PQstatus(conn_) == CONNECTION_OK && setup_ok_; }
 
  private:
   Conn(PGconn* conn, std::string uri, std::vector<SetupStatement> setup);
@@ -116,6 +119,7 @@ class Conn {
   const std::string uri_;
   const std::string name_;  // uri_ without a password
   std::vector<SetupStatement> setup_;
+  bool setup_ok_ = false;  // a reconnection whose setup failed is not used: the next call retries
   std::map<std::string, std::string, std::less<>> prepared_;  // sql -> statement name
 };
 

@@ -12,6 +12,14 @@ absl::StatusOr<int> PostgresSchemaVersion(pg::Conn& conn) {
   return rows.rows() == 0 ? 0 : static_cast<int>(rows.Int(0, 0));
 }
 
+absl::Status CheckPostgresSchema(pg::Conn& conn) {
+  ASSIGN_OR_RETURN(int current, PostgresSchemaVersion(conn));
+  if (current <= kPostgresLatestVersion) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      conn.name(), ": schema version ", current, " is newer than this coordinator supports (",
+      kPostgresLatestVersion, "); run a newer trainctl-coordinator"));
+}
+
 absl::Status MigratePostgres(pg::Conn& conn, int target) {
   const std::string lock = absl::StrCat("SELECT pg_advisory_xact_lock(", kPostgresLockSpace, ", ",
                                         kPostgresMigrationLock, ")");

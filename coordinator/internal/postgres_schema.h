@@ -91,6 +91,8 @@ inline constexpr int32_t kPostgresMigrationLock = 2;
 
 // The database's schema version (0: none yet).
 absl::StatusOr<int> PostgresSchemaVersion(pg::Conn& conn);
+// FAILED_PRECONDITION when the database's schema is newer than this binary's.
+absl::Status CheckPostgresSchema(pg::Conn& conn);
 // Applies the migrations after the database's version up to `target`, each in its own
 // transaction. FAILED_PRECONDITION when the database's schema is newer than this binary's.
 absl::Status MigratePostgres(pg::Conn& conn, int target);
