@@ -461,7 +461,7 @@ absl::StatusOr<nlohmann::json> ParseDeepSpeedJson(std::string_view text, std::st
   }
 }
 
-absl::StatusOr<ResolvedDeepSpeedConfig> ResolveDeepSpeedConfig(const nlohmann::json& doc,
+absl::StatusOr<ResolvedDeepSpeedConfig> ResolveDeepSpeedConfig(nlohmann::json doc,
                                                                const DeepSpeedInputs& in) {
   RETURN_IF_ERROR(ValidateInputs(in));
   if (!doc.is_object()) {
@@ -470,7 +470,7 @@ absl::StatusOr<ResolvedDeepSpeedConfig> ResolveDeepSpeedConfig(const nlohmann::j
   }
   Diagnostics diag;
   CheckSection(doc, "", diag);
-  json resolved = doc;
+  json resolved = std::move(doc);
   Resolution r{in, resolved, diag};
   ResolveBatch(r);
   ResolvePrecision(r);

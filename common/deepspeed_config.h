@@ -182,8 +182,8 @@ absl::StatusOr<nlohmann::json> ParseDeepSpeedJson(std::string_view text, std::st
 // Resolves `doc` against the job's flags `in`. On error returns INVALID_ARGUMENT whose message is
 // every error found, one per line, each "deepspeed.<key.path>: <what is wrong>"; invalid inputs (a
 // non-positive batch size, --bf16 with --fp16, ...) are reported first, alone, as "--<flag>:
-// <what>".
-absl::StatusOr<ResolvedDeepSpeedConfig> ResolveDeepSpeedConfig(const nlohmann::json& doc,
+// <what>". `doc` by value: a caller done with its document moves it in, and nothing is copied.
+absl::StatusOr<ResolvedDeepSpeedConfig> ResolveDeepSpeedConfig(nlohmann::json doc,
                                                                const DeepSpeedInputs& in);
 
 // The trainer's half of the resolution, on the document the coordinator resolved (the launch's

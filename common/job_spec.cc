@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -337,14 +338,14 @@ namespace {
 
 // Resolves the DeepSpeed config for one (stage of a) job; errors and warnings get "spec." in front
 // of the resolver's "deepspeed.<key>" paths, and `where` (a stage) after it when not empty.
-std::optional<nlohmann::json> ResolveFor(const nlohmann::json& doc, const JobSpec& spec,
+std::optional<nlohmann::json> ResolveFor(nlohmann::json doc, const JobSpec& spec,
                                          const std::string& model, const TrainingArguments& t,
                                          const std::string& where, std::vector<std::string>* errors,
                                          std::vector<std::string>* warnings) {
   DeepSpeedInputs in = DeepSpeedInputsFor(spec, t);
   in.hidden_size = LookupHiddenSize(model);
   const std::string suffix = where.empty() ? "" : absl::StrCat(" (", where, ")");
-  auto resolved = ResolveDeepSpeedConfig(doc, in);
+  auto resolved = ResolveDeepSpeedConfig(std::move(doc), in);
   if (!resolved.ok()) {
     for (absl::string_view line : absl::StrSplit(resolved.status().message(), '\n')) {
       errors->push_back(absl::StrCat("spec.", line, suffix));
@@ -353,7 +354,7 @@ std::optional<nlohmann::json> ResolveFor(const nlohmann::json& doc, const JobSpe
   }
   for (const std::string& w : resolved->warnings)
     warnings->push_back(absl::StrCat("spec.", w, suffix));
-  return resolved->json;
+  return std::move(resolved->json);  // the document is large: no copy
 }
 
 // Logit distillation (distill_loss set) needs the teacher whose logits the student learns, in
@@ -612,8 +613,9 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
     if (!doc.ok())
       return absl::InvalidArgumentError(absl::StrCat("spec.deepspeed: ", doc.status().message()));
     if (!pipeline) {
-      auto resolved = ResolveFor(*doc, spec, spec.model_name_or_path(), spec.training(), "",
-                                 &errors, &out.warnings);
+      // The one resolution: the parsed document moves in, uncopied.
+      auto resolved = ResolveFor(*std::move(doc), spec, spec.model_name_or_path(), spec.training(),
+                                 "", &errors, &out.warnings);
       if (resolved) out.resolved_deepspeed_config_json = resolved->dump(2);
     } else {
       nlohmann::json per_stage = nlohmann::json::object();
@@ -624,7 +626,7 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
         const std::string model = inputs.ok() ? inputs->base_model : spec.model_name_or_path();
         auto resolved = ResolveFor(*doc, spec, model, stage.training(), "stage " + stage.name(),
                                    &errors, &out.warnings);
-        if (resolved) per_stage[stage.name()] = *resolved;
+        if (resolved) per_stage[stage.name()] = std::move(*resolved);
       }
       out.resolved_deepspeed_config_json = per_stage.dump(2);
     }
