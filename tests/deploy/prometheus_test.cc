@@ -292,17 +292,21 @@ void PrometheusTest::RunDashboardQueries(const std::string& job_id, std::set<std
                                                      : v["query"].get<std::string>();
     std::smatch m;
     ASSERT_TRUE(std::regex_match(query, m, kLabelValues)) << v["name"] << ": " << query;
-    auto body = prometheus_->Api(
-        absl::StrCat("/api/v1/label/", m[2].str(), "/values?match%5B%5D=", m[1].str()));
+    const std::string name = v["name"];
+    // A series appears with the scrape after its first sample: wait for the one it must offer.
+    absl::StatusOr<json> body;
+    auto offers = [&] {
+      body = prometheus_->Api(
+          absl::StrCat("/api/v1/label/", m[2].str(), "/values?match%5B%5D=", m[1].str()));
+      if (!body.ok() || (*body)["status"] != "success" || !want_values.count(name)) return true;
+      const json& values = (*body)["data"];
+      return std::find(values.begin(), values.end(), want_values.at(name)) != values.end();
+    };
+    const bool offered = WaitFor(offers, absl::Seconds(30));
     ASSERT_TRUE(body.ok()) << body.status();
     ASSERT_EQ((*body)["status"], "success") << query << ": " << body->dump();
-    const std::string name = v["name"];
-    if (want_values.count(name)) {
-      const json& values = (*body)["data"];
-      EXPECT_NE(std::find(values.begin(), values.end(), want_values.at(name)), values.end())
-          << "$" << name << " (" << query << ") does not offer " << want_values.at(name) << ": "
-          << values.dump();
-    }
+    EXPECT_TRUE(offered) << "$" << name << " (" << query << ") does not offer "
+                         << want_values.at(name) << ": " << (*body)["data"].dump();
     for (const std::string& n : TrainctlNames(query)) names->insert(n);
   }
 
