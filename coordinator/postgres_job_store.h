@@ -34,6 +34,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "coordinator/internal/group_commit.h"
 #include "coordinator/internal/pg.h"
 #include "coordinator/job_store.h"
@@ -134,6 +135,17 @@ class PostgresJobStore final : public JobStore {
   absl::Mutex counts_mu_;
   std::map<int64_t, int64_t> metric_counts_ ABSL_GUARDED_BY(counts_mu_);
 };
+
+template <typename Fn>
+auto PostgresJobStore::Read(Fn fn) -> decltype(fn(std::declval<pg::Conn&>())) {
+  absl::MutexLock lock(&read_mu_);
+  RETURN_IF_ERROR(reader_->EnsureConnected());
+  auto result = fn(*reader_);
+  if (result.ok() || reader_->connected()) return result;
+  // The server dropped the connection (it restarted while we were idle): reads are safe to repeat.
+  RETURN_IF_ERROR(reader_->EnsureConnected());
+  return fn(*reader_);
+}
 
 }  // namespace trainctl
 
