@@ -16,11 +16,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <functional>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -28,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/fork_thread.h"
 #include "tests/testing/subprocess.h"
 
 extern char** environ;
@@ -42,65 +41,6 @@ constexpr char kPgMissing[] =
     "PostgreSQL server binaries (initdb, postgres) not found in `pg_config --bindir`, "
     "/usr/lib/postgresql/*/bin or PATH: install Debian's postgresql package (scripts/setup.sh "
     "does)";
-
-// The one thread that forks the servers: PR_SET_PDEATHSIG fires when the forking *thread* exits,
-// so a server started from a test's worker thread would die with that thread. This one never
-// exits. It blocks every signal; the child resets the mask and dispositions before exec.
-class PgForkThread {
- public:
-  static PgForkThread& Get() {
-    static absl::Mutex* const mu = new absl::Mutex;
-    static PgForkThread* thread = nullptr;
-    absl::MutexLock lock(mu);
-    // A forked child of the process has no such thread: it gets its own (the old one leaks).
-    if (thread == nullptr || thread->owner_pid_ != getpid()) thread = new PgForkThread;
-    return *thread;
-  }
-
-  // Runs `work` on the thread; returns once it has run.
-  void Run(const std::function<void()>& work) {
-    Job job{&work};
-    absl::MutexLock lock(&mu_);
-    queue_.push_back(&job);
-    cv_.SignalAll();
-    while (!job.done) cv_.Wait(&mu_);
-  }
-
- private:
-  struct Job {
-    const std::function<void()>* work;
-    bool done = false;  // guarded by mu_
-  };
-
-  PgForkThread() : owner_pid_(getpid()) {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);  // the new thread inherits this mask
-    std::thread([this] { Loop(); }).detach();
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  }
-
-  void Loop() {
-    while (true) {
-      Job* job = nullptr;
-      {
-        absl::MutexLock lock(&mu_);
-        while (queue_.empty()) cv_.Wait(&mu_);
-        job = queue_.front();
-        queue_.pop_front();
-      }
-      (*job->work)();
-      absl::MutexLock lock(&mu_);
-      job->done = true;
-      cv_.SignalAll();
-    }
-  }
-
-  const pid_t owner_pid_;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
-  std::deque<Job*> queue_ ABSL_GUARDED_BY(mu_);
-};
 
 // Everything a child needs, prepared before fork: the child only makes system calls.
 struct PgChildPlan {
@@ -169,7 +109,7 @@ absl::StatusOr<pid_t> PgSpawn(const PgChildPlan& plan) {
   if (null_fd < 0) return absl::InternalError(absl::StrCat("open /dev/null: ", strerror(errno)));
   pid_t pid = -1;
   int fork_errno = 0;
-  PgForkThread::Get().Run([&] {
+  ForkThread::Get().Run([&] {
     const pid_t parent = getpid();
     pid = fork();
     if (pid == 0) PgRunChild(plan, argv.data(), parent, null_fd);

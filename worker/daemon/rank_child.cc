@@ -8,76 +8,15 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <deque>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/fork_thread.h"
 #include "common/rank_env.h"
 
 namespace trainctl::worker::internal {
 namespace {
-
-// The one thread that forks ranks: PR_SET_PDEATHSIG fires when the forking thread exits, and this
-// one never does. It runs with every signal blocked, so that no handler runs in it and a child
-// starts with every signal blocked until it has reset the dispositions.
-class Spawner {
- public:
-  // This process's spawner, started on first use. A process forked (without exec) from one that
-  // had a spawner has no spawner thread: it gets its own; the inherited one is leaked.
-  static Spawner& Get() {
-    static absl::Mutex* const mu = new absl::Mutex;
-    static Spawner* spawner = nullptr;
-    absl::MutexLock lock(mu);
-    if (spawner == nullptr || spawner->owner_pid_ != getpid()) spawner = new Spawner;
-    return *spawner;
-  }
-
-  // Runs `work` on the spawner thread; returns once it has run.
-  void Run(const std::function<void()>& work) {
-    Job job{&work};
-    absl::MutexLock lock(&mu_);
-    queue_.push_back(&job);
-    cv_.SignalAll();
-    while (!job.done) cv_.Wait(&mu_);
-  }
-
- private:
-  struct Job {
-    const std::function<void()>* work;
-    bool done = false;  // guarded by mu_
-  };
-
-  Spawner() : owner_pid_(getpid()) {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);  // the new thread inherits this mask
-    std::thread([this] { Loop(); }).detach();
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  }
-
-  void Loop() {
-    while (true) {
-      Job* job = nullptr;
-      {
-        absl::MutexLock lock(&mu_);
-        while (queue_.empty()) cv_.Wait(&mu_);
-        job = queue_.front();
-        queue_.pop_front();
-      }
-      (*job->work)();
-      absl::MutexLock lock(&mu_);
-      job->done = true;
-      cv_.SignalAll();
-    }
-  }
-
-  const pid_t owner_pid_;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
-  std::deque<Job*> queue_ ABSL_GUARDED_BY(mu_);
-};
 
 [[noreturn]] void FailChild(int report_fd, ChildStep step) {
   const ChildFailure failure{step, errno};
@@ -221,6 +160,6 @@ std::string DescribeChildStep(int step, const RankSpec& spec) {
   return absl::StrCat("start", rank, " (step ", step, ")");
 }
 
-void RunOnSpawner(const std::function<void()>& work) { Spawner::Get().Run(work); }
+void RunOnSpawner(const std::function<void()>& work) { ForkThread::Get().Run(work); }
 
 }  // namespace trainctl::worker::internal
