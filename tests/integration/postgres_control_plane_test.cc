@@ -38,6 +38,21 @@ class PostgresControlPlaneTest : public testing::ControlPlaneTest {
     db_ = *uri;
   }
 
+  // A second coordinator with the same flags, as a standby (extra_flags_ hold --standby), written
+  // to `ready` once it leads; returns once it says whom it waits for, not serving.
+  void StartStandby(const std::string& ready, std::unique_ptr<Subprocess>* standby) {
+    *standby = std::make_unique<Subprocess>(
+        Argv({"--listen", "127.0.0.1:0", "--db", db_, "--ready_file", ready}),
+        dir_.path() + "/standby.log");
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return absl::StrContains(testing::ReadFileOrEmpty(dir_.path() + "/standby.log"),
+                                   "another trainctl-coordinator leads this database");
+        },
+        absl::Seconds(20)));
+    ASSERT_FALSE(std::filesystem::exists(ready));
+  }
+
   trainctl::v1::SubmitJobRequest Request(const std::string& name) {
     trainctl::v1::SubmitJobRequest request;
     auto* spec = request.mutable_spec();
@@ -138,16 +153,8 @@ TEST_F(PostgresControlPlaneTest, APausedLeaderIsTakenOverAndExitsWhenResumed) {
   auto acked = cli::JobClient(address_).Submit(Request("before-pause"));
   ASSERT_TRUE(acked.ok()) << acked.status();
   const std::string ready = dir_.path() + "/standby-ready";
-  Subprocess standby(Argv({"--listen", "127.0.0.1:0", "--db", db_, "--ready_file", ready}),
-                     dir_.path() + "/standby.log");
-  // A standby says whom it waits for, and does not serve until it leads.
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return absl::StrContains(testing::ReadFileOrEmpty(dir_.path() + "/standby.log"),
-                                 "another trainctl-coordinator leads this database");
-      },
-      absl::Seconds(20)));
-  ASSERT_FALSE(std::filesystem::exists(ready));
+  std::unique_ptr<Subprocess> standby;
+  ASSERT_NO_FATAL_FAILURE(StartStandby(ready, &standby));
 
   coordinator_->Kill(SIGSTOP);
   const absl::Time paused = absl::Now();
@@ -182,14 +189,8 @@ TEST_F(PostgresControlPlaneTest, AStandbyThatTakesOverUsesTheTokensAsTheyAreThen
   extra_flags_ = {"--standby", "--tokens_file", tokens};
   ASSERT_NO_FATAL_FAILURE(StartCoordinator());
   const std::string ready = dir_.path() + "/standby-ready";
-  Subprocess standby(Argv({"--listen", "127.0.0.1:0", "--db", db_, "--ready_file", ready}),
-                     dir_.path() + "/standby.log");
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return absl::StrContains(testing::ReadFileOrEmpty(dir_.path() + "/standby.log"),
-                                 "another trainctl-coordinator leads this database");
-      },
-      absl::Seconds(20)));
+  std::unique_ptr<Subprocess> standby;
+  ASSERT_NO_FATAL_FAILURE(StartStandby(ready, &standby));
   dir_.Write("tokens", absl::StrCat("ops admin ", Sha256Hex("new"), "\n"));
   coordinator_->Kill(SIGKILL);
   ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(ready); }, absl::Seconds(20)))
