@@ -289,10 +289,16 @@ absl::Status PostgresJobStore::Transaction::ThinMetricEvents(int64_t n,
     std::vector<int64_t> seqs, times;
     RETURN_IF_ERROR(ReadMetricTimes(n, &seqs, &times));
     const std::vector<size_t> drop = MetricEventsToThin(times, store_->max_metric_events_);
-    for (size_t i : drop) {
-      RETURN_IF_ERROR(
-          conn_.Query("DELETE FROM job_events WHERE seq = $1", Params().Int(seqs[i])).status());
+    std::vector<int64_t> doomed;
+    for (size_t i : drop) doomed.push_back(seqs[i]);
+    if (!doomed.empty()) {  // one statement for all of them
+      RETURN_IF_ERROR(conn_
+                          .Query("DELETE FROM job_events WHERE seq = ANY(string_to_array($1, "
+                                 "',')::bigint[])",
+                                 Params().Text(absl::StrJoin(doomed, ",")))
+                          .status());
     }
+
     count = static_cast<int64_t>(seqs.size() - drop.size());
   }
   absl::MutexLock lock(&store_->counts_mu_);
@@ -427,14 +433,7 @@ absl::StatusOr<Job> PostgresJobStore::UpdateJob(absl::string_view id, const JobM
   std::vector<JobEvent> new_events;
   const absl::Status written = Write([&](pg::Conn& conn) -> absl::Status {
     Transaction tx(this, conn);
-    ASSIGN_OR_RETURN(updated, tx.ReadJob(n));
-    const Job before = updated;
-    new_events.clear();
-    RETURN_IF_ERROR(mutate(&updated, &new_events));
-    updated.set_id(FormatJobId(n));
-    RETURN_IF_ERROR(tx.WriteJob(n, updated, before));
-    RETURN_IF_ERROR(tx.InsertEvents(n, &new_events));
-    return tx.ThinMetricEvents(n, new_events);
+    return internal::ApplyUpdate(tx, n, mutate, &updated, &new_events);
   });
   if (!written.ok()) {
     ForgetMetricCount(n);

@@ -362,20 +362,37 @@ absl::StatusOr<std::vector<JobCount>> SqliteJobStore::CountJobs() {
   }
 }
 
+// UpdateJob's and WriteBatch's statements on the writer's connection, inside its transaction.
+class SqliteJobStore::BatchTx final : public internal::BatchTransaction {
+ public:
+  BatchTx(SqliteJobStore* store, Db& db) : store_(store), db_(db) {}
+  absl::StatusOr<Job> ReadJob(int64_t n) override { return trainctl::ReadJob(db_, n); }
+  absl::Status InsertLogLines(std::vector<LogLine>* lines) override {
+    return trainctl::InsertLogLines(db_, lines);
+  }
+  absl::Status WriteJob(int64_t n, const Job& after, const Job& before) override {
+    return WriteJobRow(db_, n, after, before);
+  }
+  absl::Status InsertEvents(int64_t n, std::vector<JobEvent>* events) override {
+    return trainctl::InsertEvents(db_, n, events);
+  }
+  absl::Status ThinMetricEvents(int64_t n, const std::vector<JobEvent>& added) override {
+    return store_->ThinMetricEvents(db_, n, added);
+  }
+
+ private:
+  SqliteJobStore* const store_;
+  Db& db_;
+};
+
 absl::StatusOr<Job> SqliteJobStore::UpdateJob(absl::string_view id, const JobMutation& mutate,
                                               std::vector<JobEvent>* events) {
   ASSIGN_OR_RETURN(int64_t n, ParseJobId(id));
   Job updated;
   std::vector<JobEvent> new_events;
   const absl::Status written = Write([&](Db& db) -> absl::Status {
-    ASSIGN_OR_RETURN(updated, ReadJob(db, n));
-    const Job before = updated;
-    new_events.clear();
-    RETURN_IF_ERROR(mutate(&updated, &new_events));
-    updated.set_id(FormatJobId(n));
-    RETURN_IF_ERROR(WriteJobRow(db, n, updated, before));
-    RETURN_IF_ERROR(InsertEvents(db, n, &new_events));
-    return ThinMetricEvents(db, n, new_events);
+    BatchTx tx(this, db);
+    return internal::ApplyUpdate(tx, n, mutate, &updated, &new_events);
   });
   if (!written.ok()) {
     ForgetMetricCount(n);
@@ -469,29 +486,6 @@ absl::Status SqliteJobStore::AppendLogs(std::vector<LogLine>* lines) {
   if (lines->empty()) return absl::OkStatus();
   return Write([&](Db& db) -> absl::Status { return InsertLogLines(db, lines); });
 }
-
-// WriteBatch's statements on the writer's connection, inside its transaction.
-class SqliteJobStore::BatchTx final : public internal::BatchTransaction {
- public:
-  BatchTx(SqliteJobStore* store, Db& db) : store_(store), db_(db) {}
-  absl::StatusOr<Job> ReadJob(int64_t n) override { return trainctl::ReadJob(db_, n); }
-  absl::Status InsertLogLines(std::vector<LogLine>* lines) override {
-    return trainctl::InsertLogLines(db_, lines);
-  }
-  absl::Status WriteJob(int64_t n, const Job& after, const Job& before) override {
-    return WriteJobRow(db_, n, after, before);
-  }
-  absl::Status InsertEvents(int64_t n, std::vector<JobEvent>* events) override {
-    return trainctl::InsertEvents(db_, n, events);
-  }
-  absl::Status ThinMetricEvents(int64_t n, const std::vector<JobEvent>& added) override {
-    return store_->ThinMetricEvents(db_, n, added);
-  }
-
- private:
-  SqliteJobStore* const store_;
-  Db& db_;
-};
 
 absl::Status SqliteJobStore::WriteBatch(std::vector<BatchRecord>* records) {
   std::map<int64_t, internal::BatchJob> jobs;

@@ -41,6 +41,18 @@ const char* EventKind(const JobEvent& e) {
   }
 }
 
+absl::Status ApplyUpdate(BatchTransaction& tx, int64_t n, const JobMutation& mutate, Job* updated,
+                         std::vector<JobEvent>* events) {
+  ASSIGN_OR_RETURN(*updated, tx.ReadJob(n));
+  const Job before = *updated;
+  events->clear();
+  RETURN_IF_ERROR(mutate(updated, events));
+  updated->set_id(FormatJobId(n));
+  RETURN_IF_ERROR(tx.WriteJob(n, *updated, before));
+  RETURN_IF_ERROR(tx.InsertEvents(n, events));
+  return tx.ThinMetricEvents(n, *events);
+}
+
 absl::Status ApplyBatch(BatchTransaction& tx, std::vector<BatchRecord>* records,
                         std::map<int64_t, BatchJob>* jobs) {
   jobs->clear();  // a retry (after a full disk) starts afresh

@@ -44,6 +44,12 @@ struct BatchJob {
   std::vector<BatchRecord*> records;  // its mutations that succeeded, in order
 };
 
+// JobStore::UpdateJob's body inside the store's transaction: reads job `n`, applies `mutate`,
+// writes the job and `events` (filled by the mutation, then given their seqs), thins metrics.
+// `updated` receives the job as it was written.
+absl::Status ApplyUpdate(BatchTransaction& tx, int64_t n, const JobMutation& mutate, Job* updated,
+                         std::vector<JobEvent>* events);
+
 // JobStore::WriteBatch's body inside the store's transaction: every record in order, each
 // record's status set (NOT_FOUND, its mutation's error); `jobs` receives the jobs it touched.
 // Returns the first store error (transient or not), after which the caller rolls back.
