@@ -3,12 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -30,6 +28,7 @@
 #include "cli/node_topology_command.h"
 #include "cli/pipeline_view.h"
 #include "cli/progress_line.h"
+#include "cli/spec_commands.h"
 #include "cli/table.h"
 #include "cli/terminal_text.h"
 #include "cli/tokenize_command.h"
@@ -37,9 +36,7 @@
 #include "common/data/data_cli.h"
 #include "common/job_spec.h"
 #include "common/json_proto.h"
-#include "common/rank_env.h"
 #include "common/remedies_spec.h"
-#include "common/seed_flags.h"
 #include "common/verb_args.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -58,11 +55,14 @@ constexpr char kUsage[] = R"(trainctl — train Qwen2-VL models with distill / S
 Usage: trainctl [--coordinator HOST:PORT] [-o FORMAT] VERB [options]
        trainctl --version             the version and the git revision it was built from
 
-  submit FILE [seed flags]       submit a job spec (YAML or JSON); flags override the file
+  submit FILE [seed flags]       submit a job spec (YAML or JSON); flags override the file; the
+         [--force]               coordinator refuses a job whose memory plan does not fit the
+                                 GPUs of its nodes, naming remedies, unless --force
   submit --kind sft <seed flags> submit from the seed's launch flags (--model_name_or_path ...
                                  --deepspeed ds.json --per_device_train_batch_size 4 --bf16 True ...)
   validate ...                   same arguments as submit, offline: prints the resolved DeepSpeed
-                                 config as JSON (exit 0) or every error (exit 1)
+                                 config as JSON and the memory plan per GPU (on stderr; with -o
+                                 json both as one object) (exit 0), or every error (exit 1)
   ls [--state S[,S]] [--limit N] list jobs, newest first
   describe ID                    one job in full: its loss (and reward) curve, its events
   cancel ID [--reason TEXT]      cancel a job
@@ -121,102 +121,9 @@ std::string Age(const google::protobuf::Timestamp& t) {
   return absl::StrCat(s / 86400, "d");
 }
 
-std::string NewRequestId() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid()));
-  return absl::StrFormat("%016x%016x", gen(), gen());
-}
+int Validate(Context& c) { return ValidateSpec(c.args, c.json, c.out, c.err); }
 
-// The job spec that submit and validate work on: FILE and/or the seed's flags, with every field
-// that could be read, and what could not (reported with the spec's other problems, at once).
-struct BuiltSpec {
-  JobSpec spec;
-  std::vector<std::string> warnings;
-  std::vector<std::string> errors;
-};
-
-absl::StatusOr<BuiltSpec> BuildSpec(const ParsedArgs& args) {
-  std::vector<std::string> flag_args = args.passthrough;
-  std::string file;
-  for (const std::string& positional : args.positional) {
-    if (absl::EndsWith(positional, ".py")) {
-      flag_args.push_back(positional);  // the seed's training script; the flag parser explains
-    } else if (file.empty()) {
-      file = positional;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument '", positional, "' (one spec FILE at most)"));
-    }
-  }
-  if (file.empty() && flag_args.empty()) {
-    return absl::InvalidArgumentError(
-        "needs a spec FILE or the seed's flags (--kind sft --model_name_or_path ... ); see "
-        "trainctl help");
-  }
-  BuiltSpec result;
-  if (!file.empty()) {
-    auto spec = LoadJobSpecFile(file, &result.errors);
-    if (!spec.ok()) return spec.status();
-    result.spec = std::move(*spec);
-  }
-  if (!flag_args.empty()) {
-    auto flags =
-        JobSpecFromFlags(flag_args, std::filesystem::current_path().string(), &result.errors);
-    if (!flags.ok()) return flags.status();
-    result.spec.MergeFrom(flags->spec);  // flags override the file
-    result.warnings = std::move(flags->warnings);
-  }
-  return result;
-}
-
-void PrintWarnings(std::ostream& err, const std::vector<std::string>& warnings) {
-  for (const std::string& w : warnings) err << "warning: " << w << '\n';
-}
-
-int Validate(Context& c) {
-  auto built = BuildSpec(c.args);
-  if (!built.ok()) return Fail(c.err, built.status());
-  PrintWarnings(c.err, built->warnings);
-  // The env allowlist as a cluster has it by default (an operator may allow more).
-  std::vector<std::string> errors = RankEnvErrors(built->spec.env(), RankEnvPolicy(), "spec.env");
-  errors.insert(errors.begin(), built->errors.begin(), built->errors.end());
-  auto validated = ValidateJobSpec(built->spec, errors);
-  if (!validated.ok()) return Fail(c.err, validated.status());
-  PrintWarnings(c.err, validated->warnings);
-  if (validated->resolved_deepspeed_config_json.empty()) {
-    c.err << "note: the spec has no DeepSpeed config; the trainer runs without ZeRO\n";
-    c.out << "{}\n";
-  } else {
-    c.out << validated->resolved_deepspeed_config_json << '\n';
-  }
-  return kExitOk;
-}
-
-int Submit(Context& c) {
-  auto built = BuildSpec(c.args);
-  if (!built.ok()) return Fail(c.err, built.status());
-  PrintWarnings(c.err, built->warnings);
-  if (!built->errors.empty()) {
-    // Not worth a round trip: list what could not be read with what the coordinator would say.
-    return Fail(c.err, ValidateJobSpec(built->spec, built->errors).status());
-  }
-  trainctl::v1::SubmitJobRequest request;
-  *request.mutable_spec() = built->spec;
-  request.set_request_id(NewRequestId());
-  JobClient client(c.connection);
-  auto response = client.Submit(request);
-  if (!response.ok()) return Fail(c.err, response.status());
-  PrintWarnings(c.err, {response->warnings().begin(), response->warnings().end()});
-  if (c.json) {
-    c.out << MessageToJsonText(response->job(), /*pretty=*/true) << '\n';
-  } else {
-    // Not created: a retried call found the job its first try had submitted.
-    c.out << (response->created() ? "submitted " : "already submitted ") << response->job().id()
-          << " (" << response->job().spec().name() << "), " << StateName(response->job().state())
-          << '\n';
-  }
-  return kExitOk;
-}
+int Submit(Context& c) { return SubmitSpec(c.args, c.json, c.connection, c.out, c.err); }
 
 absl::StatusOr<std::vector<trainctl::v1::JobState>> ParseStates(const std::string& text) {
   std::vector<trainctl::v1::JobState> states;
@@ -611,7 +518,7 @@ std::map<std::string, Verb> Verbs() {
   std::vector<OptionSpec> diagnose = DiagnoseOptions();
   diagnose.insert(diagnose.begin(), {coordinator, output});
   return {
-      {"submit", {Submit, {coordinator, output}, true}},
+      {"submit", {Submit, {coordinator, output, {"force", "", false}}, true}},
       {"validate", {Validate, {output}, true}},
       {"ls", {List, {coordinator, output, {"state", "", true}, {"limit", "", true}}}},
       {"describe", {Describe, {coordinator, output}}},

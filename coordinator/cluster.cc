@@ -193,6 +193,7 @@ std::vector<v1::Node> Cluster::ListNodes() {
       for (v1::NodeTask& task : runner_.TasksOn(node)) *n.add_tasks() = std::move(task);
       n.set_free_slots(std::max(0, node.total_slots - used));
       n.set_gpus(node.gpus);
+      n.set_gpu_memory_bytes(node.gpu_memory_bytes);
       *n.mutable_last_seen() =
           TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(registry_.LastSeen(node, now)));
       out.push_back(std::move(n));

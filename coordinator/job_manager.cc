@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "coordinator/job_stages.h"
 #include "coordinator/job_state.h"
+#include "coordinator/memory_fit.h"
 #include "coordinator/metric_history.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -148,12 +149,25 @@ JobMutation TaggedWithStage(JobMutation mutate) {
 
 absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spec,
                                                 const std::string& request_id,
-                                                const std::string& owner) {
+                                                const std::string& owner,
+                                                const SubmitChecks& checks) {
   // The env allowlist's refusals listed with the spec's own problems.
   ASSIGN_OR_RETURN(ValidatedJobSpec validated,
                    ValidateJobSpec(spec, RankEnvErrors(spec.env(), rank_env_, "spec.env")));
-  const auto now = ToProto(clock_->Now());
   Job job;
+  absl::StatusOr<trainctl::v1::MemoryPlan> plan = PlanForCluster(
+      validated.spec, validated.resolved_deepspeed_config_json, checks.nodes);
+  if (plan.ok()) {
+    const std::optional<int64_t> gpu_bytes = GpuBytesForJob(validated.spec, checks.nodes);
+    if (gpu_bytes && !checks.force) {
+      RETURN_IF_ERROR(CheckMemoryFit(validated.spec, validated.resolved_deepspeed_config_json,
+                                     *plan, *gpu_bytes));
+    }
+    *job.mutable_memory_plan() = *std::move(plan);
+  } else if (validated.spec.kind() != trainctl::v1::JOB_KIND_PROBE) {
+    validated.warnings.push_back(absl::StrCat("no memory plan: ", plan.status().message()));
+  }
+  const auto now = ToProto(clock_->Now());
   *job.mutable_spec() = std::move(validated.spec);
   job.set_state(trainctl::v1::JOB_STATE_PENDING);
   job.set_owner(owner);

@@ -21,6 +21,13 @@
 
 namespace trainctl {
 
+// What Submit checks the job's memory plan against (coordinator/memory_fit.h).
+struct SubmitChecks {
+  // The cluster's nodes (ListNodes); empty: none known, the plan is made for GPUs and not checked.
+  std::vector<trainctl::v1::Node> nodes;
+  bool force = false;  // accept a plan that does not fit
+};
+
 struct SubmitResult {
   Job job;
   bool created = false;  // false: the request_id was seen before; `job` is the one made then
@@ -34,11 +41,14 @@ class JobManager {
   JobManager(JobStore* store, Clock* clock, RankEnvPolicy rank_env = RankEnvPolicy())
       : store_(store), clock_(clock), rank_env_(std::move(rank_env)) {}
 
-  // Validates the spec (INVALID_ARGUMENT listing every problem), stores the job as pending with
+  // Validates the spec (INVALID_ARGUMENT listing every problem), plans its memory
+  // (Job.memory_plan; FAILED_PRECONDITION with the plan and the changes that would fit when it
+  // does not fit the GPUs of `checks.nodes`, unless checks.force), stores the job as pending with
   // its defaults applied and its DeepSpeed config resolved, and returns it once committed.
   // `owner` (who submitted it; "" without authentication) is kept in Job.owner.
   absl::StatusOr<SubmitResult> Submit(const trainctl::v1::JobSpec& spec,
-                                      const std::string& request_id, const std::string& owner = "");
+                                      const std::string& request_id, const std::string& owner = "",
+                                      const SubmitChecks& checks = {});
 
   absl::StatusOr<Job> Get(absl::string_view id);
 

@@ -66,9 +66,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
                                                     trainctl::v1::SubmitJobResponse* response) {
   return RunUnary(context, "JobService/SubmitJob",
                   [this, request, response](const Caller& caller) -> absl::Status {
-                    ASSIGN_OR_RETURN(
-                        SubmitResult result,
-                        jobs_->Submit(request->spec(), request->request_id(), caller.subject));
+                    SubmitChecks checks;
+                    checks.force = request->force();
+                    if (options_.node_lister) {
+                      // Without the nodes the plan is made for GPUs and not checked.
+                      auto nodes = options_.node_lister(trainctl::v1::ListNodesRequest());
+                      if (nodes.ok()) checks.nodes.assign(nodes->nodes().begin(), nodes->nodes().end());
+                    }
+                    ASSIGN_OR_RETURN(SubmitResult result,
+                                     jobs_->Submit(request->spec(), request->request_id(),
+                                                   caller.subject, checks));
                     *response->mutable_job() = std::move(result.job);
                     response->set_created(result.created);
                     for (std::string& w : result.warnings) response->add_warnings(std::move(w));

@@ -137,6 +137,13 @@ WorkerNode& NodeRegistry::Register(int64_t session, const v1::RegisterWorker& re
   node.address = reg.advertise_addr();
   node.labels = {reg.labels().begin(), reg.labels().end()};
   node.gpus = reg.resources().gpus_size();
+  node.gpu_memory_bytes = 0;
+  for (const auto& gpu : reg.resources().gpus()) {
+    if (gpu.memory_total_bytes() > 0 &&
+        (node.gpu_memory_bytes == 0 || gpu.memory_total_bytes() < node.gpu_memory_bytes)) {
+      node.gpu_memory_bytes = gpu.memory_total_bytes();
+    }
+  }
   node.total_slots = node.gpus > 0 ? node.gpus : reg.resources().cpu_slots();
   node.session = session;
   node.channel = SessionChannel(session);

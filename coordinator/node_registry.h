@@ -59,6 +59,7 @@ struct WorkerNode {
   std::map<std::string, std::string> labels;
   int total_slots = 0;
   int gpus = 0;
+  int64_t gpu_memory_bytes = 0;  // the smallest GPU's memory_total_bytes; 0 none or unknown
   int64_t session = 0;  // 0: no live stream
   std::shared_ptr<WorkerChannel> channel;
   absl::Time last_seen;  // as of the last message the loop handled; see NodeRegistry::LastSeen
