@@ -8,7 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/memory_plan.h"
 #include "common/remedies_spec.h"
 #include "coordinator/internal/cluster_tasks.h"
 #include "coordinator/job_launch.h"
@@ -55,9 +57,19 @@ std::string StagePrefix(const Job& job) {
 // The remedy for the run's failure (coordinator/remedy_ladder.h), if its spec asks for one. `job`
 // as stored now: its last checkpoint is the one the next attempt resumes from.
 std::optional<v1::Remedy> NextRemedyFor(const Job& job, int rank, int exit_code,
-                                        const std::string& detail) {
+                                        const std::string& detail,
+                                        std::optional<int64_t> gpu_bytes) {
   if (job.spec().kind() == v1::JOB_KIND_PIPELINE) return std::nullopt;
   AttemptFailure failure;
+  if (gpu_bytes.has_value() && job.has_memory_plan()) {
+    failure.fits = [limit = *gpu_bytes](const v1::JobSpec& spec) {
+      absl::StatusOr<ValidatedJobSpec> validated = ValidateJobSpec(spec);
+      if (!validated.ok()) return false;
+      absl::StatusOr<v1::MemoryPlan> plan = PlanJobMemory(
+          validated->spec, validated->resolved_deepspeed_config_json, MemoryPlanOptions{});
+      return plan.ok() && plan->gpu_bytes() <= limit;
+    };
+  }
   failure.attempt = job.attempt();
   failure.exit_code = exit_code;
   failure.rank = rank;
@@ -413,6 +425,16 @@ Job GangRunner::Stored(const Job& placed) {
   return job.ok() ? *std::move(job) : placed;
 }
 
+std::optional<int64_t> GangRunner::GpuBytesOf(const Job& placed) {
+  std::optional<int64_t> least;
+  for (const std::string& name : placed.nodes()) {
+    const WorkerNode* node = nodes_->Find(name);
+    if (node == nullptr || node->gpu_memory_bytes <= 0) return std::nullopt;
+    least = std::min(least.value_or(node->gpu_memory_bytes), node->gpu_memory_bytes);
+  }
+  return least;
+}
+
 void GangRunner::MaybeFinish(std::string job_id) {
   auto run_it = runs_.find(job_id);
   if (run_it == runs_.end()) return;
@@ -431,7 +453,7 @@ void GangRunner::MaybeFinish(std::string job_id) {
                             run.job.message().empty() ? "cancelled" : run.job.message());
   } else if (run.failing && run.job.attempt() < max_restarts &&
              (remedy = NextRemedyFor(Stored(run.job), run.failed_rank, run.failed_exit_code,
-                                     run.failed_detail))
+                                     run.failed_detail, GpuBytesOf(run.job)))
                  .has_value()) {
     job = jobs_->RestartWithRemedy(
         job_id, *remedy,

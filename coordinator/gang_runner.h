@@ -38,6 +38,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -186,6 +187,9 @@ class GangRunner {
   bool RanksOn(const Run& run, const std::string& node, int* first, int* last) const;
   // The job as stored now (checkpoints recorded since its placement), else `placed`.
   Job Stored(const Job& placed);
+  // The smallest GPU memory of the nodes the job was placed on; nullopt when one is a CPU node or
+  // no longer known.
+  std::optional<int64_t> GpuBytesOf(const Job& placed);
   Task* FindTask(const std::string& id);
 
   JobManager* const jobs_;

@@ -65,8 +65,8 @@ v1::Remedy Base(const AttemptFailure& failure, const std::string& cause) {
   return r;
 }
 
-std::optional<v1::Remedy> NextOomRemedy(const v1::JobSpec& spec, const Remedies& prior,
-                                        const AttemptFailure& failure) {
+std::optional<v1::Remedy> NextOomStep(const v1::JobSpec& spec, const Remedies& prior,
+                                      const AttemptFailure& failure) {
   absl::StatusOr<v1::JobSpec> now = ApplyRemedies(spec, prior);
   if (!now.ok()) return std::nullopt;
   const v1::TrainingArguments& t = now->training();
@@ -94,6 +94,34 @@ std::optional<v1::Remedy> NextOomRemedy(const v1::JobSpec& spec, const Remedies&
   return std::nullopt;
 }
 
+// The next step, or with a plan the steps up to the first whose plan fits, merged into one remedy.
+std::optional<v1::Remedy> NextOomRemedy(const v1::JobSpec& spec, const Remedies& prior,
+                                        const AttemptFailure& failure) {
+  std::optional<v1::Remedy> first = NextOomStep(spec, prior, failure);
+  if (!first.has_value() || !failure.fits) return first;
+  Remedies tried = prior;
+  v1::Remedy merged = *first;
+  merged.clear_settings();
+  merged.clear_change();
+  for (std::optional<v1::Remedy> step = first; step.has_value();
+       step = NextOomStep(spec, tried, failure)) {
+    *tried.Add() = *step;
+    for (const auto& [key, value] : step->settings()) (*merged.mutable_settings())[key] = value;
+    merged.set_change(merged.change().empty()
+                          ? step->change()
+                          : absl::StrCat(merged.change(), "; ", step->change()));
+    absl::StatusOr<v1::JobSpec> remedied = ApplyRemedies(spec, tried);
+    if (remedied.ok() && failure.fits(*remedied)) {
+      if (tried.size() > prior.size() + 1) {
+        merged.set_change(
+            absl::StrCat(merged.change(), " (the memory plan fits only with all of them)"));
+      }
+      return merged;
+    }
+  }
+  return first;
+}
+
 std::optional<v1::Remedy> NextSpikeRemedy(const v1::JobSpec& spec, const Remedies& prior,
                                           const AttemptFailure& failure) {
   const v1::LossSpikeRemedy& s = spec.remedies().loss_spike();
@@ -111,11 +139,11 @@ std::optional<v1::Remedy> NextSpikeRemedy(const v1::JobSpec& spec, const Remedie
                                     : t.warmup_ratio();
   const double warmup = std::max(current_warmup, s.warmup_ratio());
   v1::Remedy r = Base(failure, "loss_spike");
-  r.set_change(absl::StrCat(
-      "rollback ", rollbacks + 1, "/", s.max_rollbacks(), " to ",
-      failure.last_checkpoint_step > 0 ? absl::StrCat("checkpoint-", failure.last_checkpoint_step)
-                                       : std::string("the start"),
-      ", max_grad_norm ", clip, ", warmup_ratio ", warmup));
+  r.set_change(absl::StrCat("rollback ", rollbacks + 1, "/", s.max_rollbacks(), " to ",
+                            failure.last_checkpoint_step > 0
+                                ? absl::StrCat("checkpoint-", failure.last_checkpoint_step)
+                                : std::string("the start"),
+                            ", max_grad_norm ", clip, ", warmup_ratio ", warmup));
   (*r.mutable_settings())[kMaxGradNorm] = absl::StrCat(clip);
   (*r.mutable_settings())[kWarmupRatio] = absl::StrCat(warmup);
   return r;

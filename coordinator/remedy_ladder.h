@@ -8,6 +8,9 @@
 //      micro-batch is even, and only once;
 //   3. the optimizer state offloaded to the CPU (DeepSpeed zero_optimization.offload_optimizer),
 //      when the job has a DeepSpeed config at ZeRO stage >= 1.
+//   With AttemptFailure::fits, a step whose memory plan still does not fit is not tried alone:
+//   the remedy takes the steps up to the first whose plan fits, all at once (none fits: the next
+//   step alone, as without a plan).
 // - a loss spike (spec.remedies.loss_spike): roll back to the last complete checkpoint (what every
 //   restart does) with max_grad_norm lowered to, and warmup_ratio raised to, the spec's
 //   LossSpikeRemedy values (0.5 and 0.1 by default; a job's own lower clipping or longer warm-up
@@ -17,6 +20,7 @@
 #define TRAINCTL_COORDINATOR_REMEDY_LADDER_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -35,6 +39,9 @@ struct AttemptFailure {
   int rank = -1;                     // that rank, -1 unknown
   std::string detail;                // its evidence (the rank's last log line)
   int64_t last_checkpoint_step = 0;  // the checkpoint the next attempt resumes from; 0 none
+  // Whether a spec's memory plan fits the GPUs the job ran on (coordinator/memory_fit.h); unset
+  // when that is not known (CPU nodes, a model the coordinator has no config for).
+  std::function<bool(const trainctl::v1::JobSpec&)> fits;
 };
 
 // "oom" | "loss_spike" for the trainer exit codes that have a cause, else "".

@@ -112,6 +112,43 @@ TEST(RemedyLadderTest, OomEndsWithOptimizerOffloadWhenNotInForce) {
   EXPECT_EQ(resolved["train_batch_size"], 8 * 4 * 4);
 }
 
+// With the memory plan (AttemptFailure::fits), steps whose plan does not fit are not tried alone:
+// the remedy takes every step up to the first that fits, in one restart.
+TEST(RemedyLadderTest, OomSkipsStepsWhoseMemoryPlanCannotFit) {
+  v1::JobSpec spec = testing::SeedJobSpec();
+  spec.mutable_deepspeed_config_json()->assign(
+      R"({"zero_optimization": {"stage": 3}, "gradient_accumulation_steps": "auto"})");
+  spec.mutable_remedies()->set_oom(true);
+  spec.set_max_restarts(5);
+  spec = Validated(spec);
+  // Fits only with the optimizer offloaded.
+  AttemptFailure failure = Oom(0);
+  int asked = 0;
+  failure.fits = [&asked](const v1::JobSpec& s) {
+    ++asked;
+    const nlohmann::json ds = nlohmann::json::parse(s.deepspeed_config_json());
+    return ds["zero_optimization"].contains("offload_optimizer");
+  };
+  std::optional<v1::Remedy> r = NextRemedy(spec, {}, failure);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(asked, 3);
+  EXPECT_EQ(r->settings().size(), 4u);  // checkpointing, micro-batch, accumulation, offload
+  EXPECT_NE(r->change().find("gradient_checkpointing on; per_device_train_batch_size 4 → 2"),
+            std::string::npos)
+      << r->change();
+  EXPECT_NE(r->change().find("fits only with all of them"), std::string::npos);
+  // The first step fits: the ladder as without a plan.
+  failure.fits = [](const v1::JobSpec&) { return true; };
+  r = NextRemedy(spec, {}, failure);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->change(), "gradient_checkpointing on");
+  // Nothing fits: the next step alone.
+  failure.fits = [](const v1::JobSpec&) { return false; };
+  r = NextRemedy(spec, {}, failure);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->change(), "gradient_checkpointing on");
+}
+
 TEST(RemedyLadderTest, OomSkipsWhatIsInForceAndAnOddMicroBatch) {
   v1::JobSpec spec = testing::SeedJobSpec();
   spec.clear_deepspeed();
