@@ -16,14 +16,23 @@
 
 namespace trainctl {
 
-int64_t PeakRssBytes() {
+namespace {
+
+int64_t StatusKilobytes(const char* field) {
   std::ifstream status("/proc/self/status");
   std::string line;
+  const size_t length = std::strlen(field);
   while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // kB
+    if (line.compare(0, length, field) == 0) return std::atoll(line.c_str() + length) * 1024;
   }
   return 0;
 }
+
+}  // namespace
+
+int64_t PeakRssBytes() { return StatusKilobytes("VmHWM:"); }
+
+int64_t CurrentRssBytes() { return StatusKilobytes("VmRSS:"); }
 
 absl::StatusOr<ProcessSample> ParseProcStat(absl::string_view stat, long clock_ticks_per_second,
                                             long page_size) {

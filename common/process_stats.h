@@ -13,6 +13,8 @@ namespace trainctl {
 
 // The peak resident set size (VmHWM) in bytes; 0 where /proc/self/status is not there.
 int64_t PeakRssBytes();
+// The resident set size now (VmRSS) in bytes; 0 where /proc/self/status is not there.
+int64_t CurrentRssBytes();
 
 // One process's CPU time and memory, from /proc/PID/stat (one read, so the figures agree).
 struct ProcessSample {

@@ -14,6 +14,7 @@
 
 #ifdef TRAINCTL_CUDA_BUILD
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
 #include "absl/strings/str_cat.h"
@@ -303,6 +304,7 @@ class Loop {
     options_ = zero::EngineOptionsFrom(ds, t_, &warnings_);
     options_.device = device;
     gather_on_save_ = options_.stage < 3 || (ds && ds->stage3_gather_16bit_weights_on_model_save);
+    baseline_rss_ = CurrentRssBytes();  // before any model or training state exists
     if (stage_->trains()) {
       ASSIGN_OR_RETURN(engine_, zero::Engine::Create(config_, options_, comm_.get(), t_.seed(),
                                                      resolved_model.second));
@@ -367,10 +369,23 @@ class Loop {
     return out->loss;
   }
 
-  // Every rank's training-state bytes (the ZeRO accounting) and its peak resident set, after the
-  // first step (when every buffer exists) and the last.
+  // Every rank's training-state bytes (the ZeRO accounting) and its measured peak, after the
+  // first step (when every buffer exists) and the last: the CUDA allocator's peak on a GPU, else
+  // the peak resident set above the one before the model was built (what the memory plan counts,
+  // common/memory_plan.h).
   void EmitMemory() {
     const zero::MemoryStats m = engine_->Memory();
+    const int64_t peak_rss = PeakRssBytes();
+    int64_t peak = std::max<int64_t>(0, peak_rss - baseline_rss_);
+    std::string source = "rss_above_baseline";
+#ifdef TRAINCTL_CUDA_BUILD
+    if (options_.device.is_cuda()) {
+      peak = c10::cuda::CUDACachingAllocator::getDeviceStats(options_.device.index())
+                 .allocated_bytes[0]  // StatType::AGGREGATE
+                 .peak;
+      source = "cuda_allocator";
+    }
+#endif
     events_->Emit("memory", {{"step", state_.global_step},
                              {"rank", comm_->rank()},
                              {"world_size", comm_->world_size()},
@@ -381,7 +396,10 @@ class Loop {
                              {"gradient_bytes", m.gradient_bytes},
                              {"working_bytes", m.working_bytes},
                              {"peak_working_bytes", m.peak_working_bytes},
-                             {"peak_rss_bytes", PeakRssBytes()},
+                             {"peak_rss_bytes", peak_rss},
+                             {"baseline_rss_bytes", baseline_rss_},
+                             {"peak_bytes", peak},
+                             {"peak_source", source},
                              {"comm_bytes_sent", comm_->bytes_sent()}});
   }
 
@@ -474,6 +492,7 @@ class Loop {
   int64_t last_saved_step_ = -1;
   double window_loss_ = 0, window_seconds_ = 0;
   int64_t window_steps_ = 0, window_tokens_ = 0, window_samples_ = 0;
+  int64_t baseline_rss_ = 0;  // resident bytes before the model was built
   std::map<std::string, double> window_metrics_;
   ModelShape shape_;
   std::optional<double> peak_flops_;        // per device, FLOP/s
