@@ -11,6 +11,7 @@
 #include "worker/trainer/model/internal/activation_checkpoint.h"
 #include "worker/trainer/model/internal/linear_cross_entropy.h"
 #include "worker/trainer/model/status_guard.h"
+#include "worker/trainer/model/vision_window.h"
 
 namespace trainctl::model {
 namespace {
@@ -68,6 +69,12 @@ void PlaceSequence(const Qwen2VLConfig& config, const std::vector<int64_t>& toke
     if (tokens[k] == config.vision_start_token_id && tokens[k + 1] == config.image_token_id) {
       ++image_count;
     }
+    // No video input exists here (no video_grid_thw); Qwen2.5-VL refuses a video's tokens rather
+    // than placing them as text.
+    TORCH_CHECK(
+        config.family() != ModelFamily::kQwen25VL || tokens[k] != config.vision_start_token_id ||
+            tokens[k + 1] != config.video_token_id,
+        "batch row ", b, ": <|video_pad|> after <|vision_start|>: videos are not supported");
   }
   std::vector<std::array<int64_t, 3>> pos;
   pos.reserve(tokens.size());
@@ -92,12 +99,16 @@ void PlaceSequence(const Qwen2VLConfig& config, const std::vector<int64_t>& toke
     ++image_index;
     push_text(ed - st);
     const int64_t base = next;
+    // Qwen2.5-VL scales an image's frame index by its seconds per grid step, 0 for an image.
+    const int64_t t_step = config.family() == ModelFamily::kQwen25VL ? 0 : 1;
     for (int64_t ti = 0; ti < t; ++ti) {
       for (int64_t hi = 0; hi < gh; ++hi) {
-        for (int64_t wi = 0; wi < gw; ++wi) pos.push_back({base + ti, base + hi, base + wi});
+        for (int64_t wi = 0; wi < gw; ++wi) {
+          pos.push_back({base + ti * t_step, base + hi, base + wi});
+        }
       }
     }
-    next = base + std::max({t, gh, gw});
+    next = base + std::max({(t - 1) * t_step + 1, gh, gw});
     st = ed + t * gh * gw;
   }
   if (st < n) push_text(n - st);
@@ -381,6 +392,9 @@ torch::Tensor Qwen2VLForConditionalGeneration::EncodeImages(const torch::Tensor&
       pixel_values.to(device), /*checkpoint=*/false);
   const auto layout = std::make_shared<const VisionLayout>(
       MakeVisionLayout(config_.vision, grid_thw, h.size(0), device));
+  // Qwen2.5-VL: the blocks see the patches window by window, the merger's output goes back.
+  const int64_t merge_unit = config_.vision.spatial_merge_size * config_.vision.spatial_merge_size;
+  if (layout->window_index.defined()) h = ToWindowOrder(h, layout->window_index, merge_unit);
   for (size_t i = 0; i < visual->block_list.size(); ++i) {
     auto block = visual->block_list[i];
     h = RunUnit(
@@ -389,9 +403,11 @@ torch::Tensor Qwen2VLForConditionalGeneration::EncodeImages(const torch::Tensor&
         checkpointing_.vision_blocks);
   }
   auto merger = visual->merger;
-  return RunUnit(
+  const torch::Tensor merged = RunUnit(
       merger_unit_, [merger](const torch::Tensor& x) { return merger->forward(x); }, h,
       /*checkpoint=*/false);
+  return layout->window_inverse.defined() ? FromWindowOrder(merged, layout->window_inverse)
+                                          : merged;
 }
 
 torch::Tensor Qwen2VLForConditionalGeneration::ForwardHidden(const ModelInputs& inputs) {

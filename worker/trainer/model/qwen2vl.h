@@ -1,7 +1,8 @@
-// Qwen2-VL for conditional generation, in LibTorch: the vision tower (vision_tower.h) feeding the
-// Qwen2 decoder (text_decoder.h), with parameter names identical to HF checkpoints
-// (`visual.blocks.0.attn.qkv.weight`, `model.layers.0.self_attn.q_proj.weight`, `lm_head.weight`
-// unless the embeddings are tied), so `named_parameters()` is the checkpoint's key list.
+// Qwen2-VL and Qwen2.5-VL (config.family()) for conditional generation, in LibTorch: the vision
+// tower (vision_tower.h) feeding the Qwen2 decoder (text_decoder.h), with parameter names
+// identical to HF checkpoints (`visual.blocks.0.attn.qkv.weight`,
+// `model.layers.0.self_attn.q_proj.weight`, `lm_head.weight` unless the embeddings are tied), so
+// `named_parameters()` is the checkpoint's key list.
 //
 // Single-device code (torchtitan's split): sharding, prefetching and offload belong to the ZeRO-3
 // engine, which wraps this model through Units() and UnitHooks without touching it.
@@ -41,10 +42,13 @@ struct ModelInputs {
 
 // The 3-D (t, h, w) rotary position ids [3, B, T] int64 that HF's get_rope_index computes: text
 // tokens count up on all three axes; the merged patches of an image (its <|image_pad|> run after
-// <|vision_start|>) get t/h/w grid indices offset by the position where the image starts; text
-// after an image resumes at one past the largest id so far. Padding (attention_mask 0) gets 1.
+// <|vision_start|>) get t/h/w grid indices offset by the position where the image starts
+// (Qwen2.5-VL: t stays 0 over an image's frames, HF's time scale for images); text after an image
+// resumes at one past the largest id so far. Padding (attention_mask 0) gets 1.
 // Without image_grid_thw: cumsum(mask) - 1 (or 0..T-1). Images are consumed from image_grid_thw
-// in order across the batch. Throws c10::Error when the pads do not match the grids.
+// in order across the batch. Throws c10::Error when the pads do not match the grids, or
+// (Qwen2.5-VL, with grids) on a video's tokens (<|vision_start|><|video_pad|>): no video input
+// exists here.
 // With segment_ids ([B, T], as ModelInputs), each run of one non-zero id is a sequence of its own
 // whose positions restart at 0, and 0 marks padding.
 torch::Tensor GetRopeIndex(const Qwen2VLConfig& config, const torch::Tensor& input_ids,

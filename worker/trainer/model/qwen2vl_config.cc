@@ -1,5 +1,6 @@
 #include "worker/trainer/model/qwen2vl_config.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -150,17 +151,99 @@ absl::Status ReadMropeSection(const LayeredReader& text, const std::string& sour
   return text.Missing("rope_scaling.mrope_section");
 }
 
-absl::Status ReadVision(const json& root, const std::string& source, Qwen2VLVisionConfig* v) {
-  KeyReader top(&root, "", &source);
-  if (!top.Has("vision_config")) return top.Error("vision_config", "required key is missing");
-  const json& obj = root["vision_config"];
-  if (!obj.is_object()) return top.Error("vision_config", "expected an object");
-  LayeredReader r({KeyReader(&obj, "vision_config.", &source)});
+// HF's model_type, else the architectures' class names, else Qwen2-VL (older exports).
+absl::Status ReadFamily(const json& root, const std::string& source, ModelFamily* family) {
+  auto error = [&source](const std::string& key, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, ": ", what));
+  };
+  std::optional<ModelFamily> from_type, from_arch;
+  if (const auto type = root.find("model_type"); type != root.end() && !type->is_null()) {
+    if (!type->is_string()) return error("model_type", "expected a string, got " + type->dump());
+    const std::string name = type->get<std::string>();
+    if (name == "qwen2_vl") {
+      from_type = ModelFamily::kQwen2VL;
+    } else if (name == "qwen2_5_vl") {
+      from_type = ModelFamily::kQwen25VL;
+    } else {
+      return error("model_type",
+                   absl::StrCat("\"", name, "\" is not implemented (qwen2_vl, qwen2_5_vl)"));
+    }
+  }
+  if (const auto arch = root.find("architectures"); arch != root.end() && arch->is_array()) {
+    for (const json& name : *arch) {
+      if (!name.is_string()) continue;
+      const std::string n = name.get<std::string>();
+      if (absl::StartsWith(n, "Qwen2_5_VL")) from_arch = ModelFamily::kQwen25VL;
+      if (absl::StartsWith(n, "Qwen2VL")) from_arch = ModelFamily::kQwen2VL;
+    }
+  }
+  if (from_type && from_arch && *from_type != *from_arch) {
+    return error("architectures", absl::StrCat("names another model than model_type \"",
+                                               root["model_type"].get<std::string>(), "\""));
+  }
+  *family = from_type.value_or(from_arch.value_or(ModelFamily::kQwen2VL));
+  return absl::OkStatus();
+}
+
+absl::Status ReadIntList(const KeyReader& r, const std::string& key, std::vector<int64_t>* out) {
+  const json& v = r.Get(key);
+  if (!v.is_array()) return r.Error(key, "expected an array of integers, got " + v.dump());
+  out->clear();
+  for (const json& item : v) {
+    if (!item.is_number_integer()) {
+      return r.Error(key, "expected an array of integers, got " + v.dump());
+    }
+    out->push_back(item.get<int64_t>());
+  }
+  return absl::OkStatus();
+}
+
+// Qwen2VLVisionConfig's keys; the sizes are required (the published configs have them all).
+absl::Status ReadQwen2Vision(const LayeredReader& r, Qwen2VLVisionConfig* v) {
   RETURN_IF_ERROR(r.Required("depth", &v->depth, ReadInt));
   RETURN_IF_ERROR(r.Required("embed_dim", &v->embed_dim, ReadInt));
   RETURN_IF_ERROR(r.Required("num_heads", &v->num_heads, ReadInt));
   RETURN_IF_ERROR(r.Required("hidden_size", &v->hidden_size, ReadInt));
   RETURN_IF_ERROR(r.Optional("mlp_ratio", &v->mlp_ratio, ReadDouble));
+  return absl::OkStatus();
+}
+
+// Qwen2_5_VLVisionConfig's keys, each defaulting as in HF's class: transformers' save_pretrained
+// leaves out the values equal to those defaults.
+absl::Status ReadQwen25Vision(const LayeredReader& r, Qwen2VLVisionConfig* v) {
+  v->depth = 32;
+  v->embed_dim = 3584;
+  v->hidden_act = "silu";
+  v->intermediate_size = 3420;
+  v->num_heads = 16;
+  v->tokens_per_second = 4;
+  v->window_size = 112;
+  v->hidden_size = 3584;
+  v->fullatt_block_indexes = {7, 15, 23, 31};
+  RETURN_IF_ERROR(r.Optional("depth", &v->depth, ReadInt));
+  RETURN_IF_ERROR(r.Optional("hidden_size", &v->embed_dim, ReadInt));
+  RETURN_IF_ERROR(r.Optional("intermediate_size", &v->intermediate_size, ReadInt));
+  RETURN_IF_ERROR(r.Optional("num_heads", &v->num_heads, ReadInt));
+  RETURN_IF_ERROR(r.Optional("out_hidden_size", &v->hidden_size, ReadInt));
+  RETURN_IF_ERROR(r.Optional("window_size", &v->window_size, ReadInt));
+  RETURN_IF_ERROR(r.Optional("fullatt_block_indexes", &v->fullatt_block_indexes, ReadIntList));
+  RETURN_IF_ERROR(r.Optional("tokens_per_second", &v->tokens_per_second, ReadInt));
+  return absl::OkStatus();
+}
+
+absl::Status ReadVision(const json& root, const std::string& source, ModelFamily family,
+                        Qwen2VLVisionConfig* v) {
+  KeyReader top(&root, "", &source);
+  if (!top.Has("vision_config")) return top.Error("vision_config", "required key is missing");
+  const json& obj = root["vision_config"];
+  if (!obj.is_object()) return top.Error("vision_config", "expected an object");
+  LayeredReader r({KeyReader(&obj, "vision_config.", &source)});
+  v->family = family;
+  if (family == ModelFamily::kQwen25VL) {
+    RETURN_IF_ERROR(ReadQwen25Vision(r, v));
+  } else {
+    RETURN_IF_ERROR(ReadQwen2Vision(r, v));
+  }
   RETURN_IF_ERROR(r.Optional("patch_size", &v->patch_size, ReadInt));
   RETURN_IF_ERROR(r.Optional("temporal_patch_size", &v->temporal_patch_size, ReadInt));
   RETURN_IF_ERROR(r.Optional("spatial_merge_size", &v->spatial_merge_size, ReadInt));
@@ -171,9 +254,79 @@ absl::Status ReadVision(const json& root, const std::string& source, Qwen2VLVisi
   return absl::OkStatus();
 }
 
+absl::Status InvalidKey(const Qwen2VLConfig& c, const std::string& key, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(c.source, ": ", key, ": ", what));
+}
+
+// The vision keys as the config's family names them.
+absl::Status ValidateVision(const Qwen2VLConfig& c) {
+  const Qwen2VLVisionConfig& v = c.vision;
+  const bool v25 = v.windowed();
+  const std::string width_key = v25 ? "vision_config.hidden_size" : "vision_config.embed_dim";
+  const std::string out_key = v25 ? "vision_config.out_hidden_size" : "vision_config.hidden_size";
+  const std::pair<std::string, int64_t> positives[] = {
+      {"vision_config.depth", v.depth},
+      {width_key, v.embed_dim},
+      {"vision_config.num_heads", v.num_heads},
+      {out_key, v.hidden_size},
+      {"vision_config.patch_size", v.patch_size},
+      {"vision_config.temporal_patch_size", v.temporal_patch_size},
+      {"vision_config.spatial_merge_size", v.spatial_merge_size},
+      {"vision_config.in_channels", v.in_channels},
+      {v25 ? "vision_config.intermediate_size" : "vision_config.mlp_ratio", v.mlp_hidden_dim()},
+  };
+  for (const auto& [key, value] : positives) {
+    if (value <= 0) return InvalidKey(c, key, absl::StrCat("must be positive, got ", value));
+  }
+  if (v.hidden_size != c.hidden_size) {
+    return InvalidKey(c, out_key,
+                      absl::StrCat("must equal hidden_size ", c.hidden_size,
+                                   " (the merger feeds "
+                                   "the decoder), got ",
+                                   v.hidden_size));
+  }
+  const std::vector<std::string> acts =
+      v25 ? std::vector<std::string>{"silu", "gelu", "gelu_pytorch_tanh", "quick_gelu"}
+          : std::vector<std::string>{"quick_gelu"};
+  if (std::find(acts.begin(), acts.end(), v.hidden_act) == acts.end()) {
+    return InvalidKey(c, "vision_config.hidden_act",
+                      absl::StrCat("\"", v.hidden_act, "\" is not implemented (",
+                                   absl::StrJoin(acts, ", "), ")"));
+  }
+  if (v.embed_dim % v.num_heads != 0) {
+    return InvalidKey(
+        c, "vision_config.num_heads",
+        absl::StrCat("must divide ", width_key, " ", v.embed_dim, ", got ", v.num_heads));
+  }
+  if (v.head_dim() % 4 != 0) {
+    return InvalidKey(c, "vision_config.num_heads",
+                      absl::StrCat("vision head_dim ", v.head_dim(),
+                                   " must be a multiple of 4 (2-D rotary over h and w)"));
+  }
+  if (!v25) return absl::OkStatus();
+  const int64_t unit = v.patch_size * v.spatial_merge_size;
+  if (v.window_size <= 0 || v.window_size % unit != 0) {
+    return InvalidKey(c, "vision_config.window_size",
+                      absl::StrCat("must be a positive multiple of patch_size x "
+                                   "spatial_merge_size = ",
+                                   unit, ", got ", v.window_size));
+  }
+  for (const int64_t index : v.fullatt_block_indexes) {
+    if (index < 0 || index >= v.depth) {
+      return InvalidKey(c, "vision_config.fullatt_block_indexes",
+                        absl::StrCat("block ", index, " is outside the ", v.depth,
+                                     " blocks (vision_config.depth)"));
+    }
+  }
+  if (v.tokens_per_second < 0) {
+    return InvalidKey(c, "vision_config.tokens_per_second", "must not be negative");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validate(const Qwen2VLConfig& c) {
   auto bad = [&c](const std::string& key, const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat(c.source, ": ", key, ": ", what));
+    return InvalidKey(c, key, what);
   };
   const std::pair<const char*, int64_t> positives[] = {
       {"hidden_size", c.hidden_size},
@@ -183,14 +336,6 @@ absl::Status Validate(const Qwen2VLConfig& c) {
       {"num_key_value_heads", c.num_key_value_heads},
       {"vocab_size", c.vocab_size},
       {"max_position_embeddings", c.max_position_embeddings},
-      {"vision_config.depth", c.vision.depth},
-      {"vision_config.embed_dim", c.vision.embed_dim},
-      {"vision_config.num_heads", c.vision.num_heads},
-      {"vision_config.hidden_size", c.vision.hidden_size},
-      {"vision_config.patch_size", c.vision.patch_size},
-      {"vision_config.temporal_patch_size", c.vision.temporal_patch_size},
-      {"vision_config.spatial_merge_size", c.vision.spatial_merge_size},
-      {"vision_config.in_channels", c.vision.in_channels},
   };
   for (const auto& [key, value] : positives) {
     if (value <= 0) return bad(key, absl::StrCat("must be positive, got ", value));
@@ -220,22 +365,7 @@ absl::Status Validate(const Qwen2VLConfig& c) {
     return bad("hidden_act",
                absl::StrCat("only \"silu\" is implemented, got \"", c.hidden_act, "\""));
   }
-  if (c.vision.hidden_act != "quick_gelu") {
-    return bad(
-        "vision_config.hidden_act",
-        absl::StrCat("only \"quick_gelu\" is implemented, got \"", c.vision.hidden_act, "\""));
-  }
-  if (c.vision.embed_dim % c.vision.num_heads != 0) {
-    return bad("vision_config.num_heads", absl::StrCat("must divide embed_dim ", c.vision.embed_dim,
-                                                       ", got ", c.vision.num_heads));
-  }
-  if (c.vision.head_dim() % 4 != 0) {
-    return bad("vision_config.num_heads",
-               absl::StrCat("vision head_dim ", c.vision.head_dim(),
-                            " must be a multiple of 4 (2-D rotary over h and w)"));
-  }
-  if (c.vision.mlp_hidden_dim() <= 0) return bad("vision_config.mlp_ratio", "must be positive");
-  return absl::OkStatus();
+  return ValidateVision(c);
 }
 
 // A *ForSequenceClassification architecture's label count, as HF's PretrainedConfig derives it:
@@ -267,6 +397,37 @@ absl::Status ReadNumLabels(const json& root, const std::string& source, int64_t*
   return absl::OkStatus();
 }
 
+// vision_config's keys as the family's HF class names them (Qwen2-VL's or Qwen2.5-VL's), the
+// other family's removed.
+void WriteVision(const Qwen2VLVisionConfig& c, json& v) {
+  if (c.windowed()) {
+    for (const char* key : {"embed_dim", "mlp_ratio"}) v.erase(key);
+    v["hidden_size"] = c.embed_dim;
+    v["intermediate_size"] = c.intermediate_size;
+    v["out_hidden_size"] = c.hidden_size;
+    v["window_size"] = c.window_size;
+    v["fullatt_block_indexes"] = c.fullatt_block_indexes;
+    v["tokens_per_second"] = c.tokens_per_second;
+  } else {
+    for (const char* key : {"intermediate_size", "out_hidden_size", "window_size",
+                            "fullatt_block_indexes", "tokens_per_second"}) {
+      v.erase(key);
+    }
+    v["embed_dim"] = c.embed_dim;
+    v["mlp_ratio"] = c.mlp_ratio;
+    v["hidden_size"] = c.hidden_size;
+  }
+  v["depth"] = c.depth;
+  v["num_heads"] = c.num_heads;
+  v["patch_size"] = c.patch_size;
+  v["spatial_patch_size"] = c.patch_size;
+  v["temporal_patch_size"] = c.temporal_patch_size;
+  v["spatial_merge_size"] = c.spatial_merge_size;
+  v["in_chans"] = c.in_channels;
+  v["in_channels"] = c.in_channels;
+  v["hidden_act"] = c.hidden_act;
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
@@ -277,6 +438,11 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 }  // namespace
+
+bool Qwen2VLVisionConfig::FullAttentionBlock(int64_t index) const {
+  return !windowed() || std::find(fullatt_block_indexes.begin(), fullatt_block_indexes.end(),
+                                  index) != fullatt_block_indexes.end();
+}
 
 absl::StatusOr<Qwen2VLConfig> ParseQwen2VLConfig(const std::string& json_text,
                                                  const std::string& source) {
@@ -327,7 +493,9 @@ absl::StatusOr<Qwen2VLConfig> ParseQwen2VLConfig(const std::string& json_text,
   RETURN_IF_ERROR(top.Optional("vision_end_token_id", &c.vision_end_token_id, ReadInt));
   RETURN_IF_ERROR(text.Optional("torch_dtype", &c.torch_dtype, ReadString));
 
-  RETURN_IF_ERROR(ReadVision(root, c.source, &c.vision));
+  ModelFamily family = ModelFamily::kQwen2VL;
+  RETURN_IF_ERROR(ReadFamily(root, c.source, &family));
+  RETURN_IF_ERROR(ReadVision(root, c.source, family, &c.vision));
   RETURN_IF_ERROR(ReadNumLabels(root, c.source, &c.num_labels));
   RETURN_IF_ERROR(Validate(c));
   return c;
@@ -355,8 +523,10 @@ std::string Qwen2VLConfigToJson(const Qwen2VLConfig& c) {
     out.erase("text_config");
   }
   out.erase("rope_parameters");
+  const bool v25 = c.family() == ModelFamily::kQwen25VL;
+  const std::string class_prefix = v25 ? "Qwen2_5_VL" : "Qwen2VL";
   if (c.num_labels > 0) {
-    out["architectures"] = json::array({"Qwen2VLForSequenceClassification"});
+    out["architectures"] = json::array({class_prefix + "ForSequenceClassification"});
     if (!out.contains("id2label") || !out["id2label"].is_object() ||
         static_cast<int64_t>(out["id2label"].size()) != c.num_labels) {
       json id2label = json::object(), label2id = json::object();
@@ -368,9 +538,9 @@ std::string Qwen2VLConfigToJson(const Qwen2VLConfig& c) {
       out["label2id"] = std::move(label2id);
     }
   } else {
-    out["architectures"] = json::array({"Qwen2VLForConditionalGeneration"});
+    out["architectures"] = json::array({class_prefix + "ForConditionalGeneration"});
   }
-  out["model_type"] = "qwen2_vl";
+  out["model_type"] = v25 ? "qwen2_5_vl" : "qwen2_vl";
   out["hidden_size"] = c.hidden_size;
   out["intermediate_size"] = c.intermediate_size;
   out["num_hidden_layers"] = c.num_hidden_layers;
@@ -390,18 +560,7 @@ std::string Qwen2VLConfigToJson(const Qwen2VLConfig& c) {
   if (!c.torch_dtype.empty()) out["torch_dtype"] = c.torch_dtype;
   json& v = out["vision_config"];
   if (!v.is_object()) v = json::object();
-  v["depth"] = c.vision.depth;
-  v["embed_dim"] = c.vision.embed_dim;
-  v["num_heads"] = c.vision.num_heads;
-  v["mlp_ratio"] = c.vision.mlp_ratio;
-  v["patch_size"] = c.vision.patch_size;
-  v["spatial_patch_size"] = c.vision.patch_size;
-  v["temporal_patch_size"] = c.vision.temporal_patch_size;
-  v["spatial_merge_size"] = c.vision.spatial_merge_size;
-  v["hidden_size"] = c.vision.hidden_size;
-  v["in_chans"] = c.vision.in_channels;
-  v["in_channels"] = c.vision.in_channels;
-  v["hidden_act"] = c.vision.hidden_act;
+  WriteVision(c.vision, v);
   return out.dump(2) + "\n";
 }
 

@@ -1,6 +1,7 @@
-// The Qwen2-VL architecture's hyper-parameters, read from a Hugging Face `config.json` (the
+// The hyper-parameters of Qwen2-VL and Qwen2.5-VL, read from a Hugging Face `config.json` (the
 // published flat layout, or the newer one with the text fields under `text_config`), and the
-// registry of named configs under `configs/models/` ("tiny", "Qwen2-VL-2B-Instruct", ...).
+// registry of named configs under `configs/models/` ("tiny", "Qwen2-VL-2B-Instruct",
+// "Qwen2.5-VL-3B-Instruct", ...). The two share the decoder; their vision towers differ.
 //
 // No LibTorch here: the control plane and the data pipeline may read a model's config too.
 #ifndef TRAINCTL_WORKER_TRAINER_MODEL_QWEN2VL_CONFIG_H_
@@ -15,21 +16,46 @@
 
 namespace trainctl::model {
 
-// HF's `vision_config` (Qwen2VLVisionConfig).
+// Which architecture a config describes: its `model_type` ("qwen2_vl", "qwen2_5_vl"), else its
+// `architectures`, else Qwen2-VL.
+enum class ModelFamily {
+  kQwen2VL,   // Qwen2VLForConditionalGeneration
+  kQwen25VL,  // Qwen2_5_VLForConditionalGeneration: RMSNorm/SwiGLU vision blocks, window attention
+};
+
+// HF's `vision_config`: Qwen2VLVisionConfig, or Qwen2_5_VLVisionConfig, whose keys differ (its
+// `hidden_size` is the vision width, here embed_dim; its `out_hidden_size` the LLM width, here
+// hidden_size). A Qwen2.5-VL key absent from the file takes HF's default, as transformers writes
+// only the values that differ from them.
 struct Qwen2VLVisionConfig {
+  ModelFamily family = ModelFamily::kQwen2VL;
   int64_t depth = 32;
   int64_t embed_dim = 1280;
   int64_t num_heads = 16;
-  double mlp_ratio = 4.0;
+  double mlp_ratio = 4.0;         // Qwen2-VL: the MLP width is embed_dim * mlp_ratio
+  int64_t intermediate_size = 0;  // Qwen2.5-VL: the SwiGLU MLP width
   int64_t patch_size = 14;
   int64_t temporal_patch_size = 2;
   int64_t spatial_merge_size = 2;
   int64_t hidden_size = 3584;  // the LLM width the patch merger projects into
   int64_t in_channels = 3;
   std::string hidden_act = "quick_gelu";
+  // Qwen2.5-VL: attention within windows of window_size pixels a side, except in the blocks listed
+  // in fullatt_block_indexes, which attend over whole frames.
+  int64_t window_size = 0;
+  std::vector<int64_t> fullatt_block_indexes;
+  // Qwen2.5-VL: temporal positions per second of video; kept for the saved config (no video input).
+  int64_t tokens_per_second = 0;
 
+  bool windowed() const { return family == ModelFamily::kQwen25VL; }
   int64_t head_dim() const { return embed_dim / num_heads; }
-  int64_t mlp_hidden_dim() const { return static_cast<int64_t>(embed_dim * mlp_ratio); }
+  int64_t mlp_hidden_dim() const {
+    return windowed() ? intermediate_size : static_cast<int64_t>(embed_dim * mlp_ratio);
+  }
+  // A window's side in merged patches (HF's vit_merger_window_size).
+  int64_t merged_window() const { return window_size / spatial_merge_size / patch_size; }
+  // Whether block `index` attends over whole frames (every block of Qwen2-VL).
+  bool FullAttentionBlock(int64_t index) const;
   // Width of one flattened patch: in_channels x temporal_patch_size x patch_size x patch_size.
   int64_t patch_dim() const { return in_channels * temporal_patch_size * patch_size * patch_size; }
 };
@@ -65,12 +91,15 @@ struct Qwen2VLConfig {
   std::string raw_json;     // the file's text, so a save keeps keys this struct does not model
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  ModelFamily family() const { return vision.family; }
 };
 
 // Parses HF config.json text; `source` names it in errors. INVALID_ARGUMENT naming the key and
 // `source` when a required key is missing, has the wrong type, or the values are inconsistent
 // (heads not dividing the width, mrope_section not summing to head_dim / 2, an activation this
-// implementation does not have, ...).
+// implementation does not have, a window_size that is no multiple of patch_size x
+// spatial_merge_size, a fullatt_block_indexes entry outside the blocks, ...), or a model_type
+// other than qwen2_vl and qwen2_5_vl.
 absl::StatusOr<Qwen2VLConfig> ParseQwen2VLConfig(const std::string& json_text,
                                                  const std::string& source);
 
@@ -79,7 +108,8 @@ absl::StatusOr<Qwen2VLConfig> ParseQwen2VLConfig(const std::string& json_text,
 absl::StatusOr<Qwen2VLConfig> LoadQwen2VLConfig(const std::string& path);
 
 // The config as HF config.json text in the published flat layout (architectures, model_type,
-// text fields at the top, vision_config, rope_scaling), keeping any other keys of raw_json.
+// text fields at the top, vision_config, rope_scaling) of its family, so transformers loads it as
+// the same class, keeping any other keys of raw_json.
 std::string Qwen2VLConfigToJson(const Qwen2VLConfig& config);
 
 // The directory holding the named configs that this build knows: the source tree's configs/models.

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "worker/trainer/model/fused_ops.h"
+#include "worker/trainer/model/vision_window.h"
+
 namespace trainctl::model {
 namespace {
 
@@ -26,6 +29,26 @@ torch::Tensor ApplyVisionRotary(const torch::Tensor& x, const torch::Tensor& fre
 }
 
 torch::Tensor QuickGelu(const torch::Tensor& x) { return x * torch::sigmoid(1.702 * x); }
+
+// HF's ACT2FN for the activations a vision config may name (checked by the config parser).
+torch::Tensor VisionActivation(const std::string& name, const torch::Tensor& x) {
+  if (name == "silu") return torch::silu(x);
+  if (name == "gelu") return torch::gelu(x);
+  if (name == "gelu_pytorch_tanh") return torch::gelu(x, "tanh");
+  TORCH_CHECK(name == "quick_gelu", "vision activation \"", name, "\" is not implemented");
+  return QuickGelu(x);
+}
+
+// Qwen2.5-VL's windows: the rotary angles moved into window order, the windows as segments.
+void AddWindows(const Qwen2VLVisionConfig& config, const torch::Tensor& grid_thw,
+                const torch::Device& device, VisionLayout& layout) {
+  const VisionWindows windows = GetWindowIndex(config, grid_thw);
+  const int64_t unit = config.spatial_merge_size * config.spatial_merge_size;
+  layout.window_index = windows.index.to(device);
+  layout.window_inverse = windows.inverse.to(device);
+  layout.rotary_freqs = ToWindowOrder(layout.rotary_freqs, layout.window_index, unit);
+  layout.window_segments = windows.cu_seqlens;
+}
 
 // LayerNorm computed in float32 and returned in x's dtype. Under CUDA autocast this gives what
 // HF gets (layer_norm runs in float32 there and the Linear after it casts down anyway); LibTorch
@@ -88,6 +111,7 @@ VisionLayout MakeVisionLayout(const Qwen2VLVisionConfig& config, const torch::Te
   const torch::Tensor wp = torch::tensor(w_pos, long_opts);
   layout.rotary_freqs =
       torch::cat({table.index_select(0, hp), table.index_select(0, wp)}, -1).to(device);
+  if (config.windowed()) AddWindows(config, grid, device, layout);
   return layout;
 }
 
@@ -114,20 +138,21 @@ VisionAttention::VisionAttention(int64_t dim, int64_t num_heads)
   proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(dim, dim)));
 }
 
-torch::Tensor VisionAttention::forward(const torch::Tensor& x, const VisionLayout& layout) {
+torch::Tensor VisionAttention::forward(const torch::Tensor& x, const torch::Tensor& rotary_freqs,
+                                       const std::vector<int64_t>& segments) {
   const int64_t n = x.size(0);
   const torch::Tensor packed =
       qkv->forward(x).view({n, 3, num_heads_, head_dim_}).permute({1, 0, 2, 3});
-  const torch::Tensor q = ApplyVisionRotary(packed[0], layout.rotary_freqs);
-  const torch::Tensor k = ApplyVisionRotary(packed[1], layout.rotary_freqs);
+  const torch::Tensor q = ApplyVisionRotary(packed[0], rotary_freqs);
+  const torch::Tensor k = ApplyVisionRotary(packed[1], rotary_freqs);
   const torch::Tensor v = packed[2];
 
-  // Each frame attends only to itself: run the segments separately instead of masking one
-  // [N, N] matrix.
+  // Each frame (or window) attends only to itself: run the segments separately instead of masking
+  // one [N, N] matrix.
   std::vector<torch::Tensor> outs;
-  outs.reserve(layout.segments.size() - 1);
-  for (size_t s = 0; s + 1 < layout.segments.size(); ++s) {
-    const Slice rows(layout.segments[s], layout.segments[s + 1]);
+  outs.reserve(segments.size() - 1);
+  for (size_t s = 0; s + 1 < segments.size(); ++s) {
+    const Slice rows(segments[s], segments[s + 1]);
     auto heads_first = [&rows](const torch::Tensor& t) {  // [1, heads, L, head_dim]
       return t.index({rows}).transpose(0, 1).unsqueeze(0);
     };
@@ -147,26 +172,66 @@ torch::Tensor VisionMlp::forward(const torch::Tensor& x) {
   return fc2->forward(QuickGelu(fc1->forward(x)));
 }
 
-Qwen2VLVisionBlock::Qwen2VLVisionBlock(const Qwen2VLVisionConfig& config) {
-  const auto norm_opts = torch::nn::LayerNormOptions({config.embed_dim}).eps(kVisionNormEps);
-  norm1 = register_module("norm1", torch::nn::LayerNorm(norm_opts));
-  norm2 = register_module("norm2", torch::nn::LayerNorm(norm_opts));
+VisionSwiGluMlp::VisionSwiGluMlp(int64_t dim, int64_t hidden_dim, const std::string& act)
+    : act_(act) {
+  gate_proj =
+      register_module("gate_proj", torch::nn::Linear(torch::nn::LinearOptions(dim, hidden_dim)));
+  up_proj =
+      register_module("up_proj", torch::nn::Linear(torch::nn::LinearOptions(dim, hidden_dim)));
+  down_proj =
+      register_module("down_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden_dim, dim)));
+}
+
+torch::Tensor VisionSwiGluMlp::forward(const torch::Tensor& x) {
+  const torch::Tensor gate = gate_proj->forward(x);
+  const torch::Tensor up = up_proj->forward(x);
+  return down_proj->forward(act_ == "silu" ? SwiGlu(gate, up) : VisionActivation(act_, gate) * up);
+}
+
+Qwen2VLVisionBlock::Qwen2VLVisionBlock(const Qwen2VLVisionConfig& config, int64_t index)
+    : full_attention_(config.FullAttentionBlock(index)) {
+  if (config.windowed()) {
+    rms_norm1 =
+        register_module("norm1", std::make_shared<Qwen2RMSNorm>(config.embed_dim, kVisionNormEps));
+    rms_norm2 =
+        register_module("norm2", std::make_shared<Qwen2RMSNorm>(config.embed_dim, kVisionNormEps));
+  } else {
+    const auto norm_opts = torch::nn::LayerNormOptions({config.embed_dim}).eps(kVisionNormEps);
+    norm1 = register_module("norm1", torch::nn::LayerNorm(norm_opts));
+    norm2 = register_module("norm2", torch::nn::LayerNorm(norm_opts));
+  }
   attn = register_module("attn",
                          std::make_shared<VisionAttention>(config.embed_dim, config.num_heads));
-  mlp = register_module("mlp",
-                        std::make_shared<VisionMlp>(config.embed_dim, config.mlp_hidden_dim()));
+  if (config.windowed()) {
+    swiglu_mlp =
+        register_module("mlp", std::make_shared<VisionSwiGluMlp>(
+                                   config.embed_dim, config.mlp_hidden_dim(), config.hidden_act));
+  } else {
+    mlp = register_module("mlp",
+                          std::make_shared<VisionMlp>(config.embed_dim, config.mlp_hidden_dim()));
+  }
 }
 
 torch::Tensor Qwen2VLVisionBlock::forward(const torch::Tensor& x, const VisionLayout& layout) {
-  const torch::Tensor h = x + attn->forward(NormInFloat32(norm1, x), layout);
+  const std::vector<int64_t>& segments = full_attention_ ? layout.segments : layout.window_segments;
+  if (swiglu_mlp) {
+    const torch::Tensor h = x + attn->forward(rms_norm1->forward(x), layout.rotary_freqs, segments);
+    return h + swiglu_mlp->forward(rms_norm2->forward(h));
+  }
+  const torch::Tensor h = x + attn->forward(NormInFloat32(norm1, x), layout.rotary_freqs, segments);
   return h + mlp->forward(NormInFloat32(norm2, h));
 }
 
 PatchMerger::PatchMerger(const Qwen2VLVisionConfig& config)
     : merged_dim_(config.embed_dim * config.spatial_merge_size * config.spatial_merge_size) {
-  ln_q = register_module(
-      "ln_q",
-      torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.embed_dim}).eps(kVisionNormEps)));
+  if (config.windowed()) {
+    rms_ln_q =
+        register_module("ln_q", std::make_shared<Qwen2RMSNorm>(config.embed_dim, kVisionNormEps));
+  } else {
+    ln_q = register_module(
+        "ln_q",
+        torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.embed_dim}).eps(kVisionNormEps)));
+  }
   mlp = register_module(
       "mlp",
       torch::nn::Sequential(
@@ -175,7 +240,8 @@ PatchMerger::PatchMerger(const Qwen2VLVisionConfig& config)
 }
 
 torch::Tensor PatchMerger::forward(const torch::Tensor& x) {
-  return mlp->forward(NormInFloat32(ln_q, x).reshape({-1, merged_dim_}));
+  const torch::Tensor normed = rms_ln_q ? rms_ln_q->forward(x) : NormInFloat32(ln_q, x);
+  return mlp->forward(normed.reshape({-1, merged_dim_}));
 }
 
 Qwen2VisionTransformer::Qwen2VisionTransformer(const Qwen2VLVisionConfig& config,
@@ -185,7 +251,7 @@ Qwen2VisionTransformer::Qwen2VisionTransformer(const Qwen2VLVisionConfig& config
   if (built) built("patch_embed", *patch_embed);
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.depth; ++i) {
-    auto block = std::make_shared<Qwen2VLVisionBlock>(config);
+    auto block = std::make_shared<Qwen2VLVisionBlock>(config, i);
     blocks->push_back(block);
     if (built) built("blocks." + std::to_string(i), *block);
     block_list.push_back(std::move(block));
@@ -198,8 +264,11 @@ torch::Tensor Qwen2VisionTransformer::forward(const torch::Tensor& pixel_values,
                                               const torch::Tensor& grid_thw) {
   torch::Tensor h = patch_embed->forward(pixel_values);
   const VisionLayout layout = MakeVisionLayout(config_, grid_thw, h.size(0), h.device());
+  const int64_t unit = config_.spatial_merge_size * config_.spatial_merge_size;
+  if (layout.window_index.defined()) h = ToWindowOrder(h, layout.window_index, unit);
   for (const auto& block : block_list) h = block->forward(h, layout);
-  return merger->forward(h);
+  h = merger->forward(h);
+  return layout.window_inverse.defined() ? FromWindowOrder(h, layout.window_inverse) : h;
 }
 
 }  // namespace trainctl::model
