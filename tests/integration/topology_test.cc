@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "cli/job_client.h"
@@ -231,6 +232,55 @@ TEST_F(TopologyTest, ProbedAtRegisterRefreshedOnDemandAndKeptAcrossRestart) {
   unknown.set_name("no-such-node");
   unknown.set_topology(true);
   EXPECT_EQ(client_->ListNodes(unknown).status().code(), absl::StatusCode::kNotFound);
+}
+
+// The memory plan at submit (issue 29): the node's GPUs as its worker reports them (8 x 81,559
+// MiB) refuse a job whose plan cannot fit, naming what it needs and changes that would fit; --force
+// queues it; a job that fits is accepted with its plan stored and printed.
+TEST_F(TopologyTest, SubmitRefusesAJobTheNodesGpusCannotHoldUnlessForced) {
+  StartCoordinator();
+  StartWorker();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto nodes = client_->ListNodes(v1::ListNodesRequest());
+        return nodes.ok() && nodes->nodes_size() == 1 && nodes->nodes(0).state() == "ready";
+      },
+      absl::Seconds(30)))
+      << Logs();
+  EXPECT_EQ(client_->ListNodes(v1::ListNodesRequest())->nodes(0).gpu_memory_bytes(),
+            int64_t{81559} << 20);
+  auto spec = [&](const std::string& name, const std::string& model, int stage) {
+    return dir_.Write(name + ".yaml",
+                      absl::StrCat("name: ", name, "\nkind: sft\nmodel_name_or_path: ", model,
+                                   "\ndata_path: ", dir_.path(), "/data\noutput_dir: ", dir_.path(),
+                                   "/", name, "\nresources: {nodes: 1, slots_per_node: 8}\n",
+                                   "training: {bf16: true, per_device_train_batch_size: 4}\n",
+                                   "deepspeed: {zero_optimization: {stage: ", stage,
+                                   "}, bf16: {enabled: true}}\n"));
+  };
+  auto trainctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {TRAINCTL_CLI_BIN, "--coordinator", address_});
+    return testing::Run(args);
+  };
+  const std::string big = spec("big", "Qwen/Qwen2-VL-72B-Instruct", 0);
+  testing::RunResult refused = trainctl({"submit", big});
+  EXPECT_EQ(refused.exit_code, 1) << refused.out << refused.err;
+  EXPECT_TRUE(absl::StrContains(refused.err,
+                                "per GPU; the GPUs of the nodes it could run on hold 79.65 GiB"))
+      << refused.err;
+  EXPECT_TRUE(absl::StrContains(refused.err, "changes that would fit:")) << refused.err;
+  EXPECT_TRUE(absl::StrContains(refused.err, "--force")) << refused.err;
+  EXPECT_EQ(client_->List(v1::ListJobsRequest())->jobs_size(), 0);
+
+  testing::RunResult forced = trainctl({"-o", "json", "submit", big, "--force"});
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_TRUE(absl::StrContains(forced.out, "\"memory_plan\"")) << forced.out;
+  const std::string forced_id = client_->List(v1::ListJobsRequest())->jobs(0).id();
+  EXPECT_GT(client_->Get(forced_id)->memory_plan().gpu_bytes(), int64_t{80} << 30);
+
+  testing::RunResult fits = trainctl({"submit", spec("small", "Qwen/Qwen2-VL-2B-Instruct", 3)});
+  ASSERT_EQ(fits.exit_code, 0) << fits.err;
+  EXPECT_TRUE(absl::StrContains(fits.out, "memory plan: per GPU")) << fits.out;
 }
 
 }  // namespace
