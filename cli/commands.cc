@@ -36,6 +36,7 @@
 #include "common/data/data_cli.h"
 #include "common/job_spec.h"
 #include "common/json_proto.h"
+#include "common/memory_plan.h"
 #include "common/remedies_spec.h"
 #include "common/verb_args.h"
 #include "google/protobuf/util/time_util.h"
@@ -327,6 +328,7 @@ int Describe(Context& c) {
     c.out << "\nStages:\n";
     PrintStages(*job, absl::Now(), c.out);
   }
+  if (job->has_memory_plan()) c.out << "\n" << FormatMemoryPlan(job->memory_plan());
   // The curves; a coordinator without GetMetrics (an older one) just has none.
   trainctl::v1::GetMetricsRequest metrics;
   metrics.set_id(job->id());

@@ -75,6 +75,24 @@ struct LossAndGrads {
   std::map<std::string, torch::Tensor> grads;
 };
 
+// HF's text keys in the order the model registers them: the embedding, each decoder layer, the
+// final norm, the head unless tied (shared by the Qwen2-VL and Qwen2.5-VL key lists).
+inline void AppendTextKeys(int64_t layers, bool tied, std::vector<std::string>* keys) {
+  keys->push_back("model.embed_tokens.weight");
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* s :
+         {"self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
+          "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias",
+          "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+          "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight"}) {
+      keys->push_back(p + s);
+    }
+  }
+  keys->push_back("model.norm.weight");
+  if (!tied) keys->push_back("lm_head.weight");
+}
+
 }  // namespace trainctl::model::testing
 
 #endif  // TRAINCTL_TESTS_MODEL_MODEL_TEST_UTIL_H_

@@ -57,21 +57,10 @@ std::vector<std::string> ExpectedQwen25Keys(int64_t vision_depth, int64_t layers
   }
   for (const char* s :
        {"visual.merger.ln_q.weight", "visual.merger.mlp.0.weight", "visual.merger.mlp.0.bias",
-        "visual.merger.mlp.2.weight", "visual.merger.mlp.2.bias", "model.embed_tokens.weight"}) {
+        "visual.merger.mlp.2.weight", "visual.merger.mlp.2.bias"}) {
     keys.push_back(s);
   }
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    for (const char* s :
-         {"self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
-          "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias",
-          "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-          "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight"}) {
-      keys.push_back(p + s);
-    }
-  }
-  keys.push_back("model.norm.weight");
-  if (!tied) keys.push_back("lm_head.weight");
+  testing::AppendTextKeys(layers, tied, &keys);
   return keys;
 }
 
