@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -114,24 +115,32 @@ int64_t IntOr(const nlohmann::json& section, const char* key, int64_t fallback) 
 
 absl::Status ParseVisionShape(const nlohmann::json& v, const std::string& source, ModelShape* s) {
   ModelShape::Vision& vision = s->vision;
-  auto depth = PositiveInt(v, "depth", "vision_config.", source);
-  if (!depth.ok()) return depth.status();
-  vision.depth = *depth;
-  // Qwen2-VL names the width embed_dim (hidden_size is the LLM's); Qwen2.5-VL names it hidden_size.
-  auto embed = PositiveInt(v, s->qwen25() ? "hidden_size" : "embed_dim", "vision_config.", source);
-  if (!embed.ok()) return embed.status();
-  vision.embed = *embed;
-  auto heads = PositiveInt(v, "num_heads", "vision_config.", source);
-  if (!heads.ok()) return heads.status();
-  vision.heads = *heads;
-  if (s->qwen25()) {
-    auto mlp = PositiveInt(v, "intermediate_size", "vision_config.", source);
-    if (!mlp.ok()) return mlp.status();
-    vision.mlp = *mlp;
+  // A key save_pretrained left out holds HF's class default (Qwen2VLVisionConfig,
+  // Qwen2_5_VLVisionConfig); one that is there must be a positive integer.
+  auto get = [&](const char* key, int64_t fallback, int64_t* out) -> absl::Status {
+    if (!v.contains(key)) {
+      *out = fallback;
+      return absl::OkStatus();
+    }
+    auto value = PositiveInt(v, key, "vision_config.", source);
+    if (!value.ok()) return value.status();
+    *out = *value;
+    return absl::OkStatus();
+  };
+  const bool q25 = s->qwen25();
+  // Qwen2-VL names the width embed_dim (its hidden_size is the LLM's); Qwen2.5-VL hidden_size.
+  for (auto [key, fallback, field] :
+       {std::tuple{"depth", int64_t{32}, &vision.depth},
+        {q25 ? "hidden_size" : "embed_dim", int64_t{q25 ? 3584 : 1280}, &vision.embed},
+        {"num_heads", int64_t{16}, &vision.heads}}) {
+    if (absl::Status st = get(key, fallback, field); !st.ok()) return st;
+  }
+  if (q25) {
+    if (absl::Status st = get("intermediate_size", 3420, &vision.mlp); !st.ok()) return st;
     vision.window = IntOr(v, "window_size", 112);
     const auto full = v.find("fullatt_block_indexes");
     vision.full_attention_blocks =
-        full != v.end() && full->is_array() ? static_cast<int64_t>(full->size()) : 0;
+        full != v.end() && full->is_array() ? static_cast<int64_t>(full->size()) : 4;
   } else {
     const auto ratio = v.find("mlp_ratio");
     const double r = ratio != v.end() && ratio->is_number() ? ratio->get<double>() : 4.0;
