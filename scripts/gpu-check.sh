@@ -14,8 +14,9 @@
 #             bf16 autocast gradients, a one-rank NCCL group through every collective; the fused
 #             RMSNorm/rotary/SwiGLU kernels against LibTorch's composite ops (fp32, bf16, fp16,
 #             forward and gradients, a CUDA graph) and the decoder with them on and off
-#   hf_parity (a) forward logits against transformers, fp32 and bf16, text and image
-#             (scripts/gpu/hf_parity.py states the tolerances)
+#   hf_parity (a) forward logits against transformers, fp32 and bf16, text and image, Qwen2-VL and
+#             Qwen2.5-VL; greedy `trainctl-trainer generate` ids against HF generate(), fp32,
+#             eager and sdpa (scripts/gpu/hf_parity.py states the tolerances)
 #   sft       (b) ZeRO-3 bf16 SFT steps of the tiny model on the GPU over a one-rank NCCL group,
 #             losses against the same binary's CPU run, within bf16 tolerance
 #   train_bench (c, d) bench gpu_train_bench: ~1.1B config, tokens/s, TFLOP/s, MFU against the
