@@ -19,6 +19,7 @@
 #include "common/internal/spec_checker.h"
 #include "common/json_proto.h"
 #include "common/model_catalog.h"
+#include "common/parallelism_spec.h"
 #include "common/pipeline_spec.h"
 #include "common/remedies_spec.h"
 #include "common/status_macros.h"
@@ -595,6 +596,7 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
   CheckSizes(input, c);
   CheckRemedies(spec, c, &out.warnings);
   CheckDiagnostics(spec, c);
+  CheckParallelism(spec, &errors);
   if (!spec.deepspeed().empty() && spec.deepspeed_config_json().empty()) {
     c.Fail(
         "spec.deepspeed_config_json",

@@ -33,6 +33,7 @@ struct Inputs {
   int64_t dtype_bytes = 4;  // the compute dtype's
   bool cuda = true;
   int64_t micro = 1, accumulation = 1, seq = 1, patches = 0;
+  int64_t sequence_parallel = 1;  // Ulysses: each rank's decoder layers hold 1/sp of a sequence
   bool checkpointing = false;
   int64_t prompt = 0, completion = 0, generations = 1;
   bool gather_for_generation = true;
@@ -148,9 +149,12 @@ double BlockElementsPerPatch(const ModelShape& m, const Inputs& in, int64_t keys
 // kept for backward (with checkpointing: each unit's input, plus one unit recomputed).
 double Activations(const Inputs& in, const ModelShape& m, int64_t rows, int64_t seq,
                    int64_t patches, std::string* detail) {
+  // Sequence parallelism: the decoder layers hold this rank's slice (and attend over the whole
+  // sequence for 1/sp of the heads); embeddings, images and the gathered last states stay whole.
+  const double sp = static_cast<double>(in.sequence_parallel);
   const double tokens = static_cast<double>(rows * seq);
-  const double layer = LayerElementsPerToken(m, in, seq) * tokens;
-  double text = in.checkpointing ? m.layers * m.hidden * tokens + layer : m.layers * layer;
+  const double layer = LayerElementsPerToken(m, in, seq) * tokens / sp;
+  double text = in.checkpointing ? m.layers * m.hidden * tokens / sp + layer : m.layers * layer;
   text += 4.0 * m.hidden * tokens;  // embeddings out, final norm, the hidden-state gradients
   double vision = 0;
   if (patches > 0) {
@@ -164,9 +168,11 @@ double Activations(const Inputs& in, const ModelShape& m, int64_t rows, int64_t 
     vision = in.checkpointing ? m.vision.depth * m.vision.embed * n + std::max(full, win) : blocks;
     vision += 6.0 * m.vision.embed * n;  // patch embedding, merger
   }
-  *detail = absl::StrCat(rows, " x ", seq, " tokens",
-                         patches > 0 ? absl::StrCat(", ", rows, " x ", patches, " patches") : "",
-                         in.checkpointing ? ", checkpointed" : "", ", ", in.dtype_bytes, " B");
+  *detail = absl::StrCat(
+      rows, " x ", seq, " tokens",
+      sp > 1 ? absl::StrCat(" (1/", in.sequence_parallel, " per rank in the decoder)") : "",
+      patches > 0 ? absl::StrCat(", ", rows, " x ", patches, " patches") : "",
+      in.checkpointing ? ", checkpointed" : "", ", ", in.dtype_bytes, " B");
   return (text + vision) * static_cast<double>(in.dtype_bytes);
 }
 
@@ -347,6 +353,7 @@ absl::StatusOr<Inputs> ReadInputs(const JobSpec& spec, const std::string& resolv
   in.micro = t.per_device_train_batch_size();
   in.accumulation = t.gradient_accumulation_steps();
   in.checkpointing = t.gradient_checkpointing();
+  in.sequence_parallel = std::max(1, spec.parallelism().sequence_parallel_size());
   in.prompt = t.max_prompt_length();
   in.completion = t.max_completion_length();
   in.generations = t.num_generations();

@@ -220,6 +220,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& output_dir, const 
         {"global_step", state.global_step},
         {"epoch", state.epoch},
         {"world_size", comm.world_size()},
+        {"data_ranks", options.data_ranks > 0 ? options.data_ranks : comm.world_size()},
         {"zero_stage", engine.options().stage},
         {"engine", shards.engine},
         {"model_config", json::parse(model::Qwen2VLConfigToJson(engine.model().config()))},
@@ -233,7 +234,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& output_dir, const 
   return dir.string();
 }
 
-absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& dir_text, zero::Engine& engine) {
+absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& dir_text, zero::Engine& engine,
+                                            int data_ranks) {
   const fs::path dir(dir_text);
   RETURN_IF_ERROR(VerifyManifest(dir));
   ASSIGN_OR_RETURN(const json j, ReadJson(dir / kState));
@@ -266,8 +268,10 @@ absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& dir_text, zero::E
   TrainerState state;
   state.global_step = j["global_step"].get<int64_t>();
   state.epoch = j.value("epoch", 0.0);
-  // This rank's loader position; with another world size, the same number of samples dealt out
-  // again over the new ranks.
+  // This rank's loader position; when the data goes to another number of ranks, the same number
+  // of samples dealt out again over the new ones (every rank holds the same count).
+  const int saved_data = j.value("data_ranks", saved_world);
+  const int data = data_ranks > 0 ? data_ranks : comm.world_size();
   const int source = saved_world == comm.world_size() ? comm.rank() : 0;
   const auto& meta = saved.file(source).metadata();
   auto it = meta.find("loader");
@@ -278,15 +282,16 @@ absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& dir_text, zero::E
   }
   state.loader.epoch = loader.value("epoch", int64_t{0});
   state.loader.index = loader.value("index", int64_t{0});
-  if (saved_world != comm.world_size()) {
-    const int64_t dealt = state.loader.index * saved_world;
-    if (dealt % comm.world_size() != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          dir.string(), ": ", dealt, " samples of epoch ", state.loader.epoch, " were dealt to ",
-          saved_world, " ranks; that does not divide among ", comm.world_size()));
+  if (saved_data != data) {
+    const int64_t dealt = state.loader.index * saved_data;
+    if (dealt % data != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir.string(), ": ", dealt, " samples of epoch ", state.loader.epoch,
+                       " were dealt to ", saved_data, " ranks; that does not divide among ", data));
     }
-    state.loader.index = dealt / comm.world_size();
-  } else {
+    state.loader.index = dealt / data;
+  }
+  if (saved_world == comm.world_size()) {
     ASSIGN_OR_RETURN(torch::Tensor rng, saved.file(comm.rank()).Get("rng.cpu"));
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle
     generator.set_state(rng.clone());

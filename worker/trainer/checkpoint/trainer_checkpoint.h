@@ -37,6 +37,9 @@ struct TrainerState {
 struct SaveOptions {
   bool write_hf_weights = true;  // model.safetensors + config.json
   std::string tokenizer_dir;     // tokenizer files copied from here when present
+  // The ranks the data is dealt to: the world size over the sequence-parallel size (whose groups
+  // share their batches); 0: the world size.
+  int data_ranks = 0;
 };
 
 // Collective: every rank of `engine` calls it. Writes checkpoint-<state.global_step> under
@@ -45,10 +48,12 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& output_dir, const 
                                            zero::Engine& engine, const SaveOptions& options);
 
 // Collective. Verifies `dir` against its manifest and restores the engine's slices, the RNG (when
-// the world size is unchanged) and this rank's data-loader position (re-dealt when it changed).
+// the world size is unchanged) and this rank's data-loader position (re-dealt when the ranks the
+// data is dealt to changed; `data_ranks` as SaveOptions', 0: the world size).
 // NOT_FOUND without a manifest; DATA_LOSS naming the file whose size or checksum differs;
 // FAILED_PRECONDITION naming the unit when the checkpoint's model differs from the engine's.
-absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& dir, zero::Engine& engine);
+absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& dir, zero::Engine& engine,
+                                            int data_ranks = 0);
 
 // The newest complete checkpoint under `output_dir`, verified; nullopt when there is none.
 // `skipped` (optional) receives one line per incomplete or corrupt checkpoint passed over.

@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,11 +87,28 @@ torch::Tensor PackedCausalAttention(AttentionImpl impl, const torch::Tensor& q,
                                     const torch::Tensor& k, const torch::Tensor& v,
                                     const PackedSamples& samples);
 
+// DeepSpeed-Ulysses sequence parallelism (sequence_parallel.h): a group of `size` ranks shares
+// each batch, rank `rank` holding positions [rank * L / size, (rank + 1) * L / size) of the
+// (padded) length L between the attention layers.
+struct SequenceParallel {
+  int64_t size = 1;
+  int64_t rank = 0;
+  // Splits x into `size` equal chunks along scatter_dim, chunk j to rank j, and concatenates the
+  // chunks that arrive (rank order) along gather_dim; differentiable (its backward is the same
+  // exchange with the dims swapped). Called by every rank of the group in the same order.
+  std::function<torch::Tensor(const torch::Tensor& x, int64_t scatter_dim, int64_t gather_dim)>
+      all_to_all;
+};
+
 // What a decoder layer's queries may read: `allowed` as DotProductAttention takes it, or with
-// `packed` set the samples of packed rows (PackedCausalAttention; `allowed` is then unused).
+// `packed` set the samples of packed rows (PackedCausalAttention; `allowed` is then unused). With
+// `sequence` set, q, k and v are this rank's slice of the sequence and `allowed` covers the
+// whole padded length: attention exchanges heads for positions over the group
+// (UlyssesAttention).
 struct AttentionMask {
   torch::Tensor allowed;
   std::shared_ptr<const PackedSamples> packed;
+  std::shared_ptr<const SequenceParallel> sequence;
 };
 
 }  // namespace trainctl::model

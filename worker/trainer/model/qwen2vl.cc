@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "worker/trainer/model/internal/activation_checkpoint.h"
 #include "worker/trainer/model/internal/linear_cross_entropy.h"
+#include "worker/trainer/model/sequence_parallel.h"
 #include "worker/trainer/model/status_guard.h"
 #include "worker/trainer/model/vision_window.h"
 
@@ -463,7 +464,8 @@ torch::Tensor Qwen2VLForConditionalGeneration::DecodeStepAt(const torch::Tensor&
   const int64_t capacity = cache.layers[0].key.size(2);
   cache.attention_mask.index_fill_(1, cache.step_position, 1);
   const AttentionMask mask{
-      cache.attention_mask.narrow(1, 0, capacity).ne(0).view({batch, 1, 1, capacity}), nullptr};
+      cache.attention_mask.narrow(1, 0, capacity).ne(0).view({batch, 1, 1, capacity}), nullptr,
+      nullptr};
   const torch::Tensor positions =
       (cache.rope_deltas + cache.step_position).view({1, batch, 1}).expand({3, batch, 1});
   const RotaryTables rope = MultimodalRotary(config_, positions, h.scalar_type());
@@ -534,26 +536,15 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardPrompt(const ModelInputs& 
 
   const bool packed = inputs.segment_ids.defined();
   TORCH_CHECK(!packed || cache == nullptr, "a packed batch (segment_ids) cannot start decoding");
-  const torch::Tensor positions =
-      ToDeviceAsync(GetRopeIndex(config_, ids_read, inputs.image_grid_thw, inputs.attention_mask,
-                                 inputs.segment_ids),
-                    device);
-  const RotaryTables rope = MultimodalRotary(config_, positions, h.scalar_type());
-  // Without padding, attention is plainly causal: no mask tensor, so fused kernels take their
-  // fastest path. The padding check reads the mask where it is (a host mask costs no device
-  // synchronisation; a batch's mask is one, see ToModelInputs).
-  const bool padded =
-      !packed && inputs.attention_mask.defined() && inputs.attention_mask.eq(0).any().item<bool>();
-  AttentionMask mask;
-  if (packed) {
-    // Each sample attends on its own (sum of length^2, not T^2; no [B, 1, T, T] mask).
-    mask.packed = std::make_shared<const PackedSamples>(PackedSamplesOf(inputs.segment_ids));
-  } else if (padded) {
-    // The key mask alone: attention narrows it causally a block of queries at a time, so no
-    // [B, 1, T, T] mask exists (CausalPaddingMask is what it amounts to).
-    mask.allowed = ToDeviceAsync(inputs.attention_mask, device).ne(0).view({batch, 1, 1, seq});
-  }
+  torch::Tensor positions = ToDeviceAsync(GetRopeIndex(config_, ids_read, inputs.image_grid_thw,
+                                                       inputs.attention_mask, inputs.segment_ids),
+                                          device);
+  AttentionMask mask = MaskFor(inputs, device);
   if (cache != nullptr) StartCache(inputs.attention_mask, positions, batch, seq, device, *cache);
+  // Sequence parallelism: the layers see this rank's slice (sequence_parallel.h).
+  const bool split = sequence_ != nullptr && sequence_->size > 1 && cache == nullptr;
+  if (split) SplitSequence(seq, &h, &positions, &mask);
+  const RotaryTables rope = MultimodalRotary(config_, positions, h.scalar_type());
   for (size_t i = 0; i < language_model->layer_list.size(); ++i) {
     auto layer = language_model->layer_list[i];
     LayerKvCache* layer_cache = cache != nullptr ? &cache->layers[i] : nullptr;
@@ -564,7 +555,45 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardPrompt(const ModelInputs& 
         },
         h, checkpointing_.decoder_layers && cache == nullptr);
   }
-  return h;
+  return split ? GatherSequence(h, seq, *sequence_) : h;
+}
+
+void Qwen2VLForConditionalGeneration::SplitSequence(int64_t seq, torch::Tensor* h,
+                                                    torch::Tensor* positions,
+                                                    AttentionMask* mask) const {
+  TORCH_CHECK(!mask->packed, "sequence parallelism does not take packed rows yet");
+  const int64_t padded = PaddedLength(seq, *sequence_);
+  *h = SliceSequence(*h, 1, padded, *sequence_);
+  *positions = SliceSequence(*positions, 2, padded, *sequence_, /*repeat_last=*/true);
+  // The key mask covers the whole padded length: attention sees every position of its heads.
+  if (mask->allowed.defined() && padded > seq) {
+    const torch::Tensor& allowed = mask->allowed;
+    mask->allowed = torch::cat(
+        {allowed,
+         torch::zeros_like(allowed.narrow(3, 0, 1)).expand({allowed.size(0), 1, 1, padded - seq})},
+        3);
+  }
+  mask->sequence = sequence_;
+}
+
+AttentionMask Qwen2VLForConditionalGeneration::MaskFor(const ModelInputs& inputs,
+                                                       const torch::Device& device) const {
+  AttentionMask mask;
+  if (inputs.segment_ids.defined()) {
+    // Each sample attends on its own (sum of length^2, not T^2; no [B, 1, T, T] mask).
+    mask.packed = std::make_shared<const PackedSamples>(PackedSamplesOf(inputs.segment_ids));
+    return mask;
+  }
+  // Without padding, attention is plainly causal: no mask tensor, so fused kernels take their
+  // fastest path. The padding check reads the mask where it is (a host mask costs no device
+  // synchronisation; a batch's mask is one, see ToModelInputs).
+  if (inputs.attention_mask.defined() && inputs.attention_mask.eq(0).any().item<bool>()) {
+    // The key mask alone: attention narrows it causally a block of queries at a time, so no
+    // [B, 1, T, T] mask exists (CausalPaddingMask is what it amounts to).
+    const torch::Tensor& m = inputs.attention_mask;
+    mask.allowed = ToDeviceAsync(m, device).ne(0).view({m.size(0), 1, 1, m.size(1)});
+  }
+  return mask;
 }
 
 torch::Tensor Qwen2VLForConditionalGeneration::Head(const torch::Tensor& hidden) {

@@ -215,6 +215,14 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   void SetAttentionImpl(AttentionImpl impl);
   AttentionImpl attention_impl() const { return attention_; }
 
+  // Off (null, or size 1) by default. With it, a forward without a KV cache runs the decoder
+  // layers on this rank's slice of the sequence and Ulysses attention over the group
+  // (sequence_parallel.h); ForwardHidden still returns the whole sequence. Every rank of the
+  // group must run the same forwards on the same batch.
+  void SetSequenceParallel(std::shared_ptr<const SequenceParallel> sequence) {
+    sequence_ = std::move(sequence);
+  }
+
   // Off by default. Takes effect for forwards run with grad mode on.
   void SetGradientCheckpointing(const GradientCheckpointing& options) { checkpointing_ = options; }
   const GradientCheckpointing& gradient_checkpointing() const { return checkpointing_; }
@@ -237,6 +245,12 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   torch::Tensor RunUnit(size_t unit, const UnitFn& fn, const torch::Tensor& input, bool checkpoint);
   // ForwardHidden's body; with `cache`, Prefill's.
   torch::Tensor ForwardPrompt(const ModelInputs& inputs, KvCache* cache);
+  // Where the decoder's queries may look for `inputs`: packed samples, the key padding, or none.
+  AttentionMask MaskFor(const ModelInputs& inputs, const torch::Device& device) const;
+  // Sequence parallelism: the embeddings, positions and key mask of the whole sequence (`seq`
+  // long) turned into this rank's slices, padded to a multiple of the group's size.
+  void SplitSequence(int64_t seq, torch::Tensor* h, torch::Tensor* positions,
+                     AttentionMask* mask) const;
 
   Qwen2VLConfig config_;
   std::vector<ModelUnit> units_;
@@ -248,6 +262,7 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   UnitHooks* hooks_ = nullptr;
   UnitRunner* runner_ = nullptr;
   bool run_vision_always_ = false;
+  std::shared_ptr<const SequenceParallel> sequence_;
   GradientCheckpointing checkpointing_;
   AttentionImpl attention_ = AttentionImpl::kAuto;
 };

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "worker/trainer/model/fused_ops.h"
+#include "worker/trainer/model/sequence_parallel.h"
 
 namespace trainctl::model {
 
@@ -121,7 +122,11 @@ torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& x, const RotaryTabl
   std::tie(q, k) = ApplyRotary(q, k, rope.cos, rope.sin);
 
   torch::Tensor out;
-  if (mask.packed) {
+  if (mask.sequence) {
+    TORCH_CHECK(cache == nullptr && !mask.packed,
+                "sequence parallelism takes neither a KV cache nor packed rows");
+    out = UlyssesAttention(attention, q, k, v, mask.allowed, *mask.sequence);
+  } else if (mask.packed) {
     TORCH_CHECK(cache == nullptr, "packed rows take no KV cache");
     out = PackedCausalAttention(attention, q, k, v, *mask.packed);
   } else {

@@ -23,6 +23,7 @@
 #include "common/deepspeed_config.h"
 #include "common/diagnostics_spec.h"
 #include "common/job_spec.h"
+#include "common/parallelism_spec.h"
 #include "common/process_stats.h"
 #include "common/status_macros.h"
 #include "worker/trainer/checkpoint/trainer_checkpoint.h"
@@ -34,6 +35,7 @@
 #include "worker/trainer/stages/loss_spike.h"
 #include "worker/trainer/stages/lr_schedule.h"
 #include "worker/trainer/trainer_failure.h"
+#include "worker/trainer/zero/sequence_all_to_all.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -118,7 +120,9 @@ class Loop {
         events_(events) {}
   ~Loop() {
     stage_.reset();
-    if (comm_ && comm_->failed()) (void)engine_.release();
+    const bool failed = (comm_ && comm_->failed()) || (sequence_comm_ && sequence_comm_->failed());
+    if (failed) (void)engine_.release();
+    zero::ReleaseIfFailed(sequence_comm_);
     zero::ReleaseIfFailed(comm_);
   }
 
@@ -135,7 +139,7 @@ class Loop {
       for (const std::string& why : skipped) ctx_->Warn("skipped checkpoint: " + why);
       RETURN_IF_ERROR(AgreeOnCheckpoint(latest));
       if (latest) {
-        ASSIGN_OR_RETURN(state_, LoadCheckpoint(*latest, *engine_));
+        ASSIGN_OR_RETURN(state_, LoadCheckpoint(*latest, *engine_, mesh_.data));
         RETURN_IF_ERROR(stage_->RestoreDataState(state_.loader, state_.global_step));
         result.resumed_from = state_.global_step;
         rewarm_from_ = state_.global_step;
@@ -208,17 +212,19 @@ class Loop {
     } else if (stage_->trains()) {
       return absl::InternalError("a training stage named no model to build its engine from");
     }
+    RETURN_IF_ERROR(SetUpSequenceParallel());
     // A model without tokenizer files (a registry config): the tokenizer the data was prepared
     // with, so that every checkpoint this job saves is a whole model (serve, eval, a next stage).
     if (tokenizer_dir_.empty()) tokenizer_dir_ = PreparedWithTokenizer(spec_.data_path());
     ctx_.emplace(StageContext{spec_, t_, device, *comm_, engine_.get(), options_, config_,
-                              tokenizer_dir_, *events_, env_});
+                              tokenizer_dir_, *events_, env_, mesh_});
     for (const std::string& w : warnings_) ctx_->Warn(w);
     if (ctx_->lead()) {
       nlohmann::json setup = {
           {"device", device.str()},
           {"backend", comm_->backend()},
           {"kind", JobKindName(spec_.kind())},
+          {"mesh", {{"data", mesh_.data}, {"sequence", mesh_.sequence}, {"tensor", mesh_.tensor}}},
           {"attention",
            engine_ ? model::AttentionImplName(model::ResolveAttentionImpl(attention, device))
                    : "none"}};
@@ -327,6 +333,35 @@ class Loop {
     }
     engine_->model().SetAttentionImpl(attention);
     return attention;
+  }
+
+  // The device mesh (common/parallelism_spec.h); with sequence parallelism, the group's
+  // communicator and the model's Ulysses exchange over it (model/sequence_parallel.h). ZeRO keeps
+  // sharding over every rank: a sequence-parallel group's ranks hold the same weights.
+  absl::Status SetUpSequenceParallel() {
+    mesh_ = MeshOf(spec_, comm_->world_size());
+    if (mesh_.sequence <= 1 || !engine_) return absl::OkStatus();
+    if (comm_->world_size() % mesh_.sequence != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parallelism.sequence_parallel_size ", mesh_.sequence,
+                       " does not divide the world size ", comm_->world_size()));
+    }
+    if (config_.num_attention_heads % mesh_.sequence != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parallelism.sequence_parallel_size ", mesh_.sequence, " does not divide the model's ",
+          config_.num_attention_heads, " attention heads"));
+    }
+    ASSIGN_OR_RETURN(sequence_comm_,
+                     comm_->Subgroup(mesh_.SequenceGroup(comm_->rank()), "sequence"));
+    auto sequence = std::make_shared<model::SequenceParallel>();
+    sequence->size = mesh_.sequence;
+    sequence->rank = mesh_.SequenceRank(comm_->rank());
+    zero::Comm* group = sequence_comm_.get();
+    sequence->all_to_all = [group](const torch::Tensor& x, int64_t scatter, int64_t gather) {
+      return zero::SequenceAllToAll(*group, x, scatter, gather);
+    };
+    engine_->model().SetSequenceParallel(std::move(sequence));
+    return absl::OkStatus();
   }
 
   // One optimizer step: the stage's micro-batches, then the update. Returns the step's loss.
@@ -458,6 +493,7 @@ class Loop {
     SaveOptions options;
     options.write_hf_weights = gather_on_save_;
     options.tokenizer_dir = tokenizer_dir_;
+    options.data_ranks = mesh_.data;
     ASSIGN_OR_RETURN(const std::string dir,
                      model::Guarded(absl::StrCat("saving checkpoint ", state_.global_step), [&] {
                        return SaveCheckpoint(spec_.output_dir(), state_, *engine_, options);
@@ -476,6 +512,8 @@ class Loop {
   const RankEnv& env_;
   EventSink* events_;
   std::unique_ptr<zero::Comm> comm_;
+  DeviceMesh mesh_;
+  std::unique_ptr<zero::Comm> sequence_comm_;  // the sequence-parallel group's; null without one
   model::Qwen2VLConfig config_;
   zero::EngineOptions options_;
   std::unique_ptr<zero::Engine> engine_;

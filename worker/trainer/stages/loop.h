@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/data/loader.h"
+#include "common/parallelism_spec.h"
 #include "common/rank_env.h"
 #include "nlohmann/json.hpp"
 #include "trainctl/v1/job.pb.h"
@@ -73,6 +74,8 @@ struct StageContext {
   const std::string& tokenizer_dir;    // the model directory when it is one, else ""
   EventSink& events;
   const RankEnv& env;  // the rank's launch environment (the model registry, a teacher's key)
+  // The device mesh: a sequence-parallel group's ranks read the same batches (DataRank).
+  DeviceMesh mesh;
 
   // Rank 0 speaks for the job: metrics, checkpoints and warnings come once, not once per rank.
   bool lead() const { return comm.rank() == 0; }

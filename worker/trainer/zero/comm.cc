@@ -2,6 +2,7 @@
 
 #include <torch/version.h>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 // Debian's LibTorch ships Gloo's headers; the CUDA wheels of PyTorch do not (their c10d Gloo
@@ -21,6 +22,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -65,9 +67,12 @@ struct Comm::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<BackendBase> group;
   bool native_reduce_scatter = false;  // NCCL: _reduce_scatter_base / _allgather_base
+  // A sub-group's name and the world rank of each of its ranks; empty for the world.
+  std::string group_name;
+  std::vector<int> world_ranks;
 
   // Heartbeats go through a second store client, so a collective stuck on the first never delays
-  // them.
+  // them. A sub-group shares its parent's client and has no heartbeat thread.
   c10::intrusive_ptr<c10d::Store> heartbeat_store;
   std::thread heartbeat;
   std::mutex mu;
@@ -99,44 +104,7 @@ absl::StatusOr<std::unique_ptr<Comm>> Comm::Create(const CommOptions& options) {
     impl.heartbeat_store =
         c10::make_intrusive<c10d::TCPStore>(options.master_addr, heartbeat_options);
 
-    if (options.device.is_cuda()) {
-#ifdef TRAINCTL_HAVE_NCCL
-      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-      nccl_options->timeout = options.timeout;
-      impl.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl.store, options.rank,
-                                                               options.world_size, nccl_options);
-      impl.native_reduce_scatter = true;
-      comm->backend_ = "nccl";
-#else
-      return absl::FailedPreconditionError(
-          "this trainer was built against a LibTorch without NCCL; CUDA ranks need it");
-#endif
-    } else {
-#ifdef TRAINCTL_HAVE_GLOO
-      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-      // The interface by name, as PyTorch's GLOO_SOCKET_IFNAME; else the node's advertised address.
-      if (!options.gloo_ifname.empty()) {
-        gloo_options->devices.push_back(
-            c10d::ProcessGroupGloo::createDeviceForInterface(options.gloo_ifname));
-      } else if (!options.node_addr.empty()) {
-        gloo_options->devices.push_back(
-            c10d::ProcessGroupGloo::createDeviceForHostname(options.node_addr));
-      } else if (options.master_addr == "127.0.0.1" || options.master_addr == "localhost") {
-        gloo_options->devices.push_back(
-            c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      } else {
-        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      }
-      gloo_options->threads = 2;
-      impl.group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl.store, options.rank,
-                                                               options.world_size, gloo_options);
-      comm->backend_ = "gloo";
-#else
-      return absl::FailedPreconditionError(
-          "this trainer was built against a LibTorch without Gloo (PyTorch's CUDA wheels ship no "
-          "Gloo headers); CPU ranks need a build against a LibTorch that has it");
-#endif
-    }
+    if (absl::Status joined = comm->JoinGroup(impl.store); !joined.ok()) return joined;
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("rank ", options.rank, " of ", options.world_size,
                                                ": rendezvous at ", where, " failed: ", e.what()));
@@ -144,6 +112,92 @@ absl::StatusOr<std::unique_ptr<Comm>> Comm::Create(const CommOptions& options) {
   Comm* raw = comm.get();
   impl.heartbeat = std::thread([raw] { raw->HeartbeatLoop(); });
   return comm;
+}
+
+absl::Status Comm::JoinGroup(const c10::intrusive_ptr<c10d::Store>& store) {
+  if (options_.device.is_cuda()) {
+#ifdef TRAINCTL_HAVE_NCCL
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = options_.timeout;
+    impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, options_.rank,
+                                                               options_.world_size, nccl_options);
+    impl_->native_reduce_scatter = true;
+    backend_ = "nccl";
+#else
+    return absl::FailedPreconditionError(
+        "this trainer was built against a LibTorch without NCCL; CUDA ranks need it");
+#endif
+  } else {
+#ifdef TRAINCTL_HAVE_GLOO
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
+    // The interface by name, as PyTorch's GLOO_SOCKET_IFNAME; else the node's advertised address.
+    if (!options_.gloo_ifname.empty()) {
+      gloo_options->devices.push_back(
+          c10d::ProcessGroupGloo::createDeviceForInterface(options_.gloo_ifname));
+    } else if (!options_.node_addr.empty()) {
+      gloo_options->devices.push_back(
+          c10d::ProcessGroupGloo::createDeviceForHostname(options_.node_addr));
+    } else if (options_.master_addr == "127.0.0.1" || options_.master_addr == "localhost") {
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else {
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    gloo_options->threads = 2;
+    impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options_.rank,
+                                                               options_.world_size, gloo_options);
+    backend_ = "gloo";
+#else
+    return absl::FailedPreconditionError(
+        "this trainer was built against a LibTorch without Gloo (PyTorch's CUDA wheels ship no "
+        "Gloo headers); CPU ranks need a build against a LibTorch that has it");
+#endif
+  }
+  return absl::OkStatus();
+}
+
+int Comm::WorldRank(int r) const {
+  return impl_->world_ranks.empty() ? r : impl_->world_ranks[static_cast<size_t>(r)];
+}
+
+absl::StatusOr<std::unique_ptr<Comm>> Comm::Subgroup(const std::vector<int>& ranks,
+                                                     const std::string& name) {
+  const std::string group = absl::StrCat("group ", name, " [", absl::StrJoin(ranks, ", "), "]");
+  int position = -1;
+  std::set<int> seen;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= world_size() || !seen.insert(ranks[i]).second) {
+      return absl::InvalidArgumentError(absl::StrCat(group, ": ranks must be distinct and in [0, ",
+                                                     world_size(), "); got ", ranks[i]));
+    }
+    if (ranks[i] == rank()) position = static_cast<int>(i);
+  }
+  if (position < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(group, " leaves out rank ", rank(), ", which called for it"));
+  }
+  const uint64_t sequence = subgroups_made_++;
+  std::unique_ptr<Comm> sub(new Comm());
+  sub->options_ = options_;
+  sub->options_.rank = position;
+  sub->options_.world_size = static_cast<int>(ranks.size());
+  sub->options_.group_when_alone = false;
+  sub->failed_ = failed_;
+  sub->impl_ = std::make_unique<Impl>();
+  Impl& impl = *sub->impl_;
+  impl.group_name = name;
+  for (int r : ranks) impl.world_ranks.push_back(WorldRank(r));
+  impl.heartbeat_store = impl_->heartbeat_store;
+  if (ranks.size() == 1) return sub;
+  try {
+    // Distinct prefixes keep each group's rendezvous keys apart in the shared store.
+    impl.store = c10::make_intrusive<c10d::PrefixStore>(
+        absl::StrCat("trainctl/group/", name, "/", ranks.front(), "/", sequence), impl_->store);
+    if (absl::Status joined = sub->JoinGroup(impl.store); !joined.ok()) return joined;
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("rank ", rank(), " of ", world_size(), ": ", group,
+                                               ": rendezvous failed: ", e.what()));
+  }
+  return sub;
 }
 
 Comm::~Comm() {
@@ -173,10 +227,12 @@ void Comm::HeartbeatLoop() {
 std::string Comm::DiagnosePeers() const {
   // Two readings of every peer's heartbeat counter, several beats apart: a counter that did not
   // move belongs to a rank that is gone (or stopped).
+  // Heartbeats are keyed by world rank; a sub-group reads its members' through its parent's.
   auto read = [&](std::map<int, int64_t>* out) {
     for (int r = 0; r < options_.world_size; ++r) {
       if (r == options_.rank) continue;
-      (*out)[r] = impl_->heartbeat_store->add(absl::StrCat(kHeartbeatPrefix, r), 0);
+      const int world = WorldRank(r);
+      (*out)[world] = impl_->heartbeat_store->add(absl::StrCat(kHeartbeatPrefix, world), 0);
     }
   };
   std::map<int, int64_t> before, after;
@@ -193,7 +249,8 @@ std::string Comm::DiagnosePeers() const {
     if (count == before[r]) dead.push_back(absl::StrCat(r));
   }
   if (dead.empty()) return "every peer is still alive";
-  return absl::StrCat(dead.size() == 1 ? "peer rank " : "peer ranks ", absl::StrJoin(dead, ", "),
+  const char* noun = impl_->world_ranks.empty() ? "rank" : "world rank";
+  return absl::StrCat("peer ", noun, dead.size() == 1 ? " " : "s ", absl::StrJoin(dead, ", "),
                       dead.size() == 1 ? " is" : " are", " gone (no heartbeat for ",
                       Seconds(kHeartbeatEvery * 5), " s)");
 }
@@ -201,10 +258,14 @@ std::string Comm::DiagnosePeers() const {
 void Comm::Fail(const std::string& what, const std::string& cause,
                 std::chrono::steady_clock::time_point started) const {
   const double after = Seconds(std::chrono::steady_clock::now() - started);
-  failed_ = true;
+  *failed_ = true;
+  const std::string in_group = impl_->world_ranks.empty()
+                                   ? ""
+                                   : absl::StrCat(" of group ", impl_->group_name, " (world rank ",
+                                                  WorldRank(options_.rank), ")");
   throw CollectiveError(absl::StrCat("collective ", what, " failed on rank ", options_.rank, " of ",
-                                     options_.world_size, " after ", after, " s: ", DiagnosePeers(),
-                                     "; ", backend_, ": ", cause));
+                                     options_.world_size, in_group, " after ", after,
+                                     " s: ", DiagnosePeers(), "; ", backend_, ": ", cause));
 }
 
 Handle::Handle(Handle&& other) noexcept { *this = std::move(other); }
@@ -414,6 +475,42 @@ Handle Comm::Broadcast(const torch::Tensor& t, int root, const std::string& what
                                          ? t.view({-1}).view(torch::kUInt8)
                                          : t};
   return Start(impl_->group->broadcast(tensors, opts), nullptr, label, bytes);
+}
+
+Handle Comm::AllToAll(const torch::Tensor& in, const torch::Tensor& out, const std::string& what) {
+  const int w = world_size();
+  TORCH_CHECK(in.dim() > 0 && out.dim() > 0 && in.size(0) % w == 0 && out.size(0) % w == 0 &&
+                  in.numel() == out.numel() && out.is_contiguous() &&
+                  in.scalar_type() == out.scalar_type() && in.device() == out.device(),
+              "AllToAll: in and out must hold as many ", in.scalar_type(),
+              " elements, on one device, with dim 0 a multiple of the world size ", w,
+              ", out contiguous; got ", in.sizes(), " and ", out.sizes(), " ", out.scalar_type());
+  const std::string label = "all_to_all " + what;
+  if (!impl_->group) {
+    if (!out.is_same(in)) out.view({-1}).copy_(in.reshape({-1}));
+    return Start({}, nullptr, label, 0);
+  }
+  // Flat buffers: equal splits of in's dim 0 are equal splits of its elements.
+  at::Tensor send = in.contiguous().view({-1});
+  at::Tensor recv = out.view({-1});
+  std::function<void()> finish;
+  if (impl_->native_reduce_scatter && !in.is_cuda()) {  // NCCL: host tensors via the device
+    send = send.to(options_.device);
+    recv = torch::empty_like(send);
+    finish = [out, send, recv] { out.view({-1}).copy_(recv); };
+  } else {
+    // An all-to-all copies bits: 16-bit floats travel as bytes on Gloo.
+    if (!impl_->native_reduce_scatter && GlooLacks(in.scalar_type())) {
+      send = send.view(torch::kUInt8);
+      recv = recv.view(torch::kUInt8);
+    }
+    finish = [send] {};  // keeps the input alive until the collective is done
+  }
+  std::vector<int64_t> out_splits, in_splits;  // empty: equal splits
+  auto work = impl_->group->alltoall_base(recv, send, out_splits, in_splits);
+  Handle h = Start(std::move(work), std::move(finish), label, RingBytes(in, w));
+  h.stream_ordered_ = impl_->native_reduce_scatter && in.is_cuda();
+  return h;
 }
 
 void Comm::Barrier(const std::string& what) {

@@ -5,7 +5,11 @@
 // Every collective is asynchronous and returns a Handle; Wait() finishes it. Where a backend lacks
 // a collective (Gloo has no reduce_scatter and no _allgather_base on LibTorch 1.13) the same result
 // comes from another: reduce-scatter as all-reduce + slice, flat all-gather as a list all-gather
-// into the rows of the flat buffer.
+// into the rows of the flat buffer. Gloo's own alltoall_base serves all-to-all.
+//
+// Sub-groups (Subgroup) are Comms over a part of the world, for sequence parallelism
+// (DeepSpeed-Ulysses, sequence_all_to_all.h): their own process group, rendezvoused through the
+// parent's store.
 //
 // Failure: each collective is bounded by the timeout given at creation. When one fails (a peer's
 // connection closed, or the timeout passed), Wait() throws CollectiveError naming the collective,
@@ -25,6 +29,7 @@
 #include <stdexcept>
 #include <string>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/rank_env.h"
@@ -104,6 +109,24 @@ class Comm {
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
+  // A Comm over part of the world, for the ranks in `ranks` (world ranks of this Comm, in the
+  // order that gives their rank in the group). Collective over this Comm: every rank calls it,
+  // the same number of times and in the same order, each passing the ranks of its own group;
+  // the groups partition the world (e.g. {0, 1} on ranks 0 and 1, {2, 3} on ranks 2 and 3).
+  // rank()/world_size() of the result are this rank's position in `ranks` and its size. A group
+  // of one rank has no process group (its collectives are local copies, as Create's with world
+  // size 1); a larger one has its own Gloo (CPU) or NCCL (CUDA) process group, with this Comm's
+  // device, interface and timeout, rendezvoused through this Comm's store under a prefix made of
+  // `name`, the group's first rank and the call's sequence number. A sub-group sends no
+  // heartbeats: its failures name its peers by world rank from this Comm's heartbeats, so it must
+  // not outlive this Comm (it holds references to the stores, which stay valid, but nobody beats
+  // any more). failed() is shared by a Comm and every sub-group made from it; bytes_sent() and
+  // wait_seconds() are each Comm's own.
+  // INVALID_ARGUMENT when `ranks` is empty, repeats a rank, names one outside the world or leaves
+  // this rank out; UNAVAILABLE naming the group when its rendezvous fails or times out.
+  absl::StatusOr<std::unique_ptr<Comm>> Subgroup(const std::vector<int>& ranks,
+                                                 const std::string& name);
+
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }
   const std::string& backend() const { return backend_; }
@@ -117,19 +140,25 @@ class Comm {
   Handle AllReduce(const torch::Tensor& t, const std::string& what);
   // In place: t = root's t.
   Handle Broadcast(const torch::Tensor& t, int root, const std::string& what);
+  // Equal splits along dim 0: in ([world * c, ...]) chunk j goes to rank j; out (the same number
+  // of elements, contiguous, its dim 0 a multiple of world) chunk i is what rank i sent here.
+  // Same dtype and device; `in` must not be modified until the handle is waited for.
+  Handle AllToAll(const torch::Tensor& in, const torch::Tensor& out, const std::string& what);
   void Barrier(const std::string& what);
 
   // Bytes this rank has sent, counted as a ring algorithm sends them: (W-1)/W of the buffer for an
-  // all-gather or reduce-scatter, twice that for an all-reduce (what a fallback issues is counted).
+  // all-gather, reduce-scatter or all-to-all, twice that for an all-reduce (what a fallback issues
+  // is counted).
   uint64_t bytes_sent() const { return bytes_sent_.load(); }
   // Seconds the host has spent blocked in Handle::Wait: the collectives' time that compute did not
   // hide (stream-ordered NCCL waits return at once and count nothing).
   double wait_seconds() const { return static_cast<double>(wait_ns_.load()) * 1e-9; }
 
-  // True once any collective has failed. A failed collective can leave the process group's
-  // threads waiting on a dead peer, and destroying the group would wait for them: owners about to
-  // exit leak a failed Comm instead (see ReleaseIfFailed).
-  bool failed() const { return failed_.load(); }
+  // True once any collective on this Comm, its parent or a sub-group of either has failed. A
+  // failed collective can leave the process group's threads waiting on a dead peer, and
+  // destroying the group would wait for them: owners about to exit leak a failed Comm, and each
+  // of its sub-groups, instead (see ReleaseIfFailed).
+  bool failed() const { return failed_->load(); }
 
   // Blocking all-reduce (sum) of `t` in place; UNAVAILABLE naming `what` when it fails.
   absl::Status AllReduceSum(const torch::Tensor& t, const std::string& what);
@@ -144,6 +173,11 @@ class Comm {
                          std::chrono::steady_clock::time_point started) const;
   std::string DiagnosePeers() const;
   void HeartbeatLoop();
+  // Forms this Comm's process group (options_'s rank, size and device) over `store`. Throws what
+  // c10d throws; FAILED_PRECONDITION when the build lacks the backend.
+  absl::Status JoinGroup(const c10::intrusive_ptr<c10d::Store>& store);
+  // The world rank of this Comm's rank `r` (r itself unless this is a sub-group).
+  int WorldRank(int r) const;
 
   struct Impl;
   CommOptions options_;
@@ -151,7 +185,9 @@ class Comm {
   std::unique_ptr<Impl> impl_;
   mutable std::atomic<uint64_t> bytes_sent_{0};
   mutable std::atomic<uint64_t> wait_ns_{0};
-  mutable std::atomic<bool> failed_{false};
+  // Shared with the parent and the sub-groups: a dead peer breaks them all.
+  std::shared_ptr<std::atomic<bool>> failed_ = std::make_shared<std::atomic<bool>>(false);
+  uint64_t subgroups_made_ = 0;  // names each sub-group's rendezvous uniquely
 };
 
 // Destroys `comm` unless a collective on it failed, in which case it is leaked (the process is
