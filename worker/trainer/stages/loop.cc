@@ -435,7 +435,9 @@ class Loop {
                              {"baseline_rss_bytes", baseline_rss_},
                              {"peak_bytes", peak},
                              {"peak_source", source},
-                             {"comm_bytes_sent", comm_->bytes_sent()}});
+                             {"comm_bytes_sent", comm_->bytes_sent()},
+                             {"sequence_comm_bytes_sent",
+                              sequence_comm_ ? sequence_comm_->bytes_sent() : uint64_t{0}}});
   }
 
   // Accumulates the window and emits its means every logging_steps and at the last step.
