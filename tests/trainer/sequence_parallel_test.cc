@@ -58,16 +58,7 @@ class SequenceParallelTest : public testing::ShapesTrainingTest {
 
   static void ExpectClose(const std::map<int64_t, double>& reference,
                           const std::map<int64_t, double>& got, const std::string& what) {
-    ASSERT_EQ(got.size(), reference.size()) << what;
-    double worst = 0;
-    for (const auto& [step, loss] : reference) {
-      ASSERT_TRUE(got.count(step)) << what << " step " << step;
-      const double relative = std::abs(got.at(step) - loss) / std::abs(loss);
-      worst = std::max(worst, relative);
-      EXPECT_LE(relative, 1e-5) << what << " step " << step << ": " << got.at(step) << " vs "
-                                << loss;
-    }
-    std::cout << what << ": largest relative loss difference " << worst << "\n";
+    testing::ExpectLossesClose(reference, got, what);
   }
 };
 

@@ -6,7 +6,10 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
@@ -93,6 +96,24 @@ inline std::vector<nlohmann::json> TrainRanks(int world, const std::string& trai
         << prefix << " rank " << r << ": " << ReadFileOrEmpty(absl::StrCat(prefix, ".", r, ".log"));
   }
   return ReadEvents(absl::StrCat(prefix, ".0.jsonl"));
+}
+
+// Every step's loss of `got` within `tolerance` (relative) of `reference`'s, the same steps; prints
+// the largest difference.
+inline void ExpectLossesClose(const std::map<int64_t, double>& reference,
+                              const std::map<int64_t, double>& got, const std::string& what,
+                              double tolerance = 1e-5) {
+  ASSERT_EQ(got.size(), reference.size()) << what;
+  double worst = 0;
+  for (const auto& [step, loss] : reference) {
+    ASSERT_TRUE(got.count(step)) << what << " step " << step;
+    const double relative = std::abs(got.at(step) - loss) / std::abs(loss);
+    worst = std::max(worst, relative);
+    EXPECT_LE(relative, tolerance)
+        << what << " step " << step << ": " << got.at(step) << " vs " << loss;
+  }
+  std::cout << what << ": largest relative loss difference over " << reference.size()
+            << " steps: " << worst << "\n";
 }
 
 // The step of the run's `resumed` status event; -1 when it did not resume.

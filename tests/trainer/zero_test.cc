@@ -106,17 +106,7 @@ class ZeroTest : public testing::ShapesTrainingTest {
   static void ExpectClose(const std::map<int64_t, double>& reference,
                           const std::map<int64_t, double>& got, const std::string& what,
                           double tolerance = 1e-5) {
-    ASSERT_EQ(got.size(), reference.size()) << what;
-    double worst = 0;
-    for (const auto& [step, loss] : reference) {
-      ASSERT_TRUE(got.count(step)) << what << " step " << step;
-      const double relative = std::abs(got.at(step) - loss) / std::abs(loss);
-      worst = std::max(worst, relative);
-      EXPECT_LE(relative, tolerance)
-          << what << " step " << step << ": " << got.at(step) << " vs " << loss;
-    }
-    std::cout << what << ": largest relative loss difference over " << reference.size()
-              << " steps: " << worst << "\n";
+    testing::ExpectLossesClose(reference, got, what, tolerance);
   }
 
   // Two stage-3 ranks with ddp_timeout `timeout_s`; once rank 0 has done two steps, rank 1 gets
