@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "coordinator/internal/store_tail_writer.h"
 #include "coordinator/job_state.h"
@@ -68,11 +69,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
                   [this, request, response](const Caller& caller) -> absl::Status {
                     SubmitChecks checks;
                     checks.force = request->force();
-                    if (options_.node_lister) {
-                      // Without the nodes the plan is made for GPUs and not checked.
-                      auto nodes = options_.node_lister(trainctl::v1::ListNodesRequest());
-                      if (nodes.ok()) checks.nodes.assign(nodes->nodes().begin(), nodes->nodes().end());
-                    }
+                    checks.nodes = NodesForSubmit();
                     ASSIGN_OR_RETURN(SubmitResult result,
                                      jobs_->Submit(request->spec(), request->request_id(),
                                                    caller.subject, checks));
@@ -81,6 +78,20 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
                     for (std::string& w : result.warnings) response->add_warnings(std::move(w));
                     return absl::OkStatus();
                   });
+}
+
+std::vector<trainctl::v1::Node> JobServiceImpl::NodesForSubmit() {
+  if (!options_.node_lister) return {};  // the plan is then made for GPUs and not checked
+  absl::MutexLock lock(&nodes_mu_);
+  const absl::Time now = absl::Now();
+  if (now - nodes_at_ > absl::Seconds(1)) {
+    auto listed = options_.node_lister(trainctl::v1::ListNodesRequest());
+    if (listed.ok()) {
+      nodes_.assign(listed->nodes().begin(), listed->nodes().end());
+      nodes_at_ = now;
+    }
+  }
+  return nodes_;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,

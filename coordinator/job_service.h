@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/thread_pool.h"
 #include "coordinator/job_diagnoser.h"
 #include "coordinator/job_manager.h"
@@ -81,11 +83,17 @@ class JobServiceImpl final : public trainctl::v1::JobService::CallbackService {
                                      std::function<absl::Status(const Caller&)> work);
 
   const RpcAuthorizer& Auth() const;
+  // The nodes SubmitJob checks a memory plan against (ListNodes' answer, at most a second old:
+  // a burst of submits does not each wait on the cluster's loop); empty without a node lister.
+  std::vector<trainctl::v1::Node> NodesForSubmit();
 
   JobManager* const jobs_;
   JobNotifier* const notifier_;
   ThreadPool* const executor_;
   const JobServiceOptions options_;
+  absl::Mutex nodes_mu_;
+  std::vector<trainctl::v1::Node> nodes_ ABSL_GUARDED_BY(nodes_mu_);
+  absl::Time nodes_at_ ABSL_GUARDED_BY(nodes_mu_) = absl::InfinitePast();
 };
 
 }  // namespace trainctl
