@@ -173,9 +173,9 @@ void CheckGrpoTraining(const std::string& path, const TrainingArguments& t, int 
   // The ratio is clipped below at 1 - epsilon: epsilon >= 1 leaves no lower bound (or a negative
   // one). epsilon_high bounds it above (1 + epsilon_high), any positive value.
   if (!(t.epsilon() > 0 && t.epsilon() < 1)) {
-    c.Fail(path + ".epsilon",
-           absl::StrCat("must be in (0, 1) (the lower clip bound is 1 - epsilon), got ",
-                        t.epsilon()));
+    c.Fail(
+        path + ".epsilon",
+        absl::StrCat("must be in (0, 1) (the lower clip bound is 1 - epsilon), got ", t.epsilon()));
   }
   c.Positive(path + ".epsilon_high", t.epsilon_high());
   c.OneOf(path + ".loss_type", t.loss_type(), kLossTypes);
@@ -618,7 +618,10 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
       // The one resolution: the parsed document moves in, uncopied.
       auto resolved = ResolveFor(*std::move(doc), spec, spec.model_name_or_path(), spec.training(),
                                  "", &errors, &out.warnings);
-      if (resolved) out.resolved_deepspeed_config_json = resolved->dump(2);
+      if (resolved) {
+        out.resolved_deepspeed_config_json = resolved->dump(2);
+        out.resolved_deepspeed_config = std::move(*resolved);
+      }
     } else {
       nlohmann::json per_stage = nlohmann::json::object();
       for (int i = 0; i < spec.stages_size(); ++i) {
@@ -631,6 +634,7 @@ absl::StatusOr<ValidatedJobSpec> ValidateJobSpec(const JobSpec& input,
         if (resolved) per_stage[stage.name()] = std::move(*resolved);
       }
       out.resolved_deepspeed_config_json = per_stage.dump(2);
+      out.resolved_deepspeed_config = std::move(per_stage);
     }
   }
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));

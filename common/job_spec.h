@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/deepspeed_config.h"
+#include "nlohmann/json.hpp"
 #include "trainctl/v1/job.pb.h"
 
 namespace trainctl {
@@ -65,6 +66,7 @@ struct ValidatedJobSpec {
   // For a pipeline, a JSON object of stage name -> resolved config. Empty without a DeepSpeed
   // config.
   std::string resolved_deepspeed_config_json;
+  nlohmann::json resolved_deepspeed_config;  // the same document, parsed (null without one)
   std::vector<std::string> warnings;  // ignored DeepSpeed keys, values deferred to the trainer
 };
 

@@ -10,7 +10,6 @@
 #include "common/deepspeed_config.h"
 #include "common/job_spec.h"
 #include "common/pipeline_spec.h"
-#include "nlohmann/json.hpp"
 
 namespace trainctl {
 namespace {
@@ -43,20 +42,12 @@ struct Inputs {
   bool trains = true;  // false: eval and trace distillation load the model forward-only
 };
 
-int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The engine's bytes-per-rank view of a unit list: a unit's slice at stage >= 1 is ceil(n / W).
+// The engine's bytes-per-rank view of the units: a unit's slice at stage >= 1 is ceil(n / W).
 int64_t SlicedElements(const ModelShape& shape, int stage, int world) {
-  int64_t total = 0;
-  for (const auto& [name, n] : shape.Units()) total += stage >= 1 ? Ceil(n, world) : n;
-  return total;
+  return shape.Sliced(stage >= 1 ? world : 1);
 }
 
-int64_t LargestUnit(const ModelShape& shape) {
-  int64_t most = 0;
-  for (const auto& [name, n] : shape.Units()) most = std::max(most, n);
-  return most;
-}
+int64_t LargestUnit(const ModelShape& shape) { return shape.LargestUnit(); }
 
 class Builder {
  public:
@@ -321,7 +312,7 @@ absl::StatusOr<ModelShape> Shape(const std::string& model, const std::string& fa
 
 // Reads a single job's plan inputs. `base_model`: where an earlier stage's output stands in for
 // the model (a pipeline), the model the chain started from.
-absl::StatusOr<Inputs> ReadInputs(const JobSpec& spec, const std::string& resolved_json,
+absl::StatusOr<Inputs> ReadInputs(const JobSpec& spec, const nlohmann::json& resolved,
                                   const std::string& base_model, const MemoryPlanOptions& options) {
   Inputs in;
   const auto& t = spec.training();
@@ -334,10 +325,11 @@ absl::StatusOr<Inputs> ReadInputs(const JobSpec& spec, const std::string& resolv
   if (!policy.ok()) return policy.status();
   in.policy = *policy;
   bool bf16 = t.bf16(), fp16 = t.fp16();
-  if (!resolved_json.empty()) {
-    auto doc = nlohmann::json::parse(resolved_json, nullptr, /*allow_exceptions=*/false);
-    if (!doc.is_object())
+  if (!resolved.is_null() && !(resolved.is_object() && resolved.empty())) {
+    if (!resolved.is_object()) {
       return absl::InvalidArgumentError("resolved DeepSpeed config: not a JSON object");
+    }
+    nlohmann::json doc = resolved;  // the hidden-size "auto"s filled on a copy, as the trainer does
     FillModelAutos(in.policy.hidden, &doc);
     auto ds = ReadResolvedDeepSpeedConfig(doc, DeepSpeedInputsFor(spec, t));
     if (!ds.ok()) return ds.status();
@@ -381,10 +373,10 @@ absl::StatusOr<Inputs> ReadInputs(const JobSpec& spec, const std::string& resolv
 }
 
 // The inputs of the job, or of a pipeline's stage that needs the most (named in `stage`).
-absl::StatusOr<Inputs> LargestInputs(const JobSpec& spec, const std::string& resolved_json,
+absl::StatusOr<Inputs> LargestInputs(const JobSpec& spec, const nlohmann::json& resolved,
                                      const MemoryPlanOptions& options, std::string* stage) {
   if (spec.kind() != trainctl::v1::JOB_KIND_PIPELINE) {
-    return ReadInputs(spec, resolved_json, "", options);
+    return ReadInputs(spec, resolved, "", options);
   }
   std::optional<Inputs> largest;
   int64_t most = -1;
@@ -394,9 +386,14 @@ absl::StatusOr<Inputs> LargestInputs(const JobSpec& spec, const std::string& res
     auto chain = ResolvePipelineStageInputs(spec, i);
     if (!chain.ok()) return chain.status();
     const std::string name = PipelineStageName(spec, i);
-    auto ds = PipelineStageDeepSpeedConfig(resolved_json, name);
-    if (!ds.ok()) return ds.status();
-    auto in = ReadInputs(*stage_spec, *ds, chain->base_model, options);
+    // The pipeline's resolved config: stage name -> that stage's (none without DeepSpeed).
+    const bool none = resolved.is_null() || (resolved.is_object() && resolved.empty());
+    const auto it = none ? resolved.end() : resolved.find(name);
+    if (!none && it == resolved.end()) {
+      return absl::DataLossError(
+          absl::StrCat("the resolved DeepSpeed config has no stage \"", name, "\""));
+    }
+    auto in = ReadInputs(*stage_spec, none ? nlohmann::json() : *it, chain->base_model, options);
     if (!in.ok()) return in.status();
     const int64_t bytes = PlanInputs(*in).gpu_bytes();
     if (bytes > most) {
@@ -459,11 +456,11 @@ std::vector<Change> SingleChanges(const Inputs& in) {
 
 }  // namespace
 
-std::vector<std::string> MemoryRemedies(const JobSpec& spec, const std::string& resolved_json,
+std::vector<std::string> MemoryRemedies(const JobSpec& spec, const nlohmann::json& resolved,
                                         const MemoryPlanOptions& options, int64_t gpu_bytes,
                                         int limit) {
   std::string stage;
-  auto in = LargestInputs(spec, resolved_json, options, &stage);
+  auto in = LargestInputs(spec, resolved, options, &stage);
   if (!in.ok()) return {};
   std::vector<std::string> out;
   const std::vector<Change> changes = SingleChanges(*in);
@@ -532,10 +529,10 @@ std::string FormatMemoryPlan(const MemoryPlan& plan) {
   return out;
 }
 
-absl::StatusOr<MemoryPlan> PlanJobMemory(const JobSpec& spec, const std::string& resolved_json,
+absl::StatusOr<MemoryPlan> PlanJobMemory(const JobSpec& spec, const nlohmann::json& resolved,
                                          const MemoryPlanOptions& options) {
   std::string stage;
-  auto in = LargestInputs(spec, resolved_json, options, &stage);
+  auto in = LargestInputs(spec, resolved, options, &stage);
   if (!in.ok()) return in.status();
   MemoryPlan plan = PlanInputs(*in);
   plan.set_stage(stage);
@@ -575,6 +572,34 @@ DeepSpeedEstimate EstimateDeepSpeedModelStates(int stage, int64_t total_params,
     e.cpu_bytes = static_cast<int64_t>(total * 4 * gpus_per_node * buffer);
   }
   return e;
+}
+
+namespace {
+
+absl::StatusOr<nlohmann::json> ParseResolved(const std::string& text) {
+  if (text.empty()) return nlohmann::json();
+  nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return absl::InvalidArgumentError("resolved DeepSpeed config: not JSON");
+  }
+  return doc;
+}
+
+}  // namespace
+
+absl::StatusOr<MemoryPlan> PlanJobMemory(const JobSpec& spec, const std::string& resolved_json,
+                                         const MemoryPlanOptions& options) {
+  absl::StatusOr<nlohmann::json> resolved = ParseResolved(resolved_json);
+  if (!resolved.ok()) return resolved.status();
+  return PlanJobMemory(spec, *resolved, options);
+}
+
+std::vector<std::string> MemoryRemedies(const JobSpec& spec, const std::string& resolved_json,
+                                        const MemoryPlanOptions& options, int64_t gpu_bytes,
+                                        int limit) {
+  absl::StatusOr<nlohmann::json> resolved = ParseResolved(resolved_json);
+  if (!resolved.ok()) return {};
+  return MemoryRemedies(spec, *resolved, options, gpu_bytes, limit);
 }
 
 }  // namespace trainctl

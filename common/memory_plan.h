@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model_catalog.h"
+#include "nlohmann/json.hpp"
 #include "trainctl/v1/job.pb.h"
 
 namespace trainctl {
@@ -34,6 +35,11 @@ struct MemoryPlanOptions {
 // config is not known here (LookupModelShape's message).
 absl::StatusOr<trainctl::v1::MemoryPlan> PlanJobMemory(const trainctl::v1::JobSpec& spec,
                                                        const std::string& resolved_deepspeed_json,
+                                                       const MemoryPlanOptions& options);
+// The same with the resolved config parsed (ValidatedJobSpec::resolved_deepspeed_config; null or
+// empty: none), which saves a submit its parse.
+absl::StatusOr<trainctl::v1::MemoryPlan> PlanJobMemory(const trainctl::v1::JobSpec& spec,
+                                                       const nlohmann::json& resolved_deepspeed,
                                                        const MemoryPlanOptions& options);
 
 // DeepSpeed's estimate_zero3_model_states_mem_needs / estimate_zero2_model_states_mem_needs
@@ -56,6 +62,10 @@ DeepSpeedEstimate EstimateDeepSpeedModelStates(int stage, int64_t total_params,
 // nothing tried fits.
 std::vector<std::string> MemoryRemedies(const trainctl::v1::JobSpec& spec,
                                         const std::string& resolved_deepspeed_json,
+                                        const MemoryPlanOptions& options, int64_t gpu_bytes,
+                                        int limit = 3);
+std::vector<std::string> MemoryRemedies(const trainctl::v1::JobSpec& spec,
+                                        const nlohmann::json& resolved_deepspeed,
                                         const MemoryPlanOptions& options, int64_t gpu_bytes,
                                         int limit = 3);
 

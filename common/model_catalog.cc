@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
 
 namespace trainctl {
@@ -155,33 +157,53 @@ absl::Status ParseVisionShape(const nlohmann::json& v, const std::string& source
 
 }  // namespace
 
-std::vector<std::pair<std::string, int64_t>> ModelShape::Units() const {
-  std::vector<std::pair<std::string, int64_t>> units;
+ModelShape::UnitCounts ModelShape::Counts() const {
+  UnitCounts c;
   const int64_t h = hidden, e = vision.embed, m = vision.mlp,
                 merged = e * vision.merge * vision.merge;
-  units.emplace_back("embed", vocab * h);
-  units.emplace_back("patch_embed", patch_dim() * e);  // Conv3d without bias
+  c.embed = vocab * h;
+  c.patch_embed = patch_dim() * e;  // Conv3d without bias
   // norms (LayerNorm weight + bias, or RMSNorm weight), qkv and proj with biases, the MLP.
   const int64_t norms = qwen25() ? 2 * e : 4 * e;
   const int64_t mlp = qwen25() ? 3 * e * m + 2 * m + e : 2 * e * m + m + e;
-  const int64_t block = norms + (3 * e * e + 3 * e) + (e * e + e) + mlp;
-  for (int64_t i = 0; i < vision.depth; ++i) units.emplace_back(absl::StrCat("vision.", i), block);
+  c.vision_block = norms + (3 * e * e + 3 * e) + (e * e + e) + mlp;
   const int64_t ln_q = qwen25() ? e : 2 * e;
-  units.emplace_back("merger", ln_q + (merged * merged + merged) + (merged * h + h));
+  c.merger = ln_q + (merged * merged + merged) + (merged * h + h);
   // q, k, v with biases, o without; the SwiGLU MLP without biases; two RMSNorm weights.
-  const int64_t layer =
+  c.decoder_layer =
       (h * h + h) + 2 * (h * kv_dim() + kv_dim()) + h * h + 3 * h * intermediate + 2 * h;
-  for (int64_t i = 0; i < layers; ++i) units.emplace_back(absl::StrCat("layer.", i), layer);
   // The final norm travels with the head.
-  const int64_t head = num_labels > 0 ? num_labels * h : (tied ? 0 : vocab * h);
-  units.emplace_back("head", head + h);
+  c.head = (num_labels > 0 ? num_labels * h : (tied ? 0 : vocab * h)) + h;
+  return c;
+}
+
+std::vector<std::pair<std::string, int64_t>> ModelShape::Units() const {
+  const UnitCounts c = Counts();
+  std::vector<std::pair<std::string, int64_t>> units;
+  units.emplace_back("embed", c.embed);
+  units.emplace_back("patch_embed", c.patch_embed);
+  for (int64_t i = 0; i < vision.depth; ++i) {
+    units.emplace_back(absl::StrCat("vision.", i), c.vision_block);
+  }
+  units.emplace_back("merger", c.merger);
+  for (int64_t i = 0; i < layers; ++i)
+    units.emplace_back(absl::StrCat("layer.", i), c.decoder_layer);
+  units.emplace_back("head", c.head);
   return units;
 }
 
-int64_t ModelShape::Parameters() const {
-  int64_t total = 0;
-  for (const auto& [name, n] : Units()) total += n;
-  return total;
+int64_t ModelShape::Parameters() const { return Sliced(1); }
+
+int64_t ModelShape::Sliced(int64_t world) const {
+  const UnitCounts c = Counts();
+  auto slice = [world](int64_t n) { return (n + world - 1) / world; };
+  return slice(c.embed) + slice(c.patch_embed) + vision.depth * slice(c.vision_block) +
+         slice(c.merger) + layers * slice(c.decoder_layer) + slice(c.head);
+}
+
+int64_t ModelShape::LargestUnit() const {
+  const UnitCounts c = Counts();
+  return std::max({c.embed, c.patch_embed, c.vision_block, c.merger, c.decoder_layer, c.head});
 }
 
 int64_t ModelShape::LargestLayerParameters() const {
@@ -238,19 +260,51 @@ absl::StatusOr<ModelShape> ParseModelShape(absl::string_view json_text, const st
   return s;
 }
 
+namespace {
+
+// The shape in config file `file`, parsed once per version of the file (its modification time and
+// size): submits plan from it, and reading and parsing it each time costs more than the plan.
+// nullopt when `file` is not a regular file.
+std::optional<absl::StatusOr<ModelShape>> ShapeOfFile(const std::filesystem::path& file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return std::nullopt;
+  const fs::file_time_type time = fs::last_write_time(file, ec);
+  const uintmax_t size = fs::file_size(file, ec);
+  struct Entry {
+    fs::file_time_type time;
+    uintmax_t size;
+    ModelShape shape;
+  };
+  static absl::Mutex mu;
+  static auto* cache = new std::map<std::string, Entry>();
+  {
+    absl::MutexLock lock(&mu);
+    const auto it = cache->find(file.string());
+    if (it != cache->end() && it->second.time == time && it->second.size == size) {
+      return absl::StatusOr<ModelShape>(it->second.shape);
+    }
+  }
+  std::ifstream in(file);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  absl::StatusOr<ModelShape> shape = ParseModelShape(buffer.str(), file.string());
+  if (shape.ok()) {
+    absl::MutexLock lock(&mu);
+    (*cache)[file.string()] = Entry{time, size, *shape};
+  }
+  return shape;
+}
+
+}  // namespace
+
 absl::StatusOr<ModelShape> LookupModelShape(absl::string_view model, const std::string& registry) {
   namespace fs = std::filesystem;
   std::vector<std::string> tried;
-  auto read = [&tried](const fs::path& file) -> std::optional<std::string> {
-    std::error_code ec;
-    if (!fs::is_regular_file(file, ec)) {
-      tried.push_back(file.string());
-      return std::nullopt;
-    }
-    std::ifstream in(file);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    return buffer.str();
+  auto read = [&tried](const fs::path& file) {
+    auto shape = ShapeOfFile(file);
+    if (!shape) tried.push_back(file.string());
+    return shape;
   };
   std::string path(model);
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -258,14 +312,14 @@ absl::StatusOr<ModelShape> LookupModelShape(absl::string_view model, const std::
   const fs::path given(path);
   const fs::path direct = fs::is_directory(given, ec) ? given / "config.json" : given;
   if (!path.empty() && (fs::is_directory(given, ec) || absl::EndsWith(path, ".json"))) {
-    if (auto text = read(direct)) return ParseModelShape(*text, direct.string());
+    if (auto shape = read(direct)) return *std::move(shape);
   }
   std::string name = path;
   if (absl::StartsWith(name, "Qwen/")) name = name.substr(5);
   if (!name.empty() && !absl::StrContains(name, "..") && !absl::StrContains(name, "/")) {
     const fs::path file =
         fs::path(registry.empty() ? TRAINCTL_MODEL_REGISTRY_DIR : registry) / name / "config.json";
-    if (auto text = read(file)) return ParseModelShape(*text, file.string());
+    if (auto shape = read(file)) return *std::move(shape);
   }
   std::string id = absl::AsciiStrToLower(path);
   if (auto slash = id.rfind('/'); slash != std::string::npos) id = id.substr(slash + 1);

@@ -45,7 +45,16 @@ struct ModelShape {
   // The ZeRO engine's units in its order, each with its parameter count: "embed", "patch_embed",
   // "vision.N", "merger", "layer.N", "head" (absent when tied: the head borrows the embedding).
   std::vector<std::pair<std::string, int64_t>> Units() const;
+  // The parameters of each kind of unit (one vision block, one decoder layer).
+  struct UnitCounts {
+    int64_t embed = 0, patch_embed = 0, vision_block = 0, merger = 0, decoder_layer = 0, head = 0;
+  };
+  UnitCounts Counts() const;
   int64_t Parameters() const;
+  // The elements one rank keeps when every unit is split over `world` ranks, rounded up per unit
+  // as the ZeRO engine pads them; Sliced(1) == Parameters().
+  int64_t Sliced(int64_t world) const;
+  int64_t LargestUnit() const;
   // DeepSpeed's "largest layer": the most parameters one module holds directly (the embedding,
   // the head, or the merger's first linear), as model_to_params counts it.
   int64_t LargestLayerParameters() const;

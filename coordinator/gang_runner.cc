@@ -65,8 +65,8 @@ std::optional<v1::Remedy> NextRemedyFor(const Job& job, int rank, int exit_code,
     failure.fits = [limit = *gpu_bytes](const v1::JobSpec& spec) {
       absl::StatusOr<ValidatedJobSpec> validated = ValidateJobSpec(spec);
       if (!validated.ok()) return false;
-      absl::StatusOr<v1::MemoryPlan> plan = PlanJobMemory(
-          validated->spec, validated->resolved_deepspeed_config_json, MemoryPlanOptions{});
+      absl::StatusOr<v1::MemoryPlan> plan =
+          PlanJobMemory(validated->spec, validated->resolved_deepspeed_config, MemoryPlanOptions{});
       return plan.ok() && plan->gpu_bytes() <= limit;
     };
   }

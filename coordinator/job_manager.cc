@@ -155,8 +155,8 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const trainctl::v1::JobSpec& spe
   ASSIGN_OR_RETURN(ValidatedJobSpec validated,
                    ValidateJobSpec(spec, RankEnvErrors(spec.env(), rank_env_, "spec.env")));
   Job job;
-  absl::StatusOr<trainctl::v1::MemoryPlan> plan = PlanForCluster(
-      validated.spec, validated.resolved_deepspeed_config_json, checks.nodes);
+  absl::StatusOr<trainctl::v1::MemoryPlan> plan =
+      PlanForCluster(validated.spec, validated.resolved_deepspeed_config, checks.nodes);
   if (plan.ok()) {
     const std::optional<int64_t> gpu_bytes = GpuBytesForJob(validated.spec, checks.nodes);
     if (gpu_bytes && !checks.force) {

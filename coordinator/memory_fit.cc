@@ -21,7 +21,7 @@ bool Matches(const trainctl::v1::JobSpec& spec, const trainctl::v1::Node& node) 
 }  // namespace
 
 absl::StatusOr<trainctl::v1::MemoryPlan> PlanForCluster(
-    const trainctl::v1::JobSpec& spec, const std::string& resolved_deepspeed_json,
+    const trainctl::v1::JobSpec& spec, const nlohmann::json& resolved_deepspeed,
     const std::vector<trainctl::v1::Node>& nodes) {
   MemoryPlanOptions options;
   bool any = false, gpu = false;
@@ -31,7 +31,7 @@ absl::StatusOr<trainctl::v1::MemoryPlan> PlanForCluster(
     gpu |= node.gpus() > 0;
   }
   options.cuda = !any || gpu;
-  return PlanJobMemory(spec, resolved_deepspeed_json, options);
+  return PlanJobMemory(spec, resolved_deepspeed, options);
 }
 
 std::optional<int64_t> GpuBytesForJob(const trainctl::v1::JobSpec& spec,

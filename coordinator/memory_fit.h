@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "trainctl/v1/job.pb.h"
 
 namespace trainctl {
@@ -18,7 +19,7 @@ namespace trainctl {
 // node that could take the job is a CPU node (`nodes`: what ListNodes answers; empty: GPUs).
 // NOT_FOUND when a model's config is not known here.
 absl::StatusOr<trainctl::v1::MemoryPlan> PlanForCluster(
-    const trainctl::v1::JobSpec& spec, const std::string& resolved_deepspeed_json,
+    const trainctl::v1::JobSpec& spec, const nlohmann::json& resolved_deepspeed,
     const std::vector<trainctl::v1::Node>& nodes);
 
 // The GPU memory (bytes, the smallest GPU's) a job's ranks would get on the nodes that match its
