@@ -42,13 +42,6 @@ struct Inputs {
   bool trains = true;  // false: eval and trace distillation load the model forward-only
 };
 
-// The engine's bytes-per-rank view of the units: a unit's slice at stage >= 1 is ceil(n / W).
-int64_t SlicedElements(const ModelShape& shape, int stage, int world) {
-  return shape.Sliced(stage >= 1 ? world : 1);
-}
-
-int64_t LargestUnit(const ModelShape& shape) { return shape.LargestUnit(); }
-
 class Builder {
  public:
   void Device(const std::string& name, double bytes, const std::string& detail) {
@@ -80,7 +73,7 @@ std::string Count(double n) {
 void TrainedStates(const Inputs& in, Builder* b) {
   const ModelShape& m = in.policy;
   const int64_t params = m.Parameters();
-  const int64_t slice = SlicedElements(m, in.stage, in.world);
+  const int64_t slice = m.Sliced(in.stage >= 1 ? in.world : 1);
   const bool host = in.offload_optimizer || !in.cuda;
   const std::string per = in.stage >= 1 ? absl::StrCat(" / ", in.world, " ranks") : "";
   auto put = [&](const std::string& name, double bytes, const std::string& detail) {
@@ -108,8 +101,7 @@ void TrainedStates(const Inputs& in, Builder* b) {
 // A forward-only engine (reference, reward model, teacher; an evaluated model): its slices in the
 // compute dtype, whole below stage 3, on the host with offload_param.
 void FrozenStates(const Inputs& in, const ModelShape& m, const std::string& name, Builder* b) {
-  const double bytes =
-      static_cast<double>(in.dtype_bytes * SlicedElements(m, in.stage == 3 ? 3 : 0, in.world));
+  const double bytes = static_cast<double>(in.dtype_bytes * m.Sliced(in.stage == 3 ? in.world : 1));
   const std::string detail = absl::StrCat(
       in.dtype_bytes, " B x ", Count(static_cast<double>(m.Parameters())), " params",
       in.stage == 3 ? absl::StrCat(" / ", in.world, " ranks") : "", " (", m.source, ")");
@@ -171,7 +163,7 @@ double Activations(const Inputs& in, const ModelShape& m, int64_t rows, int64_t 
 // in backward a unit's 16-bit gradients computing while the previous one's are reduce-scattered.
 void GatheredWeights(const Inputs& in, Builder* b) {
   if (in.stage < 3) return;
-  const double unit = static_cast<double>(LargestUnit(in.policy));
+  const double unit = static_cast<double>(in.policy.LargestUnit());
   const double prefetch = std::min(unit, static_cast<double>(in.prefetch_bucket));
   b->Device("gathered_weights", in.dtype_bytes * (2 * unit + prefetch),
             absl::StrCat("2 x the largest unit (", Count(unit), ") + prefetch ", Count(prefetch),
@@ -223,7 +215,7 @@ double RolloutPhase(const Inputs& in, const ModelShape& m, int64_t rows, Builder
   double total = 0;
   if (in.stage == 3) {
     const double held = in.gather_for_generation ? static_cast<double>(m.Parameters())
-                                                 : 2.0 * static_cast<double>(LargestUnit(m));
+                                                 : 2.0 * static_cast<double>(m.LargestUnit());
     b->Device("generation_weights", c * held,
               in.gather_for_generation ? "the whole model gathered (gather_for_generation)"
                                        : "2 units gathered per decoding step");

@@ -165,8 +165,9 @@ absl::Status ReadFamily(const json& root, const std::string& source, ModelFamily
     } else if (name == "qwen2_5_vl") {
       from_type = ModelFamily::kQwen25VL;
     } else {
-      return error("model_type",
-                   absl::StrCat("\"", name, "\" is not implemented (qwen2_vl, qwen2_5_vl)"));
+      return error(
+          "model_type",
+          absl::StrCat("\"", name, "\" is not a model trainctl trains (qwen2_vl, qwen2_5_vl)"));
     }
   }
   if (const auto arch = root.find("architectures"); arch != root.end() && arch->is_array()) {
@@ -289,9 +290,10 @@ absl::Status ValidateVision(const Qwen2VLConfig& c) {
       v25 ? std::vector<std::string>{"silu", "gelu", "gelu_pytorch_tanh", "quick_gelu"}
           : std::vector<std::string>{"quick_gelu"};
   if (std::find(acts.begin(), acts.end(), v.hidden_act) == acts.end()) {
-    return InvalidKey(c, "vision_config.hidden_act",
-                      absl::StrCat("\"", v.hidden_act, "\" is not implemented (",
-                                   absl::StrJoin(acts, ", "), ")"));
+    return InvalidKey(
+        c, "vision_config.hidden_act",
+        absl::StrCat("\"", v.hidden_act, "\" is not an activation of this vision tower (",
+                     absl::StrJoin(acts, ", "), ")"));
   }
   if (v.embed_dim % v.num_heads != 0) {
     return InvalidKey(

@@ -35,7 +35,8 @@ torch::Tensor VisionActivation(const std::string& name, const torch::Tensor& x) 
   if (name == "silu") return torch::silu(x);
   if (name == "gelu") return torch::gelu(x);
   if (name == "gelu_pytorch_tanh") return torch::gelu(x, "tanh");
-  TORCH_CHECK(name == "quick_gelu", "vision activation \"", name, "\" is not implemented");
+  TORCH_CHECK(name == "quick_gelu", "vision activation \"", name,
+              "\" passed the config parser, which allows only these four");
   return QuickGelu(x);
 }
 
