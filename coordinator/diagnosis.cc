@@ -451,7 +451,10 @@ class Diagnosis {
     int rows = 0;
     for (const v1::BandwidthRow& row : b.rows()) {
       const int n = row.rank_time_us_size();
-      if (n < 2) continue;
+      // Two ranks cannot name the slow one: each waits inside the collective for the other, so
+      // a late start on either side (a busy core, a barrier left early) shows on both. A rank is
+      // judged against the median of at least two peers.
+      if (n < 3) continue;
       ++rows;
       for (int r = 0; r < n; ++r) {
         std::vector<double> peers;

@@ -13,7 +13,7 @@
 //                                  container bridge
 //   intra_node_not_p2p             intra-node connections over SHM or NET on a node with NVLink
 //   busbw_below_links              the probe's busbw far below what the slowest link type allows
-//   slow_rank / slow_node          a rank (or every rank of one node) much slower than its peers
+//   slow_rank / slow_node          a rank (or a node's ranks) much slower than its peers; 3+ ranks
 //
 // Pure functions of their arguments; thread-compatible.
 #ifndef TRAINCTL_COORDINATOR_DIAGNOSIS_H_

@@ -210,6 +210,10 @@ TEST(DiagnosisTest, SlowRankAndSlowNode) {
 
   in.bandwidth = Probe("gloo", 1.0, {100, 120, 130, 110});
   EXPECT_EQ(Rules(Diagnose(in)), "");
+
+  // Two ranks: no verdict, however far apart (each rank's time includes waiting for the other).
+  in.bandwidth = Probe("gloo", 1.0, {100, 1200});
+  EXPECT_EQ(Rules(Diagnose(in)), "");
 }
 
 TEST(DiagnosisTest, MostSevereFirst) {
