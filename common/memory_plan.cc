@@ -33,6 +33,8 @@ struct Inputs {
   bool cuda = true;
   int64_t micro = 1, accumulation = 1, seq = 1, patches = 0;
   int64_t sequence_parallel = 1;  // Ulysses: each rank's decoder layers hold 1/sp of a sequence
+  int64_t tensor_parallel = 1;    // Megatron MLP: each rank holds 1/tp of every decoder MLP
+  bool vocab_parallel = false;    // and 1/tp of the embedding's and the head's rows
   bool checkpointing = false;
   int64_t prompt = 0, completion = 0, generations = 1;
   bool gather_for_generation = true;
@@ -68,14 +70,42 @@ std::string Count(double n) {
   return absl::StrCat(static_cast<int64_t>(n));
 }
 
+// Tensor parallelism (common/parallelism_spec.h): the trained model as one rank holds it. Each
+// decoder layer's MLP (gate_proj and up_proj rows, down_proj columns) is 1/tp of the whole, the
+// rest replicated over the group, so the shape with intermediate / tp counts the rank's
+// parameters (replicated + MLP / tp per layer unit) and its MLP activations (gate, up, SwiGLU
+// product: intermediate / tp wide). Validation makes tp divide intermediate.
+// The same holds for the frozen models (reference, reward model, teacher), which run on the
+// same mesh, and for rollouts (the MLPs stay sliced while generating).
+// With vocab_parallel the embedding and the head hold vocab / tp rows, and the fused loss's
+// chunk is of the rank's columns.
+ModelShape TensorParallelRankShape(const Inputs& in, const ModelShape& whole) {
+  ModelShape m = whole;
+  m.intermediate /= in.tensor_parallel;
+  if (in.vocab_parallel) m.vocab /= in.tensor_parallel;
+  return m;
+}
+ModelShape TensorParallelRankShape(const Inputs& in) {
+  return TensorParallelRankShape(in, in.policy);
+}
+
+// The ranks ZeRO shards the trained model over: those with the same tensor position.
+int64_t ZeroShardRanks(const Inputs& in) {
+  return std::max<int64_t>(1, in.world / in.tensor_parallel);
+}
+
 // The trained model's states: fp32 master weights, AdamW moments, fp32 gradients and, below stage
 // 3, the full working weights and 16-bit gradients every rank keeps (zero/engine.cc AdoptUnit).
+// With tensor parallelism, of this rank's parameters (the MLPs' slices), over the ZeRO group.
 void TrainedStates(const Inputs& in, Builder* b) {
-  const ModelShape& m = in.policy;
+  const ModelShape m = TensorParallelRankShape(in);
   const int64_t params = m.Parameters();
-  const int64_t slice = m.Sliced(in.stage >= 1 ? in.world : 1);
+  const int64_t zero = ZeroShardRanks(in);
+  const int64_t slice = m.Sliced(in.stage >= 1 ? zero : 1);
   const bool host = in.offload_optimizer || !in.cuda;
-  const std::string per = in.stage >= 1 ? absl::StrCat(" / ", in.world, " ranks") : "";
+  const std::string per = absl::StrCat(
+      in.tensor_parallel > 1 ? absl::StrCat(" (decoder MLPs 1/", in.tensor_parallel, ")") : "",
+      in.stage >= 1 ? absl::StrCat(" / ", zero, " ranks") : "");
   auto put = [&](const std::string& name, double bytes, const std::string& detail) {
     if (host && in.cuda) {
       b->Host(name, bytes * in.slots, absl::StrCat(detail, " x ", in.slots, " ranks of the node"));
@@ -83,11 +113,12 @@ void TrainedStates(const Inputs& in, Builder* b) {
       b->Device(name, bytes, detail);
     }
   };
-  put("master_weights", 4.0 * slice, absl::StrCat("fp32, ", Count(params), " params", per));
+  put("master_weights", 4.0 * slice,
+      absl::StrCat("fp32, ", Count(static_cast<double>(in.policy.Parameters())), " params", per));
   put("optimizer_states", 8.0 * slice, absl::StrCat("AdamW m and v, fp32", per));
   if (in.stage >= 1) put("fp32_gradients", 4.0 * slice, absl::StrCat("fp32 slice", per));
   if (in.stage < 3) {
-    const int64_t full = in.stage >= 1 ? slice * in.world : params;
+    const int64_t full = in.stage >= 1 ? slice * zero : params;
     const bool aliased = in.stage == 0 && in.dtype_bytes == 4;  // the master is the working copy
     if (!aliased) {
       b->Device("working_weights", static_cast<double>(in.dtype_bytes * full),
@@ -101,10 +132,13 @@ void TrainedStates(const Inputs& in, Builder* b) {
 // A forward-only engine (reference, reward model, teacher; an evaluated model): its slices in the
 // compute dtype, whole below stage 3, on the host with offload_param.
 void FrozenStates(const Inputs& in, const ModelShape& m, const std::string& name, Builder* b) {
-  const double bytes = static_cast<double>(in.dtype_bytes * m.Sliced(in.stage == 3 ? in.world : 1));
+  const int64_t zero = ZeroShardRanks(in);
+  const double bytes = static_cast<double>(
+      in.dtype_bytes * TensorParallelRankShape(in, m).Sliced(in.stage == 3 ? zero : 1));
   const std::string detail = absl::StrCat(
       in.dtype_bytes, " B x ", Count(static_cast<double>(m.Parameters())), " params",
-      in.stage == 3 ? absl::StrCat(" / ", in.world, " ranks") : "", " (", m.source, ")");
+      in.tensor_parallel > 1 ? absl::StrCat(" (decoder MLPs 1/", in.tensor_parallel, ")") : "",
+      in.stage == 3 ? absl::StrCat(" / ", zero, " ranks") : "", " (", m.source, ")");
   if (in.offload_param && in.cuda) {
     b->Host(name, bytes * in.slots, absl::StrCat(detail, " x ", in.slots, " ranks"));
   } else {
@@ -134,6 +168,7 @@ double Activations(const Inputs& in, const ModelShape& m, int64_t rows, int64_t 
                    int64_t patches, std::string* detail) {
   // Sequence parallelism: the decoder layers hold this rank's slice (and attend over the whole
   // sequence for 1/sp of the heads); embeddings, images and the gathered last states stay whole.
+  // Tensor parallelism: `m` is the rank's shape (TensorParallelRankShape), its MLPs 1/tp wide.
   const double sp = static_cast<double>(in.sequence_parallel);
   const double tokens = static_cast<double>(rows * seq);
   const double layer = LayerElementsPerToken(m, in, seq) * tokens / sp;
@@ -154,6 +189,7 @@ double Activations(const Inputs& in, const ModelShape& m, int64_t rows, int64_t 
   *detail = absl::StrCat(
       rows, " x ", seq, " tokens",
       sp > 1 ? absl::StrCat(" (1/", in.sequence_parallel, " per rank in the decoder)") : "",
+      in.tensor_parallel > 1 ? absl::StrCat(", MLPs 1/", in.tensor_parallel, " wide") : "",
       patches > 0 ? absl::StrCat(", ", rows, " x ", patches, " patches") : "",
       in.checkpointing ? ", checkpointed" : "", ", ", in.dtype_bytes, " B");
   return (text + vision) * static_cast<double>(in.dtype_bytes);
@@ -163,7 +199,7 @@ double Activations(const Inputs& in, const ModelShape& m, int64_t rows, int64_t 
 // in backward a unit's 16-bit gradients computing while the previous one's are reduce-scattered.
 void GatheredWeights(const Inputs& in, Builder* b) {
   if (in.stage < 3) return;
-  const double unit = static_cast<double>(in.policy.LargestUnit());
+  const double unit = static_cast<double>(TensorParallelRankShape(in).LargestUnit());
   const double prefetch = std::min(unit, static_cast<double>(in.prefetch_bucket));
   b->Device("gathered_weights", in.dtype_bytes * (2 * unit + prefetch),
             absl::StrCat("2 x the largest unit (", Count(unit), ") + prefetch ", Count(prefetch),
@@ -180,11 +216,13 @@ namespace {
 double LossBytes(const Inputs& in, int64_t tokens, std::string* detail) {
   const double v = static_cast<double>(in.policy.vocab), h = static_cast<double>(in.policy.hidden);
   if (in.kind == trainctl::v1::JOB_KIND_SFT) {
+    // vocab_parallel: the rank's columns of each chunk, its rows of the head's gradient.
+    const double split = in.vocab_parallel ? static_cast<double>(in.tensor_parallel) : 1.0;
     const double chunk =
-        std::min(static_cast<double>(tokens) * v, static_cast<double>(kLossChunkLogits));
-    *detail =
-        absl::StrCat("fp32 logits chunk ", Count(chunk), " x 2, head gradient ", Count(v * h));
-    return 4 * (2 * chunk + v * h + static_cast<double>(tokens) * h);
+        std::min(static_cast<double>(tokens) * v, static_cast<double>(kLossChunkLogits)) / split;
+    *detail = absl::StrCat("fp32 logits chunk ", Count(chunk), " x 2, head gradient ",
+                           Count(v * h / split));
+    return 4 * (2 * chunk + v * h / split + static_cast<double>(tokens) * h);
   }
   const double scored = in.kind == trainctl::v1::JOB_KIND_GRPO
                             ? static_cast<double>(in.micro * in.completion)
@@ -199,7 +237,8 @@ double LossBytes(const Inputs& in, int64_t tokens, std::string* detail) {
 double TrainPhase(const Inputs& in, Builder* b) {
   std::string detail;
   const int64_t tokens = in.micro * in.seq;
-  const double act = Activations(in, in.policy, in.micro, in.seq, in.patches, &detail);
+  const double act =
+      Activations(in, TensorParallelRankShape(in), in.micro, in.seq, in.patches, &detail);
   b->Device("activations", act, detail);
   const double loss = LossBytes(in, tokens, &detail);
   b->Device("logits_and_loss", loss, detail);
@@ -259,7 +298,7 @@ MemoryPlan PlanInputs(const Inputs& in) {
     const int64_t rows = in.kind == trainctl::v1::JOB_KIND_GRPO      ? in.micro * in.accumulation
                          : in.kind == trainctl::v1::JOB_KIND_DISTILL ? in.micro * in.generations
                                                                      : in.micro;
-    rollout_bytes = RolloutPhase(in, gen, rows, &rollout);
+    rollout_bytes = RolloutPhase(in, TensorParallelRankShape(in, gen), rows, &rollout);
   }
   Builder& busiest = rollout_bytes > train_bytes ? rollout : train;
   MemoryPlan plan = std::move(persistent.plan());
@@ -338,6 +377,8 @@ absl::StatusOr<Inputs> ReadInputs(const JobSpec& spec, const nlohmann::json& res
   in.accumulation = t.gradient_accumulation_steps();
   in.checkpointing = t.gradient_checkpointing();
   in.sequence_parallel = std::max(1, spec.parallelism().sequence_parallel_size());
+  in.tensor_parallel = std::max(1, spec.parallelism().tensor_parallel_size());
+  in.vocab_parallel = in.tensor_parallel > 1 && spec.parallelism().vocab_parallel();
   in.prompt = t.max_prompt_length();
   in.completion = t.max_completion_length();
   in.generations = t.num_generations();

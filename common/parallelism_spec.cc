@@ -1,6 +1,7 @@
 #include "common/parallelism_spec.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/model_catalog.h"
@@ -9,8 +10,21 @@ namespace trainctl {
 
 std::vector<int> DeviceMesh::SequenceGroup(int rank) const {
   std::vector<int> group;
-  const int first = rank - rank % sequence;
-  for (int i = 0; i < sequence; ++i) group.push_back(first + i);
+  const int first = DataRank(rank) * sequence * tensor + TensorRank(rank);
+  for (int i = 0; i < sequence; ++i) group.push_back(first + i * tensor);
+  return group;
+}
+
+std::vector<int> DeviceMesh::TensorGroup(int rank) const {
+  std::vector<int> group;
+  const int first = rank - TensorRank(rank);
+  for (int i = 0; i < tensor; ++i) group.push_back(first + i);
+  return group;
+}
+
+std::vector<int> DeviceMesh::ZeroGroup(int rank) const {
+  std::vector<int> group;
+  for (int r = TensorRank(rank); r < world(); r += tensor) group.push_back(r);
   return group;
 }
 
@@ -23,45 +37,126 @@ DeviceMesh MeshOf(const trainctl::v1::JobSpec& spec, int world) {
   return mesh;
 }
 
+namespace {
+
+void ParallelismError(const std::string& field, const std::string& what,
+                      std::vector<std::string>* errors) {
+  errors->push_back(absl::StrCat("spec.parallelism.", field, ": ", what));
+}
+
+// A group of tp x sp ranks (tensor-parallel groups inside sequence-parallel ones) must fit in a
+// node: ranks fill nodes in order, so tp x sp must divide slots_per_node.
+void CheckGroupsShareANode(const trainctl::v1::JobSpec& spec, int tp, int sp,
+                           std::vector<std::string>* errors) {
+  const int slots = spec.resources().slots_per_node();
+  if (slots < 1 || slots % (tp * sp) == 0) return;
+  if (tp > 1 && sp > 1) {
+    ParallelismError(
+        "tensor_parallel_size",
+        absl::StrCat("tensor_parallel_size ", tp, " x sequence_parallel_size ", sp, " = ", tp * sp,
+                     " does not divide resources.slots_per_node ", slots,
+                     ": a tensor/sequence-parallel group's ranks must share a node"),
+        errors);
+    return;
+  }
+  const bool tensor = tp > 1;
+  ParallelismError(
+      tensor ? "tensor_parallel_size" : "sequence_parallel_size",
+      absl::StrCat(tensor ? tp : sp, " does not divide resources.slots_per_node ", slots, ": a ",
+                   tensor ? "tensor" : "sequence", "-parallel group's ranks must share a node"),
+      errors);
+}
+
+// Both kinds of parallelism are built for SFT and logit distillation (a distill job with
+// training.distill_loss; its teacher runs on the mesh too), tensor parallelism for GRPO as well
+// (its reference and reward models too); sequence parallelism not with packing yet.
+void CheckParallelJobKind(const trainctl::v1::JobSpec& spec, int tp, int sp,
+                          std::vector<std::string>* errors) {
+  const bool logit_distill =
+      spec.kind() == trainctl::v1::JOB_KIND_DISTILL && spec.training().has_distill_loss();
+  const bool sft_or_kd = spec.kind() == trainctl::v1::JOB_KIND_SFT || logit_distill;
+  const bool grpo = spec.kind() == trainctl::v1::JOB_KIND_GRPO;
+  const std::string kind = spec.kind() == trainctl::v1::JOB_KIND_PIPELINE ? "a pipeline"
+                           : spec.kind() == trainctl::v1::JOB_KIND_DISTILL
+                               ? "trace distillation"
+                               : trainctl::v1::JobKind_Name(spec.kind());
+  if (tp > 1 && !sft_or_kd && !grpo) {
+    ParallelismError("tensor_parallel_size",
+                     absl::StrCat("built for sft, logit distillation (distill with "
+                                  "training.distill_loss) and grpo jobs only, this job is ",
+                                  kind),
+                     errors);
+  }
+  if (sp > 1 && !sft_or_kd) {
+    ParallelismError("sequence_parallel_size",
+                     absl::StrCat("built for sft and logit distillation (distill with "
+                                  "training.distill_loss) jobs only, this job is ",
+                                  kind),
+                     errors);
+  }
+  if (sp > 1 && spec.training().packing()) {
+    ParallelismError("sequence_parallel_size", "not with training.packing yet", errors);
+  }
+}
+
+// When a model's config is known here: sp splits the attention heads, tp the MLP's width — of
+// the trained model, and of a logit-distillation teacher or a GRPO reward model, which run on the
+// same mesh.
+void CheckParallelModelShape(const trainctl::v1::JobSpec& spec, int tp, int sp,
+                             std::vector<std::string>* errors) {
+  std::vector<std::pair<std::string, std::string>> models = {{"model", spec.model_name_or_path()}};
+  if (spec.kind() == trainctl::v1::JOB_KIND_DISTILL && spec.training().has_distill_loss()) {
+    models.emplace_back("teacher", spec.teacher_model_name_or_path());
+  }
+  if (spec.kind() == trainctl::v1::JOB_KIND_GRPO && !spec.reward_model_name_or_path().empty()) {
+    models.emplace_back("reward model", spec.reward_model_name_or_path());
+  }
+  for (const auto& [whose, name] : models) {
+    auto shape = LookupModelShape(name);
+    if (!shape.ok()) continue;
+    if (shape->heads % sp != 0) {
+      ParallelismError("sequence_parallel_size",
+                       absl::StrCat(sp, " does not divide the ", whose, "'s ", shape->heads,
+                                    " attention heads (num_attention_heads, ", shape->source, ")"),
+                       errors);
+    }
+    if (shape->intermediate % tp != 0) {
+      ParallelismError("tensor_parallel_size",
+                       absl::StrCat(tp, " does not divide the ", whose, "'s ", shape->intermediate,
+                                    "-wide MLP (intermediate_size, ", shape->source, ")"),
+                       errors);
+    }
+    if (spec.parallelism().vocab_parallel() && shape->vocab % tp != 0) {
+      ParallelismError(
+          "vocab_parallel",
+          absl::StrCat("tensor_parallel_size ", tp, " does not divide the ", whose, "'s ",
+                       shape->vocab, "-token vocabulary (vocab_size, ", shape->source, ")"),
+          errors);
+    }
+  }
+}
+
+}  // namespace
+
 void CheckParallelism(const trainctl::v1::JobSpec& spec, std::vector<std::string>* errors) {
   const auto& p = spec.parallelism();
-  const std::string path = "spec.parallelism.";
-  auto fail = [&](const std::string& field, const std::string& what) {
-    errors->push_back(absl::StrCat(path, field, ": ", what));
-  };
-  if (p.has_tensor_parallel_size() && p.tensor_parallel_size() < 1) {
-    fail("tensor_parallel_size", absl::StrCat("must be >= 1, got ", p.tensor_parallel_size()));
+  const int tp = p.has_tensor_parallel_size() ? p.tensor_parallel_size() : 1;
+  const int sp = p.has_sequence_parallel_size() ? p.sequence_parallel_size() : 1;
+  if (tp < 1)
+    ParallelismError("tensor_parallel_size", absl::StrCat("must be >= 1, got ", tp), errors);
+  if (sp < 1)
+    ParallelismError("sequence_parallel_size", absl::StrCat("must be >= 1, got ", sp), errors);
+  if (p.vocab_parallel() && tp <= 1) {
+    ParallelismError("vocab_parallel",
+                     absl::StrCat("splits the vocabulary over the tensor-parallel group: needs "
+                                  "tensor_parallel_size > 1, got ",
+                                  tp),
+                     errors);
   }
-  if (p.tensor_parallel_size() > 1) {
-    fail("tensor_parallel_size",
-         absl::StrCat("tensor parallelism is not built yet (got ", p.tensor_parallel_size(),
-                      "); sequence_parallel_size splits long sequences across ranks"));
-  }
-  if (!p.has_sequence_parallel_size()) return;
-  const int sp = p.sequence_parallel_size();
-  if (sp < 1) return fail("sequence_parallel_size", absl::StrCat("must be >= 1, got ", sp));
-  if (sp == 1) return;
-  const int slots = spec.resources().slots_per_node();
-  if (slots >= 1 && slots % sp != 0) {
-    fail("sequence_parallel_size",
-         absl::StrCat(sp, " does not divide resources.slots_per_node ", slots,
-                      ": a sequence-parallel group's ranks must share a node"));
-  }
-  if (spec.kind() != trainctl::v1::JOB_KIND_SFT) {
-    fail("sequence_parallel_size", absl::StrCat("built for sft jobs only, this job is ",
-                                                spec.kind() == trainctl::v1::JOB_KIND_PIPELINE
-                                                    ? "a pipeline"
-                                                    : trainctl::v1::JobKind_Name(spec.kind())));
-  }
-  if (spec.training().packing()) {
-    fail("sequence_parallel_size", "not with training.packing yet");
-  }
-  auto shape = LookupModelShape(spec.model_name_or_path());
-  if (shape.ok() && shape->heads % sp != 0) {
-    fail("sequence_parallel_size",
-         absl::StrCat(sp, " does not divide the model's ", shape->heads,
-                      " attention heads (num_attention_heads, ", shape->source, ")"));
-  }
+  if (tp < 1 || sp < 1 || (tp == 1 && sp == 1)) return;
+  CheckGroupsShareANode(spec, tp, sp, errors);
+  CheckParallelJobKind(spec, tp, sp, errors);
+  CheckParallelModelShape(spec, tp, sp, errors);
 }
 
 }  // namespace trainctl

@@ -1,9 +1,16 @@
 // The device mesh of a job (JobSpec.parallelism): world = data x sequence x tensor parallel
-// ranks. Ranks are laid out sequence-parallel innermost: global rank r is in sequence-parallel
-// group r / sp at position r % sp, and in data-parallel group r % sp at position r / sp, so a
-// group of sp consecutive ranks shares one node when slots_per_node is a multiple of sp (ranks
-// fill nodes in order). ZeRO shards over every rank (data x sequence: the sequence-parallel ranks
-// hold the same weights and their gradients add up, as DeepSpeed-Ulysses does).
+// ranks. Tensor parallel is innermost, then sequence parallel: global rank
+//   r = (d * sequence + s) * tensor + t
+// for data index d, sequence position s and tensor position t. A tensor-parallel group is
+// `tensor` consecutive ranks, a sequence-parallel group `sequence` ranks `tensor` apart, so both
+// stay inside a node when slots_per_node is a multiple of sequence x tensor (ranks fill nodes in
+// order, and the scheduler needs no change).
+//
+// ZeRO shards over the ranks that hold the same weights: every rank with the same tensor
+// position t (data x sequence of them). A sequence-parallel group's ranks hold the same weights
+// and their gradients add up, as DeepSpeed-Ulysses does; a tensor-parallel group's ranks hold
+// different slices of each MLP and the same replicated weights, whose gradients are equal on
+// each of them (model/tensor_parallel.h).
 #ifndef TRAINCTL_COMMON_PARALLELISM_SPEC_H_
 #define TRAINCTL_COMMON_PARALLELISM_SPEC_H_
 
@@ -18,20 +25,27 @@ struct DeviceMesh {
   int data = 1, sequence = 1, tensor = 1;
 
   int world() const { return data * sequence * tensor; }
-  // This rank's sequence-parallel group (consecutive ranks) and its position in it.
+  // This rank's sequence-parallel group (world ranks in group order) and its position in it.
   std::vector<int> SequenceGroup(int rank) const;
-  int SequenceRank(int rank) const { return rank % sequence; }
-  // The data-parallel index: which batch of the step this rank's group reads.
-  int DataRank(int rank) const { return rank / sequence; }
+  int SequenceRank(int rank) const { return (rank / tensor) % sequence; }
+  // This rank's tensor-parallel group (consecutive ranks) and its position in it.
+  std::vector<int> TensorGroup(int rank) const;
+  int TensorRank(int rank) const { return rank % tensor; }
+  // The ranks ZeRO shards this rank's weights over: those with its tensor position.
+  std::vector<int> ZeroGroup(int rank) const;
+  // The data-parallel index: which batch of the step this rank's groups read.
+  int DataRank(int rank) const { return rank / (sequence * tensor); }
 };
 
 // The spec's mesh over `world` ranks (sizes default to 1); unchecked: CheckParallelism first.
 DeviceMesh MeshOf(const trainctl::v1::JobSpec& spec, int world);
 
-// Appends "spec.parallelism.<field>: <what>" errors: sizes below 1, tensor parallelism (not built
-// yet), a sequence-parallel size that does not divide slots_per_node (its groups must stay inside
-// a node), a kind other than sft, packing, and, when the model's config is known here
-// (common/model_catalog.h), attention heads it does not divide — each naming the numbers.
+// Appends "spec.parallelism.<field>: <what>" errors, each naming the numbers: sizes below 1,
+// sequence x tensor not dividing slots_per_node (the groups must stay inside a node), a kind
+// other than sft, packing with sequence parallelism, and, when the model's config is known here
+// (common/model_catalog.h), attention heads the sequence-parallel size does not divide or an MLP
+// width (intermediate_size) or, with vocab_parallel, a vocabulary the tensor-parallel size does
+// not divide; vocab_parallel without tensor parallelism.
 void CheckParallelism(const trainctl::v1::JobSpec& spec, std::vector<std::string>* errors);
 
 }  // namespace trainctl

@@ -147,6 +147,37 @@ TEST(MemoryPlanTest, ZeroStagesShardTheModelStates) {
   EXPECT_THAT(FormatMemoryPlan(z3), HasSubstr("master_weights"));
 }
 
+TEST(MemoryPlanTest, TensorParallelSlicesTheMlpsAndShardsOverTheZeroGroup) {
+  const std::string tp1 = Sft("Qwen/Qwen2-VL-7B-Instruct", 3, ", max_seq_length: 2048");
+  const MemoryPlan one = Plan(tp1);
+  const MemoryPlan two = Plan(tp1 + "parallelism: {tensor_parallel_size: 2}\n");
+  auto shape = LookupModelShape("Qwen/Qwen2-VL-7B-Instruct", kRegistry);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  const double mlp = 3.0 * shape->layers * shape->hidden * shape->intermediate;
+  const double replicated = static_cast<double>(shape->Parameters()) - mlp;
+  EXPECT_EQ(two.parameters(), one.parameters());  // the whole model's count
+  // fp32 master: (replicated + MLP / 2) over the 8 / 2 ranks of the ZeRO group, each unit's slice
+  // rounded up.
+  EXPECT_NEAR(static_cast<double>(Part(two, "master_weights")), (replicated + mlp / 2) / 4 * 4,
+              1000);
+  // The largest unit is the embedding here (replicated), so the gathered units stay.
+  EXPECT_EQ(Part(two, "gathered_weights"), Part(one, "gathered_weights"));
+  // The MLP's gate, up and product are 1/2 wide; everything else in a layer stays.
+  EXPECT_LT(Part(two, "activations"), Part(one, "activations"));
+  EXPECT_LT(two.gpu_bytes(), one.gpu_bytes());
+  EXPECT_THAT(FormatMemoryPlan(two), HasSubstr("decoder MLPs 1/2"));
+
+  // The vocabulary split too: the embedding and the untied head lose half their rows, and the
+  // largest unit (the embedding) with them; the loss's chunk is the rank's columns.
+  const MemoryPlan vocab =
+      Plan(tp1 + "parallelism: {tensor_parallel_size: 2, vocab_parallel: true}\n");
+  const double rows = 2.0 * shape->vocab * shape->hidden;  // embedding + lm_head
+  EXPECT_NEAR(static_cast<double>(Part(vocab, "master_weights")),
+              (replicated - rows + rows / 2 + mlp / 2) / 4 * 4, 1000);
+  EXPECT_LT(Part(vocab, "gathered_weights"), Part(two, "gathered_weights"));
+  EXPECT_LT(Part(vocab, "logits_and_loss"), Part(two, "logits_and_loss"));
+}
+
 TEST(MemoryPlanTest, OffloadMovesStatesToTheHostOfEachNode) {
   const MemoryPlan seed =
       Plan(Sft("Qwen/Qwen2-VL-7B-Instruct", 3, "",

@@ -37,13 +37,99 @@ TEST(ParallelismSpecTest, MeshLayoutPutsSequenceGroupsOnConsecutiveRanks) {
   EXPECT_EQ(MeshOf(trainctl::v1::JobSpec(), 8).data, 8);
 }
 
+TEST(ParallelismSpecTest, MeshLayoutNestsTensorGroupsInSequenceGroups) {
+  // r = (d * sequence + s) * tensor + t.
+  trainctl::v1::JobSpec spec;
+  spec.mutable_parallelism()->set_tensor_parallel_size(2);
+  spec.mutable_parallelism()->set_sequence_parallel_size(2);
+  const DeviceMesh mesh = MeshOf(spec, 8);
+  EXPECT_EQ(mesh.data, 2);
+  EXPECT_EQ(mesh.world(), 8);
+  EXPECT_EQ(mesh.TensorGroup(5), (std::vector<int>{4, 5}));
+  EXPECT_EQ(mesh.SequenceGroup(5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(mesh.ZeroGroup(5), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(mesh.DataRank(5), 1);
+  EXPECT_EQ(mesh.TensorRank(5), 1);
+  EXPECT_EQ(mesh.SequenceRank(5), 0);
+}
+
+TEST(ParallelismSpecTest, MeshLayoutWithTensorParallelOnly) {
+  trainctl::v1::JobSpec spec;
+  spec.mutable_parallelism()->set_tensor_parallel_size(4);
+  const DeviceMesh mesh = MeshOf(spec, 8);
+  EXPECT_EQ(mesh.data, 2);
+  EXPECT_EQ(mesh.sequence, 1);
+  EXPECT_EQ(mesh.TensorGroup(6), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(mesh.TensorRank(6), 2);
+  EXPECT_EQ(mesh.SequenceGroup(6), (std::vector<int>{6}));
+  EXPECT_EQ(mesh.SequenceRank(6), 0);
+  EXPECT_EQ(mesh.ZeroGroup(6), (std::vector<int>{2, 6}));
+  EXPECT_EQ(mesh.DataRank(6), 1);
+}
+
+TEST(ParallelismSpecTest, TensorParallelRefusalsNameTheNumbers) {
+  // tiny's MLP is 128 wide (intermediate_size): 3 does not divide it, though it divides 6 slots.
+  EXPECT_THAT(Validate("kind: sft\nmodel_name_or_path: tiny\ndata_path: /d\noutput_dir: /o\n"
+                       "resources: {nodes: 1, slots_per_node: 6}\n"
+                       "parallelism: {tensor_parallel_size: 3}\n"),
+              HasSubstr("spec.parallelism.tensor_parallel_size: 3 does not divide the model's "
+                        "128-wide MLP (intermediate_size, "));
+  EXPECT_THAT(Validate(std::string(kBase) + "parallelism: {tensor_parallel_size: 8}\n"),
+              HasSubstr("spec.parallelism.tensor_parallel_size: 8 does not divide "
+                        "resources.slots_per_node 4: a tensor-parallel group's ranks must share "
+                        "a node"));
+  EXPECT_THAT(
+      Validate(std::string(kBase) +
+               "parallelism: {tensor_parallel_size: 2, sequence_parallel_size: 4}\n"),
+      HasSubstr("tensor_parallel_size 2 x sequence_parallel_size 4 = 8 does not divide "
+                "resources.slots_per_node 4: a tensor/sequence-parallel group's ranks must share "
+                "a node"));
+  EXPECT_EQ(Validate(std::string(kBase) +
+                     "parallelism: {tensor_parallel_size: 2, sequence_parallel_size: 2}\n"),
+            "");
+  EXPECT_EQ(Validate("kind: grpo\nmodel_name_or_path: tiny\ndata_path: /d\noutput_dir: /o\n"
+                     "resources: {nodes: 1, slots_per_node: 2}\nreward_funcs: [format]\n"
+                     "parallelism: {tensor_parallel_size: 2}\n"),
+            "");
+  EXPECT_THAT(Validate("kind: eval\nmodel_name_or_path: tiny\ndata_path: /d\noutput_dir: /o\n"
+                       "resources: {nodes: 1, slots_per_node: 2}\n"
+                       "parallelism: {tensor_parallel_size: 2}\n"),
+              HasSubstr("spec.parallelism.tensor_parallel_size: built for sft, logit "
+                        "distillation (distill with training.distill_loss) and grpo jobs only, "
+                        "this job is JOB_KIND_EVAL"));
+  // The vocabulary split over the tensor-parallel group: tiny's 151,936 tokens divide by 2.
+  EXPECT_EQ(Validate(std::string(kBase) +
+                     "parallelism: {tensor_parallel_size: 2, vocab_parallel: true}\n"),
+            "");
+  EXPECT_THAT(Validate(std::string(kBase) + "parallelism: {vocab_parallel: true}\n"),
+              HasSubstr("spec.parallelism.vocab_parallel: splits the vocabulary over the "
+                        "tensor-parallel group: needs tensor_parallel_size > 1, got 1"));
+  EXPECT_THAT(Validate("kind: sft\nmodel_name_or_path: tiny\ndata_path: /d\noutput_dir: /o\n"
+                       "resources: {nodes: 1, slots_per_node: 6}\n"
+                       "parallelism: {tensor_parallel_size: 3, vocab_parallel: true}\n"),
+              HasSubstr("spec.parallelism.vocab_parallel: tensor_parallel_size 3 does not divide "
+                        "the model's 151936-token vocabulary"));
+  // Logit distillation runs on the mesh, its teacher too; trace distillation does not.
+  const std::string distill =
+      "kind: distill\nmodel_name_or_path: tiny\nteacher_model_name_or_path: tiny-qwen2.5-vl\n"
+      "data_path: /d\noutput_dir: /o\nresources: {nodes: 1, slots_per_node: 2}\n"
+      "parallelism: {tensor_parallel_size: 2}\n";
+  EXPECT_EQ(Validate(distill + "training: {distill_loss: forward_kl}\n"), "");
+  EXPECT_THAT(Validate(distill), HasSubstr("this job is trace distillation"));
+  // Packing is refused with sequence parallelism only.
+  EXPECT_EQ(Validate(std::string(kBase) +
+                     "parallelism: {tensor_parallel_size: 2}\ntraining: {packing: true}\n"),
+            "");
+}
+
 TEST(ParallelismSpecTest, RefusalsNameTheNumbers) {
   EXPECT_EQ(Validate(std::string(kBase) + "parallelism: {sequence_parallel_size: 4}\n"), "");
   EXPECT_THAT(Validate(std::string(kBase) + "parallelism: {sequence_parallel_size: 3}\n"),
               HasSubstr("spec.parallelism.sequence_parallel_size: 3 does not divide "
                         "resources.slots_per_node 4"));
-  EXPECT_THAT(Validate(std::string(kBase) + "parallelism: {tensor_parallel_size: 2}\n"),
-              HasSubstr("tensor parallelism is not built yet"));
+  EXPECT_EQ(Validate(std::string(kBase) + "parallelism: {tensor_parallel_size: 2}\n"), "");
+  EXPECT_THAT(Validate(std::string(kBase) + "parallelism: {tensor_parallel_size: 0}\n"),
+              HasSubstr("spec.parallelism.tensor_parallel_size: must be >= 1, got 0"));
   EXPECT_THAT(Validate(std::string(kBase) + "parallelism: {sequence_parallel_size: 0}\n"),
               HasSubstr("must be >= 1, got 0"));
   // tiny has 4 attention heads.
@@ -54,7 +140,8 @@ TEST(ParallelismSpecTest, RefusalsNameTheNumbers) {
   EXPECT_THAT(Validate("kind: grpo\nmodel_name_or_path: tiny\ndata_path: /d\noutput_dir: /o\n"
                        "resources: {nodes: 1, slots_per_node: 2}\n"
                        "parallelism: {sequence_parallel_size: 2}\n"),
-              HasSubstr("built for sft jobs only"));
+              HasSubstr("built for sft and logit distillation (distill with training.distill_loss) "
+                        "jobs only, this job is JOB_KIND_GRPO"));
   EXPECT_THAT(Validate(std::string(kBase) +
                        "parallelism: {sequence_parallel_size: 2}\ntraining: {packing: true}\n"),
               HasSubstr("not with training.packing yet"));

@@ -1,7 +1,8 @@
 // The memory plan (common/memory_plan.h) against what real trainer ranks measure: each rank's
 // `memory` event carries its peak (on CPU ranks the peak resident set above the one before the
 // model was built), and the plan for the same spec, made for CPU ranks, must be within the stated
-// band of it — SFT at ZeRO stages 0 and 3, GRPO, and a Qwen2.5-VL model.
+// band of it — SFT at ZeRO stages 0 and 3 and with tensor parallelism, GRPO, and a Qwen2.5-VL
+// model.
 #include <algorithm>
 #include <iostream>
 #include <string>
@@ -128,6 +129,11 @@ class MemoryPlanMeasuredTest : public testing::ShapesTrainingTest {
 TEST_F(MemoryPlanMeasuredTest, SftAtStagesZeroAndThree) {
   RunAndCompare("sft-stage0", 1, Sft("tiny", 0));
   RunAndCompare("sft-stage3", 2, Sft("tiny", 3));
+  // Two ranks sharing each MLP (issue 27): the plan counts the MLPs' slices and ZeRO over the
+  // ranks with the same tensor position.
+  json tp = Sft("tiny", 3);
+  tp["parallelism"] = {{"tensor_parallel_size", 2}};
+  RunAndCompare("sft-tp2", 2, tp);
 }
 
 TEST_F(MemoryPlanMeasuredTest, Grpo) {

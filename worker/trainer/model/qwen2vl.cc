@@ -17,6 +17,14 @@
 namespace trainctl::model {
 namespace {
 
+// The token embeddings of `ids`: the whole table, or this rank's vocabulary rows summed over the
+// tensor-parallel group (tensor_parallel.h).
+torch::Tensor EmbedTokens(torch::nn::EmbeddingImpl& embed,
+                          const std::shared_ptr<const TensorParallel>& tp,
+                          const torch::Tensor& ids) {
+  return tp ? VocabParallelEmbedding(ids, embed.weight, *tp) : embed.forward(ids);
+}
+
 std::string Join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
@@ -457,8 +465,9 @@ torch::Tensor Qwen2VLForConditionalGeneration::DecodeStepAt(const torch::Tensor&
               ids.defined() ? ids.sizes() : torch::IntArrayRef{});
   auto embed = language_model->embed_tokens.ptr();
   torch::Tensor h = RunUnit(
-      0, [embed](const torch::Tensor& x) { return embed->forward(x); }, ids,
-      /*checkpoint=*/false);
+      0,
+      [embed, tp = vocab_parallel_](const torch::Tensor& x) { return EmbedTokens(*embed, tp, x); },
+      ids, /*checkpoint=*/false);
 
   // Every shape below is the cache's capacity, whatever the step.
   const int64_t capacity = cache.layers[0].key.size(2);
@@ -514,8 +523,9 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardPrompt(const ModelInputs& 
 
   auto embed = language_model->embed_tokens.ptr();
   torch::Tensor h = RunUnit(
-      0, [embed](const torch::Tensor& x) { return embed->forward(x); }, ids_dev,
-      /*checkpoint=*/false);
+      0,
+      [embed, tp = vocab_parallel_](const torch::Tensor& x) { return EmbedTokens(*embed, tp, x); },
+      ids_dev, /*checkpoint=*/false);
 
   if (inputs.pixel_values.defined()) {
     TORCH_CHECK(inputs.image_grid_thw.defined(), "pixel_values given without image_grid_thw");
@@ -556,6 +566,16 @@ torch::Tensor Qwen2VLForConditionalGeneration::ForwardPrompt(const ModelInputs& 
         h, checkpointing_.decoder_layers && cache == nullptr);
   }
   return split ? GatherSequence(h, seq, *sequence_) : h;
+}
+
+void Qwen2VLForConditionalGeneration::SetTensorParallel(
+    std::shared_ptr<const TensorParallel> tensor_parallel) {
+  for (const auto& layer : language_model->layer_list) {
+    layer->mlp->tensor_parallel = tensor_parallel;
+  }
+  const bool vocab =
+      tensor_parallel && tensor_parallel->size > 1 && tensor_parallel->vocab_parallel;
+  vocab_parallel_ = vocab ? tensor_parallel : nullptr;
 }
 
 void Qwen2VLForConditionalGeneration::SplitSequence(int64_t seq, torch::Tensor* h,
@@ -601,11 +621,19 @@ torch::Tensor Qwen2VLForConditionalGeneration::Head(const torch::Tensor& hidden)
   std::shared_ptr<torch::nn::LinearImpl> head =
       score ? score.ptr() : (lm_head ? lm_head.ptr() : nullptr);
   auto embed = language_model->embed_tokens.ptr();
+  // A score head is never split; a language-model head split by vocabulary rows is gathered.
+  std::shared_ptr<const TensorParallel> tp = score ? nullptr : vocab_parallel_;
   return RunUnit(
       head_unit_,
-      [norm, head, embed](const torch::Tensor& x) {
-        const torch::Tensor normed = norm->forward(x);
-        return head ? head->forward(normed) : torch::linear(normed, embed->weight);
+      [norm, head, embed, tp](const torch::Tensor& x) {
+        if (!tp) {
+          const torch::Tensor normed = norm->forward(x);
+          return head ? head->forward(normed) : torch::linear(normed, embed->weight);
+        }
+        // Split by vocabulary rows: each rank's logits of its rows, gathered; in backward the
+        // input's gradient is the sum of every rank's rows' part.
+        const torch::Tensor normed = CopyToTensorParallel(norm->forward(x), *tp);
+        return GatherVocabParallel(torch::linear(normed, head ? head->weight : embed->weight), *tp);
       },
       hidden, /*checkpoint=*/false);
 }
@@ -619,9 +647,13 @@ torch::Tensor Qwen2VLForConditionalGeneration::HeadCrossEntropy(const torch::Ten
   auto embed = language_model->embed_tokens.ptr();
   return RunUnit(
       head_unit_,
-      [norm, head, embed, labels, chunk_rows](const torch::Tensor& x) {
-        return internal::LinearCrossEntropySum(norm->forward(x),
-                                               head ? head->weight : embed->weight, labels,
+      [norm, head, embed, labels, chunk_rows, tp = vocab_parallel_](const torch::Tensor& x) {
+        const torch::Tensor& weight = head ? head->weight : embed->weight;
+        if (tp) {
+          return internal::VocabParallelCrossEntropySum(norm->forward(x), weight, labels, *tp,
+                                                        /*ignore_index=*/-100, chunk_rows);
+        }
+        return internal::LinearCrossEntropySum(norm->forward(x), weight, labels,
                                                /*ignore_index=*/-100, chunk_rows);
       },
       hidden, /*checkpoint=*/false);

@@ -223,6 +223,13 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
     sequence_ = std::move(sequence);
   }
 
+  // Off (null, or size 1) by default. The decoder layers' MLP weights (and with vocab_parallel
+  // the embedding's and the head's rows) must already be this rank's slices (tensor_parallel.h:
+  // the engine slices them as it builds the model); each MLP then sums its parts over the group,
+  // the embedding its lookups, and the head's logits are gathered or its loss combined. Every rank
+  // of the group must run the same forwards on the same batch.
+  void SetTensorParallel(std::shared_ptr<const TensorParallel> tensor_parallel);
+
   // Off by default. Takes effect for forwards run with grad mode on.
   void SetGradientCheckpointing(const GradientCheckpointing& options) { checkpointing_ = options; }
   const GradientCheckpointing& gradient_checkpointing() const { return checkpointing_; }
@@ -263,6 +270,8 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
   UnitRunner* runner_ = nullptr;
   bool run_vision_always_ = false;
   std::shared_ptr<const SequenceParallel> sequence_;
+  // Set when the embedding and the head are split by vocabulary rows (tensor_parallel.h).
+  std::shared_ptr<const TensorParallel> vocab_parallel_;
   GradientCheckpointing checkpointing_;
   AttentionImpl attention_ = AttentionImpl::kAuto;
 };

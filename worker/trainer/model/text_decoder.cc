@@ -153,7 +153,13 @@ Qwen2MLP::Qwen2MLP(const Qwen2VLConfig& config) {
 }
 
 torch::Tensor Qwen2MLP::forward(const torch::Tensor& x) {
-  return down_proj->forward(SwiGlu(gate_proj->forward(x), up_proj->forward(x)));
+  if (tensor_parallel == nullptr || tensor_parallel->size <= 1) {
+    return down_proj->forward(SwiGlu(gate_proj->forward(x), up_proj->forward(x)));
+  }
+  const torch::Tensor in = CopyToTensorParallel(x, *tensor_parallel);
+  const torch::Tensor part =
+      down_proj->forward(SwiGlu(gate_proj->forward(in), up_proj->forward(in)));
+  return ReduceFromTensorParallel(part, *tensor_parallel);
 }
 
 Qwen2VLDecoderLayer::Qwen2VLDecoderLayer(const Qwen2VLConfig& config) {

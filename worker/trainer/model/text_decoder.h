@@ -17,6 +17,7 @@
 
 #include "worker/trainer/model/attention.h"
 #include "worker/trainer/model/qwen2vl_config.h"
+#include "worker/trainer/model/tensor_parallel.h"
 
 namespace trainctl::model {
 
@@ -95,6 +96,9 @@ class Qwen2MLP : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  // Set (size > 1) when the weights are this rank's slices (tensor_parallel.h): the parts are
+  // summed over the group.
+  std::shared_ptr<const TensorParallel> tensor_parallel;
 };
 
 class Qwen2VLDecoderLayer : public torch::nn::Module {

@@ -71,7 +71,7 @@ class DistillStage final : public Stage {
       loss_value += loss.item<double>();
     }
     torch::Tensor total = torch::tensor({loss_value, kd_value, ce_value}, torch::kFloat64);
-    RETURN_IF_ERROR(ctx.comm.AllReduceSum(total, "loss"));
+    RETURN_IF_ERROR(ctx.SumOverRanks(total, "loss"));
     out.loss = total[0].item<double>();
     out.metrics["kd_loss"] = total[1].item<double>();
     out.metrics["ce_loss"] = total[2].item<double>();

@@ -105,9 +105,11 @@ class GrpoStage final : public Stage {
       reference_->model().SetAttentionImpl(ctx.engine->model().attention_impl());
     }
 
-    // The step's shape.
-    world_ = ctx.comm.world_size();
-    rank_ = ctx.comm.rank();
+    // The step's shape, over the data-parallel ranks: a tensor-parallel group's ranks generate,
+    // score and train the same rows (the same sampling seeds, and logits equal on each of them
+    // after every MLP's sum), each with its slice of the MLPs.
+    world_ = ctx.mesh.data;
+    rank_ = ctx.mesh.DataRank(ctx.comm.rank());
     micro_rows_ = t.per_device_train_batch_size();
     accumulation_ = t.gradient_accumulation_steps();
     group_ = t.num_generations();
@@ -224,7 +226,7 @@ class GrpoStage final : public Stage {
     torch::Tensor sums =
         torch::tensor({static_cast<double>(new_tokens), static_cast<double>(truncated), seconds},
                       torch::kFloat64);
-    RETURN_IF_ERROR(ctx.comm.AllReduceSum(sums, "completion lengths"));
+    RETURN_IF_ERROR(ctx.SumOverRanks(sums, "completion lengths"));
     const double total_rows = static_cast<double>(rows_here * world_);
     rollout_metrics_ = nlohmann::json::object();
     rollout_metrics_["completions/mean_length"] = sums[0].item<double>() / total_rows;
@@ -237,6 +239,7 @@ class GrpoStage final : public Stage {
                                    : sharded ? "gathered per unit on every decoding step"
                                              : "whole on every rank"},
                        {"gather_for_generation", t.gather_for_generation()},
+                       {"tensor_parallel_size", ctx.mesh.tensor},
                        {"zero_stage", ctx.options.stage},
                        {"held_bytes", held_bytes},
                        {"gather_seconds", gather_seconds},
@@ -274,7 +277,7 @@ class GrpoStage final : public Stage {
         for (int64_t i = a; i < b; ++i) all[rank_ * rows_here + i][k - 1] = scores[i - a];
       }
     }
-    RETURN_IF_ERROR(ctx.comm.AllReduceSum(all, "rewards"));
+    RETURN_IF_ERROR(ctx.SumOverRanks(all, "rewards"));
     torch::Tensor weights = torch::tensor(weights_, torch::kFloat64);
     torch::Tensor total = (all * weights).sum(1);
     ASSIGN_OR_RETURN(Advantages adv, ComputeAdvantages(total, group_, scale_));
@@ -342,7 +345,7 @@ class GrpoStage final : public Stage {
       tokens += static_cast<int64_t>(row.prompt.size() + row.completion.size());
     }
     torch::Tensor counts = torch::tensor({active, static_cast<double>(tokens)}, torch::kFloat64);
-    RETURN_IF_ERROR(ctx.comm.AllReduceSum(counts, "completion tokens"));
+    RETURN_IF_ERROR(ctx.SumOverRanks(counts, "completion tokens"));
     GrpoStepShape shape;
     shape.world_size = world_;
     shape.grad_accum_steps = accumulation_;
@@ -373,7 +376,7 @@ class GrpoStage final : public Stage {
         torch::tensor({loss, stats.kl_sum, stats.kl_count, stats.clip_low_sum, stats.clip_high_sum,
                        stats.clip_region_sum, stats.clip_count},
                       torch::kFloat64);
-    RETURN_IF_ERROR(ctx.comm.AllReduceSum(sums, "grpo statistics"));
+    RETURN_IF_ERROR(ctx.SumOverRanks(sums, "grpo statistics"));
     GrpoLossStats global;
     global.kl_sum = sums[1].item<double>();
     global.kl_count = sums[2].item<double>();

@@ -32,10 +32,10 @@
 #include "worker/trainer/model/attention.h"
 #include "worker/trainer/model/status_guard.h"
 #include "worker/trainer/stages/internal/flops.h"
+#include "worker/trainer/stages/internal/mesh_groups.h"
 #include "worker/trainer/stages/loss_spike.h"
 #include "worker/trainer/stages/lr_schedule.h"
 #include "worker/trainer/trainer_failure.h"
-#include "worker/trainer/zero/sequence_all_to_all.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -120,9 +120,9 @@ class Loop {
         events_(events) {}
   ~Loop() {
     stage_.reset();
-    const bool failed = (comm_ && comm_->failed()) || (sequence_comm_ && sequence_comm_->failed());
+    const bool failed = (comm_ && comm_->failed()) || groups_.failed();
     if (failed) (void)engine_.release();
-    zero::ReleaseIfFailed(sequence_comm_);
+    groups_.Release();
     zero::ReleaseIfFailed(comm_);
   }
 
@@ -139,7 +139,7 @@ class Loop {
       for (const std::string& why : skipped) ctx_->Warn("skipped checkpoint: " + why);
       RETURN_IF_ERROR(AgreeOnCheckpoint(latest));
       if (latest) {
-        ASSIGN_OR_RETURN(state_, LoadCheckpoint(*latest, *engine_, mesh_.data));
+        ASSIGN_OR_RETURN(state_, LoadCheckpoint(*latest, *engine_, groups_.mesh.data));
         RETURN_IF_ERROR(stage_->RestoreDataState(state_.loader, state_.global_step));
         result.resumed_from = state_.global_step;
         rewarm_from_ = state_.global_step;
@@ -212,19 +212,22 @@ class Loop {
     } else if (stage_->trains()) {
       return absl::InternalError("a training stage named no model to build its engine from");
     }
-    RETURN_IF_ERROR(SetUpSequenceParallel());
+    if (!engine_) groups_.mesh = MeshOf(spec_, comm_->world_size());
     // A model without tokenizer files (a registry config): the tokenizer the data was prepared
     // with, so that every checkpoint this job saves is a whole model (serve, eval, a next stage).
     if (tokenizer_dir_.empty()) tokenizer_dir_ = PreparedWithTokenizer(spec_.data_path());
     ctx_.emplace(StageContext{spec_, t_, device, *comm_, engine_.get(), options_, config_,
-                              tokenizer_dir_, *events_, env_, mesh_});
+                              tokenizer_dir_, *events_, env_, groups_.mesh});
     for (const std::string& w : warnings_) ctx_->Warn(w);
     if (ctx_->lead()) {
       nlohmann::json setup = {
           {"device", device.str()},
           {"backend", comm_->backend()},
           {"kind", JobKindName(spec_.kind())},
-          {"mesh", {{"data", mesh_.data}, {"sequence", mesh_.sequence}, {"tensor", mesh_.tensor}}},
+          {"mesh",
+           {{"data", groups_.mesh.data},
+            {"sequence", groups_.mesh.sequence},
+            {"tensor", groups_.mesh.tensor}}},
           {"attention",
            engine_ ? model::AttentionImplName(model::ResolveAttentionImpl(attention, device))
                    : "none"}};
@@ -309,11 +312,16 @@ class Loop {
     }
     options_ = zero::EngineOptionsFrom(ds, t_, &warnings_);
     options_.device = device;
+    // The mesh's groups (stages/internal/mesh_groups.h): ZeRO shards over the ranks holding the
+    // same weights, the model exchanges over its sequence- and tensor-parallel groups.
+    ASSIGN_OR_RETURN(groups_, internal::OpenMeshGroups(spec_, *comm_, config_));
+    groups_.ApplyTo(&options_);
     gather_on_save_ = options_.stage < 3 || (ds && ds->stage3_gather_16bit_weights_on_model_save);
     baseline_rss_ = CurrentRssBytes();  // before any model or training state exists
     if (stage_->trains()) {
       ASSIGN_OR_RETURN(engine_, zero::Engine::Create(config_, options_, comm_.get(), t_.seed(),
                                                      resolved_model.second));
+      groups_.ApplyTo(&engine_->model());
       model::GradientCheckpointing checkpointing;
       checkpointing.decoder_layers = checkpointing.vision_blocks = t_.gradient_checkpointing();
       engine_->model().SetGradientCheckpointing(checkpointing);
@@ -333,35 +341,6 @@ class Loop {
     }
     engine_->model().SetAttentionImpl(attention);
     return attention;
-  }
-
-  // The device mesh (common/parallelism_spec.h); with sequence parallelism, the group's
-  // communicator and the model's Ulysses exchange over it (model/sequence_parallel.h). ZeRO keeps
-  // sharding over every rank: a sequence-parallel group's ranks hold the same weights.
-  absl::Status SetUpSequenceParallel() {
-    mesh_ = MeshOf(spec_, comm_->world_size());
-    if (mesh_.sequence <= 1 || !engine_) return absl::OkStatus();
-    if (comm_->world_size() % mesh_.sequence != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parallelism.sequence_parallel_size ", mesh_.sequence,
-                       " does not divide the world size ", comm_->world_size()));
-    }
-    if (config_.num_attention_heads % mesh_.sequence != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parallelism.sequence_parallel_size ", mesh_.sequence, " does not divide the model's ",
-          config_.num_attention_heads, " attention heads"));
-    }
-    ASSIGN_OR_RETURN(sequence_comm_,
-                     comm_->Subgroup(mesh_.SequenceGroup(comm_->rank()), "sequence"));
-    auto sequence = std::make_shared<model::SequenceParallel>();
-    sequence->size = mesh_.sequence;
-    sequence->rank = mesh_.SequenceRank(comm_->rank());
-    zero::Comm* group = sequence_comm_.get();
-    sequence->all_to_all = [group](const torch::Tensor& x, int64_t scatter, int64_t gather) {
-      return zero::SequenceAllToAll(*group, x, scatter, gather);
-    };
-    engine_->model().SetSequenceParallel(std::move(sequence));
-    return absl::OkStatus();
   }
 
   // One optimizer step: the stage's micro-batches, then the update. Returns the step's loss.
@@ -437,7 +416,9 @@ class Loop {
                              {"peak_source", source},
                              {"comm_bytes_sent", comm_->bytes_sent()},
                              {"sequence_comm_bytes_sent",
-                              sequence_comm_ ? sequence_comm_->bytes_sent() : uint64_t{0}}});
+                              groups_.sequence ? groups_.sequence->bytes_sent() : uint64_t{0}},
+                             {"tensor_comm_bytes_sent",
+                              groups_.tensor ? groups_.tensor->bytes_sent() : uint64_t{0}}});
   }
 
   // Accumulates the window and emits its means every logging_steps and at the last step.
@@ -495,7 +476,7 @@ class Loop {
     SaveOptions options;
     options.write_hf_weights = gather_on_save_;
     options.tokenizer_dir = tokenizer_dir_;
-    options.data_ranks = mesh_.data;
+    options.data_ranks = groups_.mesh.data;
     ASSIGN_OR_RETURN(const std::string dir,
                      model::Guarded(absl::StrCat("saving checkpoint ", state_.global_step), [&] {
                        return SaveCheckpoint(spec_.output_dir(), state_, *engine_, options);
@@ -514,8 +495,7 @@ class Loop {
   const RankEnv& env_;
   EventSink* events_;
   std::unique_ptr<zero::Comm> comm_;
-  DeviceMesh mesh_;
-  std::unique_ptr<zero::Comm> sequence_comm_;  // the sequence-parallel group's; null without one
+  internal::MeshGroups groups_;  // the mesh's sub-groups of comm_ (one-rank mesh: none)
   model::Qwen2VLConfig config_;
   zero::EngineOptions options_;
   std::unique_ptr<zero::Engine> engine_;
@@ -542,6 +522,12 @@ class Loop {
 };
 
 }  // namespace
+
+absl::Status StageContext::SumOverRanks(torch::Tensor& t, const std::string& what) const {
+  RETURN_IF_ERROR(comm.AllReduceSum(t, what));
+  if (mesh.tensor > 1) t.div_(mesh.tensor);
+  return absl::OkStatus();
+}
 
 void StageContext::Warn(const std::string& message) const {
   if (lead()) events.Emit("warning", {{"message", message}});

@@ -74,12 +74,17 @@ struct StageContext {
   const std::string& tokenizer_dir;    // the model directory when it is one, else ""
   EventSink& events;
   const RankEnv& env;  // the rank's launch environment (the model registry, a teacher's key)
-  // The device mesh: a sequence-parallel group's ranks read the same batches (DataRank).
+  // The device mesh: a sequence- or tensor-parallel group's ranks read the same batches
+  // (DataRank).
   DeviceMesh mesh;
 
   // Rank 0 speaks for the job: metrics, checkpoints and warnings come once, not once per rank.
   bool lead() const { return comm.rank() == 0; }
   void Warn(const std::string& message) const;
+  // `t` (a host tensor) summed over every rank, each tensor-parallel group's counted once: its
+  // ranks hold the same batches, losses and rewards. Sequence-parallel ranks' values are summed
+  // (each is its share of the batch's loss, or a count the caller divides).
+  absl::Status SumOverRanks(torch::Tensor& t, const std::string& what) const;
 };
 
 // One optimizer step's result as a stage reports it; every field is the same on every rank.

@@ -43,7 +43,7 @@ class SftStage final : public Stage {
       loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
     }
     torch::Tensor total = loss_sum.to(torch::kCPU, torch::kFloat64).reshape({1});
-    RETURN_IF_ERROR(ctx.comm.AllReduceSum(total, "loss"));
+    RETURN_IF_ERROR(ctx.SumOverRanks(total, "loss"));
     out.loss = total.item<double>();
     return out;
   }

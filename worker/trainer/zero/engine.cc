@@ -41,9 +41,13 @@ bool DecayExempt(const std::string& name) {
 Engine::Engine(const EngineOptions& options, Comm* comm, bool frozen)
     : options_(options),
       frozen_(frozen),
-      comm_(comm),
-      world_(comm->world_size()),
-      rank_(comm->rank()) {
+      world_comm_(comm),
+      comm_(options.zero_group != nullptr ? options.zero_group : comm),
+      world_(comm_->world_size()),
+      rank_(comm_->rank()) {
+  if (options_.tensor_parallel != nullptr && options_.tensor_parallel->size > 1) {
+    tp_ = options_.tensor_parallel.get();
+  }
   if (frozen_) {
     // Stages 1 and 2 shard only optimizer state and gradients, which a frozen model has none of.
     if (options_.stage < 3) options_.stage = 0;
@@ -146,6 +150,15 @@ void Engine::AdoptUnit(const std::string& name,
     const int64_t hi = std::min(slot.offset + slot.numel, u.begin + u.shard);
     if (lo < hi) u.decay_ranges.emplace_back(lo - u.begin, hi - u.begin);
   }
+  for (const Unit::Slot& slot : u.slots) {
+    if (tp_ == nullptr) break;
+    const int64_t lo = std::max(slot.offset, u.begin);
+    const int64_t hi = std::min(slot.offset + slot.numel, u.begin + u.shard);
+    if (lo >= hi) continue;
+    auto& ranges =
+        model::TensorParallelDim(slot.name, *tp_) >= 0 ? u.sliced_ranges : u.replicated_ranges;
+    ranges.emplace_back(lo - u.begin, hi - u.begin);
+  }
 
   const torch::TensorOptions mopts = MasterOptions();
   u.master = flat.narrow(0, u.begin, u.shard).to(mopts, /*non_blocking=*/false, /*copy=*/true);
@@ -193,11 +206,25 @@ void Engine::AdoptUnit(const std::string& name,
 absl::Status Engine::Build(const model::Qwen2VLConfig& config, int64_t seed,
                            const std::string& weights_dir) {
   torch::manual_seed(seed);
+  if (tp_ != nullptr && options_.zero_group == nullptr) {
+    return absl::InvalidArgumentError("tensor parallelism needs the ZeRO group (zero_group)");
+  }
   model_ = std::make_shared<model::Qwen2VLForConditionalGeneration>(
       config, [this](const std::string& unit,
                      const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+        // Each unit is built whole from its own seed, then a sliced weight keeps this rank's
+        // part: the same weights whatever the group's size.
+        if (tp_ != nullptr) {
+          torch::NoGradGuard no_grad;
+          for (const auto& [name, p] : params) {
+            if (model::TensorParallelDim(name, *tp_) < 0) continue;
+            torch::Tensor param = p;  // shares the module's parameter
+            param.set_data(model::SliceForTensorParallel(name, p.detach(), *tp_));
+          }
+        }
         AdoptUnit(unit, params);
       });
+  if (tp_ != nullptr) model_->SetTensorParallel(options_.tensor_parallel);
   model_->train();
   // Units() order, and the tied head's borrowed embedding.
   std::vector<std::unique_ptr<Unit>> ordered;
@@ -239,16 +266,20 @@ absl::Status Engine::Build(const model::Qwen2VLConfig& config, int64_t seed,
               absl::StrCat("tensor ", slot.name, " is not in ", ckpt->path()));
         }
         const model::SafetensorInfo* info = ckpt->Find(it->second);
-        if (info->shape != slot.shape) {
+        const std::vector<int64_t> whole =
+            tp_ != nullptr ? model::WholeShape(slot.name, slot.shape, *tp_) : slot.shape;
+        if (info->shape != whole) {
           return absl::InvalidArgumentError(
               absl::StrCat("tensor ", it->second, " in ", ckpt->FileOf(it->second), " has shape ",
                            ShapeString(info->shape), " but the model's ", slot.name, " is ",
-                           ShapeString(slot.shape)));
+                           ShapeString(whole)));
         }
         const int64_t lo = std::max(slot.offset, u->begin);
         const int64_t hi = std::min(slot.offset + slot.numel, u->begin + u->shard);
         if (lo >= hi) continue;
         ASSIGN_OR_RETURN(torch::Tensor value, ckpt->Get(it->second));
+        // A sliced weight is read whole, then cut: one MLP weight's transient.
+        if (tp_ != nullptr) value = model::SliceForTensorParallel(slot.name, value, *tp_);
         u->master.narrow(0, lo - u->begin, hi - lo)
             .copy_(value.reshape({-1}).narrow(0, lo - slot.offset, hi - lo));
       }
@@ -398,6 +429,7 @@ void Engine::SumGradientsAcrossRanks() {
 }
 
 double Engine::GlobalGradSquares() {
+  if (tp_ != nullptr) return TensorParallelGradSquares();  // engine_tensor_parallel.cc
   // Each slice's norm on its device, squared and summed in fp64 there: one host
   // synchronisation for the whole model (the clip coefficient needs the value), not one per unit.
   std::vector<torch::Tensor> norms;

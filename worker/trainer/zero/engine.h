@@ -54,6 +54,7 @@
 #include "nlohmann/json.hpp"
 #include "trainctl/v1/job.pb.h"
 #include "worker/trainer/model/qwen2vl.h"
+#include "worker/trainer/model/tensor_parallel.h"
 #include "worker/trainer/zero/adamw.h"
 #include "worker/trainer/zero/comm.h"
 
@@ -82,6 +83,13 @@ struct EngineOptions {
   bool pin_memory = false;         // page-locked host buffers (CUDA builds)
 
   double gradient_clipping = 0;  // 0: none
+
+  // Tensor parallelism (model/tensor_parallel.h), null without it: the decoder MLPs' weights are
+  // this rank's slices, and ZeRO shards over `zero_group` (the ranks with this rank's tensor
+  // position, common/parallelism_spec.h), which must then be set and outlive the engine.
+  // Checkpoints, Layout() and GatherFullWeights keep whole weights either way.
+  std::shared_ptr<const model::TensorParallel> tensor_parallel;
+  Comm* zero_group = nullptr;
 
   // AdamW (or Adam with L2 when !adam_w_mode).
   double lr = 5e-5;
@@ -134,7 +142,9 @@ class Engine {
   // The model to run forward on; at stage 3 its weights exist only while a unit runs.
   model::Qwen2VLForConditionalGeneration& model() { return *model_; }
   const EngineOptions& options() const { return options_; }
-  Comm& comm() { return *comm_; }
+  // Every rank of the job (checkpoints write one file per rank of it); the engine shards over
+  // options().zero_group when one is set, else over this.
+  Comm& comm() { return *world_comm_; }
   bool frozen() const { return frozen_; }
 
   // Backpropagates one micro-batch's loss (scaled when fp16) and, at stage 2, reduce-scatters its
@@ -240,8 +250,22 @@ class Engine {
   // StepOrThrow's steps, in its order. Gradients summed across ranks into each rank's slices
   // (stage 0: all-reduced; stage 1: reduce-scattered; stages 2-3 did it in Backward).
   void SumGradientsAcrossRanks();
-  // The squared global gradient norm (loss-scaled), the same on every rank; one host sync.
+  // The squared global gradient norm (loss-scaled), the same on every rank; one host sync. With
+  // tensor parallelism a sliced weight's squares are summed over the group, a replicated one's
+  // counted once (TensorParallelGradSquares).
   double GlobalGradSquares();
+  double TensorParallelGradSquares();
+  // Tensor parallelism: a unit's flat buffer (this rank's layout, `numel` elements at least) as
+  // the whole weights' flat buffer, gathering the group's slices (collective over the group), and
+  // back. Identity without tensor parallelism.
+  torch::Tensor WholeFlat(const Unit& u, const torch::Tensor& flat) const;
+  torch::Tensor SlicedFlat(const Unit& u, const torch::Tensor& whole) const;
+  int64_t WholeNumel(const Unit& u) const;
+  std::vector<int64_t> WholeShape(const std::string& name, const std::vector<int64_t>& shape) const;
+  // SaveShards under tensor parallelism: every unit's whole buffers, split over every rank of
+  // the job as a run without it would save them (collective: gathers over both groups).
+  ShardState SaveWholeShards() const;
+  nlohmann::json EngineState() const;  // optimizer step count, loss scaler
   // fp16 overflow, dynamic scaler: hysteresis first, then the scale halved (floor: min_loss_scale).
   void LowerLossScale();
   // AdamW on each master slice with its gradients times `coefficient` (unscale and clip).
@@ -254,9 +278,11 @@ class Engine {
   EngineOptions options_;
   bool frozen_ = false;
   std::unique_ptr<ShardedAdamW> optimizer_;  // null when frozen
-  Comm* comm_;
-  int world_;
+  Comm* world_comm_;
+  Comm* comm_;  // the ranks units are sharded over (zero_group, else every rank)
+  int world_;   // comm_'s size and this rank's place in it
   int rank_;
+  const model::TensorParallel* tp_ = nullptr;  // set when options_.tensor_parallel->size > 1
   std::shared_ptr<model::Qwen2VLForConditionalGeneration> model_;
   std::vector<std::unique_ptr<Unit>> units_;  // Units() order
   std::map<std::string, Unit*> by_name_;

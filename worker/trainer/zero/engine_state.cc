@@ -14,8 +14,9 @@ nlohmann::json Engine::Layout() const {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& u : units_) {
     nlohmann::json params = nlohmann::json::array();
-    for (const Unit::Slot& slot : u->slots) params.push_back({slot.name, slot.shape});
-    out.push_back({{"unit", u->name}, {"numel", u->numel}, {"params", params}});
+    for (const Unit::Slot& slot : u->slots)
+      params.push_back({slot.name, WholeShape(slot.name, slot.shape)});
+    out.push_back({{"unit", u->name}, {"numel", WholeNumel(*u)}, {"params", params}});
   }
   return out;
 }
@@ -26,7 +27,7 @@ MemoryStats Engine::Memory() const {
     return t.defined() ? static_cast<int64_t>(t.numel() * t.element_size()) : int64_t{0};
   };
   for (const auto& u : units_) {
-    m.parameters += u->numel;
+    m.parameters += WholeNumel(*u);
     m.master_bytes += bytes(u->master);
     const bool aliased = u->full.defined() && u->full.is_same(u->master);
     m.gradient_bytes += bytes(u->full_grad) + bytes(u->grad32);
@@ -81,6 +82,7 @@ absl::StatusOr<Engine::HeldWeights> Engine::HoldWeights() {
 // Checkpoint state
 
 Engine::ShardState Engine::SaveShards() const {
+  if (tp_ != nullptr) return SaveWholeShards();  // engine_tensor_parallel.cc
   ShardState s;
   s.ranges = nlohmann::json::object();
   for (const auto& u : units_) {
@@ -96,11 +98,15 @@ Engine::ShardState Engine::SaveShards() const {
                              optimizer_->moment(u->optimizer_slice, kind).narrow(0, 0, n).cpu());
     }
   }
-  s.engine = {{"adam_step", optimizer_ ? optimizer_->step() : 0},
-              {"loss_scale", loss_scale_},
-              {"good_steps", good_steps_},
-              {"hysteresis_left", hysteresis_left_}};
+  s.engine = EngineState();
   return s;
+}
+
+nlohmann::json Engine::EngineState() const {
+  return {{"adam_step", optimizer_ ? optimizer_->step() : 0},
+          {"loss_scale", loss_scale_},
+          {"good_steps", good_steps_},
+          {"hysteresis_left", hysteresis_left_}};
 }
 
 absl::Status Engine::LoadShards(const RangeReader& read, const nlohmann::json& engine) {
@@ -113,7 +119,14 @@ absl::Status Engine::LoadShards(const RangeReader& read, const nlohmann::json& e
       for (const std::string& kind : ShardedAdamW::MomentKinds()) kinds.push_back(kind);
     }
     for (const std::string& kind : kinds) {
-      ASSIGN_OR_RETURN(torch::Tensor values, read(u->name, kind, u->begin, u->begin + n));
+      torch::Tensor values;
+      if (tp_ != nullptr) {
+        // The whole unit, as saved; this rank's slices of its sliced weights, then its part.
+        ASSIGN_OR_RETURN(torch::Tensor whole, read(u->name, kind, 0, WholeNumel(*u)));
+        values = SlicedFlat(*u, whole).narrow(0, u->begin, n);
+      } else {
+        ASSIGN_OR_RETURN(values, read(u->name, kind, u->begin, u->begin + n));
+      }
       torch::Tensor& target =
           kind == "master" ? u->master : optimizer_->moment(u->optimizer_slice, kind);
       target.detach().narrow(0, 0, n).copy_(values);
@@ -139,9 +152,14 @@ std::vector<std::pair<std::string, torch::Tensor>> Engine::GatherFullWeights(
       comm_->AllGather(full, gathered, "export of " + u->name).Wait();
       full = gathered;
     }
+    full = WholeFlat(*u, full);  // tensor parallelism: the group's slices joined
     if (!keep) continue;
+    int64_t at = 0;
     for (const Unit::Slot& slot : u->slots) {
-      out.emplace_back(slot.name, full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone());
+      const std::vector<int64_t> shape = WholeShape(slot.name, slot.shape);
+      const int64_t numel = c10::multiply_integers(shape);
+      out.emplace_back(slot.name, full.narrow(0, at, numel).view(shape).clone());
+      at += numel;
     }
   }
   return out;

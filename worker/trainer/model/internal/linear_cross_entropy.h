@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "worker/trainer/model/tensor_parallel.h"
+
 namespace trainctl::model::internal {
 
 // Rows per chunk when chunk_rows is 0: about 2^27 logits (512 MiB in fp32) per chunk.
@@ -26,6 +28,17 @@ int64_t DefaultChunkRows(int64_t vocab);
 torch::Tensor LinearCrossEntropySum(const torch::Tensor& x, const torch::Tensor& weight,
                                     const torch::Tensor& labels, int64_t ignore_index = -100,
                                     int64_t chunk_rows = 0);
+
+// As LinearCrossEntropySum with the head split by vocabulary rows over a tensor-parallel group
+// (tensor_parallel.h, vocab_parallel): `weight` [V / size, H] is this rank's rows, labels are
+// whole-vocabulary ids. Per chunk the group combines its log-sum-exps (gathered, one value per
+// row and rank) and the target logits (summed: only the rank holding a label's row contributes
+// it); each rank computes its columns' gradient (softmax minus one-hot), the input's gradient is
+// summed over the group, the weight's stays this rank's. Returns the whole loss on every rank.
+// Collective: every rank of the group calls it with the same x and labels.
+torch::Tensor VocabParallelCrossEntropySum(const torch::Tensor& x, const torch::Tensor& weight,
+                                           const torch::Tensor& labels, const TensorParallel& tp,
+                                           int64_t ignore_index = -100, int64_t chunk_rows = 0);
 
 }  // namespace trainctl::model::internal
 

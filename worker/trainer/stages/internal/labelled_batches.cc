@@ -36,9 +36,10 @@ absl::StatusOr<std::unique_ptr<data::Loader>> RankLoader(const StageContext& ctx
   data::LoaderOptions options;
   options.batch_size = ctx.training.per_device_train_batch_size();
   options.seed = static_cast<uint64_t>(ctx.training.seed());
-  // A sequence-parallel group's ranks share their batches (each keeps a slice of every sequence).
+  // A sequence- or tensor-parallel group's ranks share their batches (each keeps a slice of
+  // every sequence, or of every MLP).
   options.rank = ctx.mesh.DataRank(ctx.comm.rank());
-  options.world_size = ctx.comm.world_size() / ctx.mesh.sequence;
+  options.world_size = ctx.comm.world_size() / (ctx.mesh.sequence * ctx.mesh.tensor);
   if (ctx.training.packing()) options.pack_length = ctx.training.max_seq_length();
   return data::Loader::Create(reader, options);
 }
@@ -60,10 +61,12 @@ absl::StatusOr<MicroBatches> NextMicroBatches(StageContext& ctx, data::Loader& l
   torch::Tensor counts = torch::tensor({static_cast<double>(label_tokens),
                                         static_cast<double>(tokens), static_cast<double>(samples)},
                                        torch::kFloat64);
-  RETURN_IF_ERROR(ctx.comm.AllReduceSum(counts, "token counts"));
-  // With sequence parallelism each batch is counted once per rank of its group: label_tokens
-  // stays so (every rank's loss over the whole gathered sequence is then 1/size of it, and the
-  // gradients add up to the batch's), the throughput figures do not.
+  // A tensor-parallel group's ranks each take the whole loss (their replicated weights'
+  // gradients are not summed over the group): SumOverRanks counts the group once. Each batch is
+  // still counted once per rank of its sequence-parallel group: label_tokens stays so (every
+  // rank's loss over the whole gathered sequence is then 1/size of it, and the gradients, summed
+  // over the ZeRO group, add up to the batch's); the throughput figures do not.
+  RETURN_IF_ERROR(ctx.SumOverRanks(counts, "token counts"));
   out.label_tokens = std::max(1.0, counts[0].item<double>());
   out.tokens = static_cast<int64_t>(counts[1].item<double>()) / ctx.mesh.sequence;
   out.samples = static_cast<int64_t>(counts[2].item<double>()) / ctx.mesh.sequence;

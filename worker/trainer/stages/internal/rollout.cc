@@ -73,6 +73,9 @@ absl::StatusOr<model::GenerationOutput> GenerateCompletions(StageContext& ctx, z
   const bool stage3 = engine.options().stage == 3;
   const bool hold = stage3 && ctx.training.gather_for_generation();
   options.units_resident = hold;
+  // Tensor-parallel MLPs sum their parts over the group on every decoding step: NCCL collectives
+  // are not captured into the graph.
+  if (ctx.mesh.tensor > 1) options.cuda_graph = false;
   if (stage3 && ctx.comm.world_size() > 1 && !hold) {
     options.all_done = [&ctx](bool done) {
       torch::Tensor open = torch::tensor({done ? 0.0 : 1.0}, torch::kFloat64);

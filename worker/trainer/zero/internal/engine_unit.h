@@ -32,6 +32,9 @@ struct Engine::Unit {
   int64_t begin = 0;                                      // this rank's first element
   int64_t padded = 0;                                     // S * W (stage 0: F)
   std::vector<std::pair<int64_t, int64_t>> decay_ranges;  // local [begin, end) in master
+  // Tensor parallelism: local [begin, end) in master of weights sliced over the group, and of
+  // the replicated ones (padding in neither).
+  std::vector<std::pair<int64_t, int64_t>> sliced_ranges, replicated_ranges;
 
   torch::Tensor master;        // fp32 [S] (frozen: compute dtype); stage 3: the autograd leaf
   size_t optimizer_slice = 0;  // its index in the optimizer

