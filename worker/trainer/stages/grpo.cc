@@ -105,9 +105,10 @@ class GrpoStage final : public Stage {
       reference_->model().SetAttentionImpl(ctx.engine->model().attention_impl());
     }
 
-    // The step's shape, over the data-parallel ranks: a tensor-parallel group's ranks generate,
-    // score and train the same rows (the same sampling seeds, and logits equal on each of them
-    // after every MLP's sum), each with its slice of the MLPs.
+    // The step's shape, over the data-parallel ranks: a tensor- or sequence-parallel group's
+    // ranks generate, score and train the same rows (the same sampling seeds, and logits equal on
+    // each of them after every MLP's sum), each with its slice of the MLPs or of the sequences
+    // in the training forwards; rollouts decode whole sequences on every rank of the group.
     world_ = ctx.mesh.data;
     rank_ = ctx.mesh.DataRank(ctx.comm.rank());
     micro_rows_ = t.per_device_train_batch_size();
@@ -172,6 +173,15 @@ class GrpoStage final : public Stage {
   }
 
  private:
+  // `t` summed over the ranks, each group of ranks holding the same rows (sequence- and
+  // tensor-parallel groups) counted once.
+  static absl::Status SumOverRows(const StageContext& ctx, torch::Tensor& t,
+                                  const std::string& what) {
+    RETURN_IF_ERROR(ctx.SumOverRanks(t, what));
+    if (ctx.mesh.sequence > 1) t.div_(ctx.mesh.sequence);
+    return absl::OkStatus();
+  }
+
   // This rank's rows of generation `generation`: prompts in the shared order, each repeated
   // num_generations times, rank r taking rows [r B, (r + 1) B); then the policy samples them.
   absl::Status Rollout(StageContext& ctx, int64_t generation) {
@@ -226,7 +236,7 @@ class GrpoStage final : public Stage {
     torch::Tensor sums =
         torch::tensor({static_cast<double>(new_tokens), static_cast<double>(truncated), seconds},
                       torch::kFloat64);
-    RETURN_IF_ERROR(ctx.SumOverRanks(sums, "completion lengths"));
+    RETURN_IF_ERROR(SumOverRows(ctx, sums, "completion lengths"));
     const double total_rows = static_cast<double>(rows_here * world_);
     rollout_metrics_ = nlohmann::json::object();
     rollout_metrics_["completions/mean_length"] = sums[0].item<double>() / total_rows;
@@ -277,7 +287,7 @@ class GrpoStage final : public Stage {
         for (int64_t i = a; i < b; ++i) all[rank_ * rows_here + i][k - 1] = scores[i - a];
       }
     }
-    RETURN_IF_ERROR(ctx.SumOverRanks(all, "rewards"));
+    RETURN_IF_ERROR(SumOverRows(ctx, all, "rewards"));
     torch::Tensor weights = torch::tensor(weights_, torch::kFloat64);
     torch::Tensor total = (all * weights).sum(1);
     ASSIGN_OR_RETURN(Advantages adv, ComputeAdvantages(total, group_, scale_));
@@ -345,7 +355,7 @@ class GrpoStage final : public Stage {
       tokens += static_cast<int64_t>(row.prompt.size() + row.completion.size());
     }
     torch::Tensor counts = torch::tensor({active, static_cast<double>(tokens)}, torch::kFloat64);
-    RETURN_IF_ERROR(ctx.SumOverRanks(counts, "completion tokens"));
+    RETURN_IF_ERROR(SumOverRows(ctx, counts, "completion tokens"));
     GrpoStepShape shape;
     shape.world_size = world_;
     shape.grad_accum_steps = accumulation_;
@@ -368,8 +378,12 @@ class GrpoStage final : public Stage {
       if (!old_logps_.empty()) li.old_per_token_logps = old_logps_[static_cast<size_t>(micro)];
       ASSIGN_OR_RETURN(li.per_token_logps, LogProbs(ctx, *ctx.engine, in));
       ASSIGN_OR_RETURN(GrpoLossOutput lo, GrpoLoss(li, options_, shape));
-      RETURN_IF_ERROR(ctx.engine->Backward(lo.contribution));
-      loss += lo.contribution.item<double>();
+      // A sequence-parallel group's ranks each compute the whole rows' loss (the model gathers
+      // the sequence back before the head), and their gradients add up over the ZeRO group:
+      // each takes 1/size of it.
+      const torch::Tensor contribution = lo.contribution / ctx.mesh.sequence;
+      RETURN_IF_ERROR(ctx.engine->Backward(contribution));
+      loss += contribution.item<double>();
       stats.Add(lo.stats);
     }
     torch::Tensor sums =
