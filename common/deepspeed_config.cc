@@ -127,8 +127,8 @@ void ResolveBatch(Resolution& r) {
   } else if (!r.diag.HasError("train_batch_size") && *tbs != json(global)) {
     r.diag.Error("train_batch_size",
                  absl::StrCat(Show(*tbs), " != train_micro_batch_size_per_gpu ", in.micro_batch,
-                              " * gradient_accumulation_steps ", in.grad_accum, " * world_size ",
-                              in.world_size, " = ", global));
+                              " * gradient_accumulation_steps ", in.grad_accum,
+                              " * data-parallel world_size ", in.world_size, " = ", global));
   }
   FillAuto(r, "gradient_clipping", json(in.max_grad_norm), "--max_grad_norm");
   if (Find(r.doc, "gradient_clipping") == nullptr && in.max_grad_norm > 0) {
@@ -420,7 +420,7 @@ absl::Status ValidateInputs(const DeepSpeedInputs& in) {
   auto require = [&errors](bool ok, absl::string_view flag, absl::string_view what, auto got) {
     if (!ok) errors.push_back(absl::StrCat(flag, ": must be ", what, ", got ", got));
   };
-  require(in.world_size >= 1, "world_size (nodes * slots_per_node)", "positive", in.world_size);
+  require(in.world_size >= 1, "world_size (data-parallel ranks)", "positive", in.world_size);
   require(in.micro_batch >= 1, "--per_device_train_batch_size", "positive", in.micro_batch);
   require(in.grad_accum >= 1, "--gradient_accumulation_steps", "positive", in.grad_accum);
   require(in.learning_rate >= 0, "--learning_rate", "non-negative", in.learning_rate);

@@ -53,7 +53,7 @@ namespace trainctl {
 
 // What the HF Trainer would pass to the DeepSpeed integration, taken from the job's flags.
 struct DeepSpeedInputs {
-  int world_size = 1;   // nodes * slots_per_node
+  int world_size = 1;   // data-parallel ranks: nodes * slots_per_node / (tensor x sequence)
   int micro_batch = 8;  // --per_device_train_batch_size
   int grad_accum = 1;   // --gradient_accumulation_steps
   double learning_rate = 5e-5;

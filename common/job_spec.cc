@@ -315,7 +315,12 @@ void CheckTraining(const std::string& path, const TrainingArguments& t, JobKind 
 
 DeepSpeedInputs DeepSpeedInputsFor(const JobSpec& spec, const TrainingArguments& t) {
   DeepSpeedInputs in;
-  in.world_size = spec.resources().nodes() * spec.resources().slots_per_node();
+  // DeepSpeed's world size for the batch is the data-parallel one: the ranks of a sequence- or
+  // tensor-parallel group share their batches (common/parallelism_spec.h).
+  const int world = spec.resources().nodes() * spec.resources().slots_per_node();
+  const int sharing = std::max(1, spec.parallelism().tensor_parallel_size()) *
+                      std::max(1, spec.parallelism().sequence_parallel_size());
+  in.world_size = world % sharing == 0 ? world / sharing : world;
   in.micro_batch = t.per_device_train_batch_size();
   in.grad_accum = t.gradient_accumulation_steps();
   in.learning_rate = t.learning_rate();

@@ -264,9 +264,10 @@ double RolloutPhase(const Inputs& in, const ModelShape& m, int64_t rows, Builder
   b->Device("kv_cache", kv,
             absl::StrCat(rows, " rows x ", in.prompt, " + ", in.completion, " positions x ",
                          m.layers, " layers"));
+  // The sampled logits are whole (gathered over a vocab-parallel group): the policy's vocabulary.
   const double prefill =
       rows * in.prompt * c * (3.0 * m.hidden + 2.0 * m.kv_dim() + 2.0 * m.intermediate) +
-      4.0 * rows * m.vocab * 2;
+      4.0 * rows * static_cast<double>(in.policy.vocab) * 2;
   b->Device("prefill_and_sampling", prefill,
             "one layer's prefill, fp32 logits of the last position");
   return total + kv + prefill;

@@ -241,7 +241,7 @@ TEST(DeepSpeedConfigTest, InconsistentTrainBatchSizeIsError) {
   EXPECT_EQ(ErrorOf(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": "auto"})",
                     SeedInputs()),
             "deepspeed.train_batch_size: 64 != train_micro_batch_size_per_gpu 4 * "
-            "gradient_accumulation_steps 4 * world_size 8 = 128");
+            "gradient_accumulation_steps 4 * data-parallel world_size 8 = 128");
 }
 
 TEST(DeepSpeedConfigTest, ConsistentExplicitTrainBatchSizeIsAccepted) {

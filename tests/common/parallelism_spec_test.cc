@@ -109,6 +109,14 @@ TEST(ParallelismSpecTest, TensorParallelRefusalsNameTheNumbers) {
                        "parallelism: {tensor_parallel_size: 3, vocab_parallel: true}\n"),
               HasSubstr("spec.parallelism.vocab_parallel: tensor_parallel_size 3 does not divide "
                         "the model's 151936-token vocabulary"));
+  // DeepSpeed's train_batch_size counts data-parallel ranks: 8 ranks at tp 2 are 4.
+  const std::string batch = std::string(kBase) +
+                            "parallelism: {tensor_parallel_size: 2}\n"
+                            "training: {per_device_train_batch_size: 2}\n";
+  EXPECT_EQ(Validate(batch + "deepspeed_config_json: '{\"train_batch_size\": 8}'\n"), "");
+  EXPECT_THAT(Validate(batch + "deepspeed_config_json: '{\"train_batch_size\": 16}'\n"),
+              HasSubstr("16 != train_micro_batch_size_per_gpu 2 * gradient_accumulation_steps 1 "
+                        "* data-parallel world_size 4 = 8"));
   // Logit distillation runs on the mesh, its teacher too; trace distillation does not.
   const std::string distill =
       "kind: distill\nmodel_name_or_path: tiny\nteacher_model_name_or_path: tiny-qwen2.5-vl\n"

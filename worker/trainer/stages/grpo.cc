@@ -217,7 +217,8 @@ class GrpoStage final : public Stage {
     }
     g.eos_token_ids = eos_ids_;
     g.pad_token_id = pad_id_;
-    const bool sharded = ctx.options.stage == 3 && world_ > 1;
+    // ZeRO shards over the ranks with this rank's tensor position (data x sequence parallel).
+    const bool sharded = ctx.options.stage == 3 && ctx.comm.world_size() / ctx.mesh.tensor > 1;
     const bool hold = sharded && t.gather_for_generation();
     const uint64_t sent_before = ctx.comm.bytes_sent();
     internal::RolloutCost cost;

@@ -381,6 +381,15 @@ Handle Comm::AllGather(const torch::Tensor& shard, const torch::Tensor& out,
     inputs[0] = inputs[0].view(torch::kUInt8);
     target = out.view({-1}).view(torch::kUInt8);
   }
+  if (impl_->native_reduce_scatter && (!out.is_cuda() || !shard.is_cuda())) {
+    // NCCL gathers device memory only: host tensors (a checkpoint's or an export's slices) go
+    // through the device.
+    at::Tensor send = inputs[0].to(options_.device);
+    at::Tensor recv = torch::empty({out.numel()}, send.options());
+    return Start(
+        impl_->group->_allgather_base(recv, send),
+        [out, send, recv] { out.view({-1}).copy_(recv); }, label, RingBytes(out, world_size()));
+  }
   if (impl_->native_reduce_scatter) {
     at::Tensor flat = out.view({-1});
     Handle h = Start(impl_->group->_allgather_base(flat, inputs[0]), nullptr, label,

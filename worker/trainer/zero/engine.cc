@@ -209,6 +209,15 @@ absl::Status Engine::Build(const model::Qwen2VLConfig& config, int64_t seed,
   if (tp_ != nullptr && options_.zero_group == nullptr) {
     return absl::InvalidArgumentError("tensor parallelism needs the ZeRO group (zero_group)");
   }
+  if (tp_ != nullptr) {
+    const bool vocab = tp_->vocab_parallel && config.vocab_size % tp_->size != 0;
+    if (config.intermediate_size % tp_->size != 0 || vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parallelism.tensor_parallel_size ", tp_->size, " does not divide ", config.source, "'s ",
+          vocab ? absl::StrCat(config.vocab_size, "-token vocabulary")
+                : absl::StrCat(config.intermediate_size, "-wide MLP (intermediate_size)")));
+    }
+  }
   model_ = std::make_shared<model::Qwen2VLForConditionalGeneration>(
       config, [this](const std::string& unit,
                      const std::vector<std::pair<std::string, torch::Tensor>>& params) {
@@ -380,8 +389,10 @@ absl::StatusOr<StepResult> Engine::Step(double lr) {
 StepResult Engine::StepOrThrow(double lr) {
   torch::NoGradGuard no_grad;
   StepResult result;
-  // 1. Gradients summed across ranks into each rank's slices.
+  // 1. Gradients summed across ranks into each rank's slices; with tensor parallelism the
+  // replicated weights' gradients also averaged over the group (engine_tensor_parallel.cc).
   SumGradientsAcrossRanks();
+  if (tp_ != nullptr) AverageReplicatedGradients();
 
   // 2. The global norm: every rank's slices (stage 0: the whole, the same on every rank).
   const double sum_squares = GlobalGradSquares();

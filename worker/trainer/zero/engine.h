@@ -255,6 +255,10 @@ class Engine {
   // counted once (TensorParallelGradSquares).
   double GlobalGradSquares();
   double TensorParallelGradSquares();
+  // Tensor parallelism: the replicated weights' gradient slices averaged over the group, so that
+  // every rank of it updates them identically even where kernels are not bit-for-bit repeatable
+  // (on GPUs, fused attention's backward): the group's copies never drift apart.
+  void AverageReplicatedGradients();
   // Tensor parallelism: a unit's flat buffer (this rank's layout, `numel` elements at least) as
   // the whole weights' flat buffer, gathering the group's slices (collective over the group), and
   // back. Identity without tensor parallelism.

@@ -13,26 +13,49 @@
 namespace trainctl::zero {
 
 double Engine::TensorParallelGradSquares() {
-  // [replicated, sliced], each summed in fp64 over its ranges. The replicated weights' slices
-  // and gradients are equal on every rank of the tensor-parallel group (and the ZeRO groups of
-  // its ranks have the same layout), so their sums are too, bit for bit, and every rank clips
-  // with the same norm; the sliced weights' squares are summed over the group.
-  torch::Tensor parts = torch::zeros({2}, torch::kFloat64);
+  // [replicated, sliced], each summed in fp64 over its ranges on the gradients' device, read
+  // once. The replicated weights' gradients are equal on every rank of the tensor-parallel
+  // group (AverageReplicatedGradients), and the ZeRO groups of its ranks have the same layout, so
+  // their sums are too and every rank clips alike; the sliced weights' squares are summed over
+  // the group.
+  std::vector<torch::Tensor> parts[2];
   for (auto& u : units_) {
     torch::Tensor& g = ShardGrad(*u);
     if (!g.defined()) continue;
     int i = 0;
     for (const auto* ranges : {&u->replicated_ranges, &u->sliced_ranges}) {
       for (const auto& [lo, hi] : *ranges) {
-        parts[i] += g.detach().narrow(0, lo, hi - lo).to(torch::kFloat64).square().sum().cpu();
+        parts[i].push_back(g.detach().narrow(0, lo, hi - lo).to(torch::kFloat64).square().sum());
       }
       ++i;
     }
   }
-  if (options_.stage >= 1) comm_->AllReduce(parts, "gradient norm").Wait();
-  torch::Tensor sliced = parts.narrow(0, 1, 1).clone();
+  torch::Tensor squares = torch::zeros({2}, torch::kFloat64);
+  for (int i = 0; i < 2; ++i) {
+    if (!parts[i].empty()) squares[i] = torch::stack(parts[i]).sum().cpu();
+  }
+  if (options_.stage >= 1) comm_->AllReduce(squares, "gradient norm").Wait();
+  torch::Tensor sliced = squares.narrow(0, 1, 1).clone();
   tp_->all_reduce(sliced);
-  return parts[0].item<double>() + sliced.item<double>();
+  return squares[0].item<double>() + sliced.item<double>();
+}
+
+void Engine::AverageReplicatedGradients() {
+  // One sum per unit over the group (the ranks' ranges match: same layouts, same ZeRO position).
+  for (auto& u : units_) {
+    torch::Tensor& g = ShardGrad(*u);
+    if (!g.defined() || u->replicated_ranges.empty()) continue;
+    std::vector<torch::Tensor> pieces;
+    for (const auto& [lo, hi] : u->replicated_ranges) pieces.push_back(g.narrow(0, lo, hi - lo));
+    torch::Tensor flat = torch::cat(pieces);
+    tp_->all_reduce(flat);
+    flat.div_(static_cast<double>(tp_->size));
+    int64_t at = 0;
+    for (const auto& [lo, hi] : u->replicated_ranges) {
+      g.narrow(0, lo, hi - lo).copy_(flat.narrow(0, at, hi - lo));
+      at += hi - lo;
+    }
+  }
 }
 
 int64_t Engine::WholeNumel(const Unit& u) const {
