@@ -85,9 +85,6 @@ ModelShape TensorParallelRankShape(const Inputs& in, const ModelShape& whole) {
   if (in.vocab_parallel) m.vocab /= in.tensor_parallel;
   return m;
 }
-ModelShape TensorParallelRankShape(const Inputs& in) {
-  return TensorParallelRankShape(in, in.policy);
-}
 
 // The ranks ZeRO shards the trained model over: those with the same tensor position.
 int64_t ZeroShardRanks(const Inputs& in) {
@@ -98,7 +95,7 @@ int64_t ZeroShardRanks(const Inputs& in) {
 // 3, the full working weights and 16-bit gradients every rank keeps (zero/engine.cc AdoptUnit).
 // With tensor parallelism, of this rank's parameters (the MLPs' slices), over the ZeRO group.
 void TrainedStates(const Inputs& in, Builder* b) {
-  const ModelShape m = TensorParallelRankShape(in);
+  const ModelShape m = TensorParallelRankShape(in, in.policy);
   const int64_t params = m.Parameters();
   const int64_t zero = ZeroShardRanks(in);
   const int64_t slice = m.Sliced(in.stage >= 1 ? zero : 1);
@@ -199,7 +196,7 @@ double Activations(const Inputs& in, const ModelShape& m, int64_t rows, int64_t 
 // in backward a unit's 16-bit gradients computing while the previous one's are reduce-scattered.
 void GatheredWeights(const Inputs& in, Builder* b) {
   if (in.stage < 3) return;
-  const double unit = static_cast<double>(TensorParallelRankShape(in).LargestUnit());
+  const double unit = static_cast<double>(TensorParallelRankShape(in, in.policy).LargestUnit());
   const double prefetch = std::min(unit, static_cast<double>(in.prefetch_bucket));
   b->Device("gathered_weights", in.dtype_bytes * (2 * unit + prefetch),
             absl::StrCat("2 x the largest unit (", Count(unit), ") + prefetch ", Count(prefetch),
@@ -237,8 +234,8 @@ double LossBytes(const Inputs& in, int64_t tokens, std::string* detail) {
 double TrainPhase(const Inputs& in, Builder* b) {
   std::string detail;
   const int64_t tokens = in.micro * in.seq;
-  const double act =
-      Activations(in, TensorParallelRankShape(in), in.micro, in.seq, in.patches, &detail);
+  const double act = Activations(in, TensorParallelRankShape(in, in.policy), in.micro, in.seq,
+                                 in.patches, &detail);
   b->Device("activations", act, detail);
   const double loss = LossBytes(in, tokens, &detail);
   b->Device("logits_and_loss", loss, detail);

@@ -32,8 +32,9 @@ void MeshGroups::ApplyTo(model::Qwen2VLForConditionalGeneration* model) const {
 
 namespace {
 
-absl::Status CheckMeshFits(const DeviceMesh& mesh, int world, const model::Qwen2VLConfig& config,
-                           bool vocab_parallel) {
+// The MLP width and vocabulary tensor parallelism splits are the engine's to check (zero/engine.cc
+// Build), for every model it builds, frozen ones included.
+absl::Status CheckMeshFits(const DeviceMesh& mesh, int world, const model::Qwen2VLConfig& config) {
   if (mesh.world() != world) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parallelism: sequence_parallel_size ", mesh.sequence, " x tensor_parallel_size ",
@@ -43,16 +44,6 @@ absl::Status CheckMeshFits(const DeviceMesh& mesh, int world, const model::Qwen2
     return absl::InvalidArgumentError(absl::StrCat("parallelism.sequence_parallel_size ",
                                                    mesh.sequence, " does not divide the model's ",
                                                    config.num_attention_heads, " attention heads"));
-  }
-  if (vocab_parallel && config.vocab_size % mesh.tensor != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parallelism.tensor_parallel_size ", mesh.tensor, " does not divide the model's ",
-        config.vocab_size, "-token vocabulary (parallelism.vocab_parallel)"));
-  }
-  if (config.intermediate_size % mesh.tensor != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parallelism.tensor_parallel_size ", mesh.tensor, " does not divide the model's ",
-        config.intermediate_size, "-wide MLP (intermediate_size)"));
   }
   return absl::OkStatus();
 }
@@ -85,8 +76,7 @@ absl::StatusOr<MeshGroups> OpenMeshGroups(const trainctl::v1::JobSpec& spec, zer
                                           const model::Qwen2VLConfig& config) {
   MeshGroups g;
   g.mesh = MeshOf(spec, world.world_size());
-  RETURN_IF_ERROR(
-      CheckMeshFits(g.mesh, world.world_size(), config, spec.parallelism().vocab_parallel()));
+  RETURN_IF_ERROR(CheckMeshFits(g.mesh, world.world_size(), config));
   const int rank = world.rank();
   if (g.mesh.sequence > 1) {
     ASSIGN_OR_RETURN(g.sequence, world.Subgroup(g.mesh.SequenceGroup(rank), "sequence"));
