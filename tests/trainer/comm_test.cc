@@ -248,7 +248,9 @@ TEST(CommTest, DeadPeerInASubgroupIsNamedByWorldRank) {
   EXPECT_TRUE(OnRanks(4, [&done](Comm& world) {
     std::unique_ptr<Comm> half = HalfOf(world);
     if (!half) return false;
-    if (world.rank() == 3) _exit(0);  // gone once its group has formed
+    // One collective proves the group formed on both of its ranks before rank 3 goes.
+    half->AllReduce(torch::ones({4}), "formed").Wait();
+    if (world.rank() == 3) _exit(0);
     if (world.rank() != 2) {
       // Rank 0 holds the store that rank 2's diagnosis reads: stay until it is done.
       return testing::WaitFor([&] { return std::filesystem::exists(done); }, absl::Seconds(20));
