@@ -293,9 +293,13 @@ MemoryPlan PlanInputs(const Inputs& in) {
   const bool generates = in.kind == trainctl::v1::JOB_KIND_GRPO || !in.trains;
   if (generates) {
     const ModelShape& gen = in.teacher && !in.trains ? *in.teacher : in.policy;
-    const int64_t rows = in.kind == trainctl::v1::JOB_KIND_GRPO      ? in.micro * in.accumulation
-                         : in.kind == trainctl::v1::JOB_KIND_DISTILL ? in.micro * in.generations
-                                                                     : in.micro;
+    int64_t rows = in.kind == trainctl::v1::JOB_KIND_GRPO      ? in.micro * in.accumulation
+                   : in.kind == trainctl::v1::JOB_KIND_DISTILL ? in.micro * in.generations
+                                                               : in.micro;
+    // A sequence-parallel group's ranks each decode 1/sp of GRPO's rows when sp divides them.
+    if (in.kind == trainctl::v1::JOB_KIND_GRPO && rows % in.sequence_parallel == 0) {
+      rows /= in.sequence_parallel;
+    }
     rollout_bytes = RolloutPhase(in, TensorParallelRankShape(in, gen), rows, &rollout);
   }
   Builder& busiest = rollout_bytes > train_bytes ? rollout : train;

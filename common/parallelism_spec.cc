@@ -93,7 +93,7 @@ void CheckParallelJobKind(const trainctl::v1::JobSpec& spec, int tp, int sp,
 
 // When a model's config is known here: sp splits the attention heads, tp the MLP's width — of
 // the trained model, and of a logit-distillation teacher or a GRPO reward model, which run on the
-// same mesh.
+// same mesh (a reward model on whole sequences: a sequence-parallel group shares out its rows).
 void CheckParallelModelShape(const trainctl::v1::JobSpec& spec, int tp, int sp,
                              std::vector<std::string>* errors) {
   std::vector<std::pair<std::string, std::string>> models = {{"model", spec.model_name_or_path()}};
@@ -106,7 +106,7 @@ void CheckParallelModelShape(const trainctl::v1::JobSpec& spec, int tp, int sp,
   for (const auto& [whose, name] : models) {
     auto shape = LookupModelShape(name);
     if (!shape.ok()) continue;
-    if (shape->heads % sp != 0) {
+    if (shape->heads % sp != 0 && whose != "reward model") {
       ParallelismError("sequence_parallel_size",
                        absl::StrCat(sp, " does not divide the ", whose, "'s ", shape->heads,
                                     " attention heads (num_attention_heads, ", shape->source, ")"),

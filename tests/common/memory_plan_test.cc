@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/job_spec.h"
 #include "common/model_catalog.h"
 
@@ -232,6 +233,14 @@ TEST(MemoryPlanTest, GrpoPlansItsRolloutAndReference) {
   EXPECT_GT(Part(plan, "kv_cache"), 0);
   // The whole model gathered for generation, 2 B per parameter.
   EXPECT_EQ(Part(plan, "generation_weights"), 2 * 2208985600);
+  // A sequence-parallel pair decodes half of the rows on each rank: half the KV cache (256 rows,
+  // so that the rollout stays the busier phase).
+  const std::string more = absl::StrReplaceAll(
+      grpo, {{"gradient_accumulation_steps: 64", "gradient_accumulation_steps: 256"}});
+  const MemoryPlan whole = Plan(more);
+  const MemoryPlan pair = Plan(more + "parallelism: {sequence_parallel_size: 2}\n");
+  ASSERT_EQ(pair.phase(), "rollout");
+  EXPECT_EQ(Part(pair, "kv_cache"), Part(whole, "kv_cache") / 2);
 }
 
 TEST(MemoryPlanTest, CpuRanksCountHostMemoryPerRankAndNode) {

@@ -148,15 +148,16 @@ TEST_F(TensorParallelTest, RanksSharingEachMlpTrainAsOne) {
 }
 
 // Logit distillation on the mesh: the student's MLPs and the frozen teacher's (a Qwen2.5-VL
-// model here) are both split over the group.
+// model here) are both split over a tensor-parallel group, and both models' sequences over a
+// sequence-parallel one.
 TEST_F(TensorParallelTest, LogitDistillationOnTheMeshTrainsAsOneRank) {
   // Two random tiny models' distributions over 151,936 tokens are close: their KL (~2e-5) is a
   // difference of nearly equal log-probabilities, which float rounding moves by ~1e-8 whatever
   // the mesh. Half cross-entropy keeps the loss where a relative comparison means something; the
   // KL's gradients still reach every weight.
   const json kd = {{"distill_loss", "forward_kl"}, {"kd_alpha", 0.5}, {"max_steps", 4}};
-  auto spec = [&](const std::string& name, int world, int tp, int stage) {
-    const std::string path = Spec(name, world, tp, 1, stage, 4, kd);
+  auto spec = [&](const std::string& name, int world, int tp, int stage, int sp = 1) {
+    const std::string path = Spec(name, world, tp, sp, stage, 4, kd);
     json j = json::parse(testing::ReadFileOrEmpty(path));
     j["kind"] = "distill";
     j["teacher_model_name_or_path"] = "tiny-qwen2.5-vl";
@@ -166,12 +167,31 @@ TEST_F(TensorParallelTest, LogitDistillationOnTheMeshTrainsAsOneRank) {
   ASSERT_EQ(one.size(), 4u);
   testing::ExpectLossesClose(one, testing::Losses(Run(2, spec("kd-tp2", 2, 2, 3), "kd-tp2")),
                              "distillation, tp 2, stage 3");
+  const std::vector<json> split = Run(2, spec("kd-sp2", 2, 1, 0, 2), "kd-sp2");
+  testing::ExpectLossesClose(one, testing::Losses(split), "distillation, sp 2, stage 0");
+  // The teacher's forwards exchange over the sequence group too: the student's forward and
+  // backward and the teacher's forward (a model of the same width and heads) move 3/2 of what
+  // an SFT run of the same batches does.
+  const std::vector<json> student =
+      Run(2, Spec("sft-sp2", 2, 1, 2, 0, 4, {{"max_steps", 4}}), "sft-sp2");
+  auto sequence_bytes = [](const std::vector<json>& events) {
+    double bytes = 0;
+    for (const json& e : events) {
+      if (e["type"] == "memory") bytes = e["sequence_comm_bytes_sent"].get<double>();
+    }
+    return bytes;
+  };
+  std::cout << "sequence group bytes: distillation " << sequence_bytes(split) << ", SFT "
+            << sequence_bytes(student) << "\n";
+  EXPECT_GT(sequence_bytes(student), 0);
+  EXPECT_DOUBLE_EQ(sequence_bytes(split), 1.5 * sequence_bytes(student));
 }
 
 // GRPO on the mesh: a tensor-parallel pair generates with its MLP and vocabulary slices (summed
 // per layer and the logits gathered on every decoding step), scores and trains the same rows as
 // one rank, its reference model split alike, and a reward model too (its score head whole); a
-// sequence-parallel pair splits the training forwards' sequences; and the two together. A
+// sequence-parallel pair decodes and scores half of the rows on each rank, exchanges the
+// completions and scores, and splits the training forwards' sequences; and the two together. A
 // GRPO loss is near zero by construction (group-normalised advantages), so the step's figures are
 // compared: the rollouts' rewards and lengths, the gradient norm and, after the first update, the
 // KL to the reference.
@@ -215,8 +235,18 @@ TEST_F(TensorParallelTest, GrpoOnTheMeshTrainsAsOneRank) {
   // Tensor parallel (vocabulary too), sequence parallel training forwards, and both.
   for (const auto& [tp, sp] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
     const std::string name = absl::StrCat("grpo-tp", tp, "sp", sp);
-    const auto got_steps = figures(Run(tp * sp, spec(name, tp, sp, 3), name));
+    const std::vector<json> events = Run(tp * sp, spec(name, tp, sp, 3), name);
+    const auto got_steps = figures(events);
     ASSERT_EQ(got_steps.size(), 3u) << name;
+    // A sequence-parallel pair's ranks each decode half of the 4 rows (rank 0 reports).
+    bool reported = false;
+    for (const json& e : events) {
+      if (e["type"] != "generation") continue;
+      reported = true;
+      EXPECT_EQ(e["rows"], 4) << name;
+      EXPECT_EQ(e["rows_decoded"], 4 / sp) << name;
+    }
+    EXPECT_TRUE(reported) << name;
     for (const auto& [step, want] : one) {
       const json& got = got_steps.at(step);
       EXPECT_EQ(got["completions/mean_length"], want["completions/mean_length"]) << name << step;

@@ -47,6 +47,7 @@ class DistillStage final : public Stage {
     ASSIGN_OR_RETURN(teacher_, zero::Engine::CreateFrozen(resolved.first, ctx.options, &ctx.comm,
                                                           t.seed(), resolved.second));
     teacher_->model().SetAttentionImpl(ctx.engine->model().attention_impl());
+    RETURN_IF_ERROR(ctx.SplitSequences(*teacher_, absl::StrCat("the teacher (", teacher, ")")));
 
     ASSIGN_OR_RETURN(loader_, internal::RankLoader(ctx));
     return loader_->BatchesInEpoch(0) / t.gradient_accumulation_steps();

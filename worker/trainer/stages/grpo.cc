@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -103,12 +104,14 @@ class GrpoStage final : public Stage {
                        zero::Engine::CreateFrozen(resolved.first, ctx.options, &ctx.comm, t.seed(),
                                                   resolved.second));
       reference_->model().SetAttentionImpl(ctx.engine->model().attention_impl());
+      RETURN_IF_ERROR(ctx.SplitSequences(*reference_, "the reference model"));
     }
 
     // The step's shape, over the data-parallel ranks: a tensor- or sequence-parallel group's
-    // ranks generate, score and train the same rows (the same sampling seeds, and logits equal on
-    // each of them after every MLP's sum), each with its slice of the MLPs or of the sequences
-    // in the training forwards; rollouts decode whole sequences on every rank of the group.
+    // ranks hold the same rows (the same sampling seeds, and logits equal on each of them after
+    // every MLP's sum) and train them, each with its slice of the MLPs or of the sequences in the
+    // training forwards. A tensor group decodes and scores its rows together; a sequence group's
+    // ranks each decode and score a share of them (whole sequences) and exchange the results.
     world_ = ctx.mesh.data;
     rank_ = ctx.mesh.DataRank(ctx.comm.rank());
     micro_rows_ = t.per_device_train_batch_size();
@@ -205,6 +208,10 @@ class GrpoStage final : public Stage {
       rows_.push_back(std::move(row));
     }
 
+    // This rank's share of the rows (a sequence-parallel group splits them), decoded here.
+    const internal::RowShare share = internal::SequenceShare(ctx, rows_here);
+    std::vector<GrpoRow> mine(std::make_move_iterator(rows_.begin() + share.begin),
+                              std::make_move_iterator(rows_.begin() + share.end));
     model::GenerationOptions g;
     g.max_new_tokens = t.max_completion_length();
     g.temperature = t.temperature();
@@ -212,8 +219,8 @@ class GrpoStage final : public Stage {
     g.top_k = t.top_k();
     // One seed per completion, from its place in the generation batch: the same rollouts on any
     // number of ranks.
-    for (int64_t j = rank_ * rows_here; j < (rank_ + 1) * rows_here; ++j) {
-      g.row_seeds.push_back(SamplingSeed(t.seed(), generation, j));
+    for (int64_t j = share.begin; j < share.end; ++j) {
+      g.row_seeds.push_back(SamplingSeed(t.seed(), generation, rank_ * rows_here + j));
     }
     g.eos_token_ids = eos_ids_;
     g.pad_token_id = pad_id_;
@@ -223,16 +230,20 @@ class GrpoStage final : public Stage {
     const uint64_t sent_before = ctx.comm.bytes_sent();
     internal::RolloutCost cost;
     ASSIGN_OR_RETURN(model::GenerationOutput generated,
-                     internal::GenerateCompletions(ctx, *ctx.engine, rows_, g, &cost));
+                     internal::GenerateCompletions(ctx, *ctx.engine, mine, g, &cost));
     const double seconds = cost.seconds;
     const int64_t held_bytes = cost.held_bytes;
     const double gather_seconds = cost.gather_seconds;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      mine[i].completion = generated.tokens[i];
+      mine[i].truncated = !generated.stopped[i];
+    }
+    std::move(mine.begin(), mine.end(), rows_.begin() + share.begin);
+    RETURN_IF_ERROR(internal::ShareCompletions(ctx, share, g.max_new_tokens, &rows_));
     int64_t new_tokens = 0, truncated = 0;
-    for (size_t i = 0; i < rows_.size(); ++i) {
-      rows_[i].completion = generated.tokens[i];
-      rows_[i].truncated = !generated.stopped[i];
-      new_tokens += static_cast<int64_t>(rows_[i].completion.size());
-      truncated += rows_[i].truncated ? 1 : 0;
+    for (const GrpoRow& row : rows_) {
+      new_tokens += static_cast<int64_t>(row.completion.size());
+      truncated += row.truncated ? 1 : 0;
     }
     torch::Tensor sums =
         torch::tensor({static_cast<double>(new_tokens), static_cast<double>(truncated), seconds},
@@ -251,6 +262,8 @@ class GrpoStage final : public Stage {
                                              : "whole on every rank"},
                        {"gather_for_generation", t.gather_for_generation()},
                        {"tensor_parallel_size", ctx.mesh.tensor},
+                       {"rows", rows_here},
+                       {"rows_decoded", share.end - share.begin},
                        {"zero_stage", ctx.options.stage},
                        {"held_bytes", held_bytes},
                        {"gather_seconds", gather_seconds},
@@ -280,13 +293,20 @@ class GrpoStage final : public Stage {
       }
     }
     if (reward_model_) {
-      for (int64_t a = 0; a < rows_here; a += micro_rows_) {
-        const int64_t b = std::min(rows_here, a + micro_rows_);
+      // A sequence-parallel group's ranks each score their share and sum the scores.
+      const internal::RowShare share = internal::SequenceShare(ctx, rows_here);
+      torch::Tensor scored = torch::zeros({rows_here}, torch::kFloat64);
+      for (int64_t a = share.begin; a < share.end; a += micro_rows_) {
+        const int64_t b = std::min(share.end, a + micro_rows_);
         const internal::TrainInputs in =
             internal::MakeTrainInputs(rows_, a, b, pad_id_, false, ctx.device);
         ASSIGN_OR_RETURN(std::vector<double> scores, reward_model_->Score(in.inputs));
-        for (int64_t i = a; i < b; ++i) all[rank_ * rows_here + i][k - 1] = scores[i - a];
+        for (int64_t i = a; i < b; ++i) scored[i] = scores[static_cast<size_t>(i - a)];
       }
+      if (!share.whole(rows_here)) {
+        RETURN_IF_ERROR(ctx.sequence_comm->AllReduceSum(scored, "reward model scores"));
+      }
+      all.narrow(0, rank_ * rows_here, rows_here).select(1, k - 1).copy_(scored);
     }
     RETURN_IF_ERROR(SumOverRows(ctx, all, "rewards"));
     torch::Tensor weights = torch::tensor(weights_, torch::kFloat64);

@@ -217,7 +217,8 @@ class Loop {
     // with, so that every checkpoint this job saves is a whole model (serve, eval, a next stage).
     if (tokenizer_dir_.empty()) tokenizer_dir_ = PreparedWithTokenizer(spec_.data_path());
     ctx_.emplace(StageContext{spec_, t_, device, *comm_, engine_.get(), options_, config_,
-                              tokenizer_dir_, *events_, env_, groups_.mesh});
+                              tokenizer_dir_, *events_, env_, groups_.mesh, groups_.sequence.get(),
+                              groups_.sequence_parallel});
     for (const std::string& w : warnings_) ctx_->Warn(w);
     if (ctx_->lead()) {
       nlohmann::json setup = {
@@ -526,6 +527,18 @@ class Loop {
 absl::Status StageContext::SumOverRanks(torch::Tensor& t, const std::string& what) const {
   RETURN_IF_ERROR(comm.AllReduceSum(t, what));
   if (mesh.tensor > 1) t.div_(mesh.tensor);
+  return absl::OkStatus();
+}
+
+absl::Status StageContext::SplitSequences(zero::Engine& frozen, const std::string& what) const {
+  if (sequence_parallel == nullptr) return absl::OkStatus();
+  const int64_t heads = frozen.model().config().num_attention_heads;
+  if (heads % mesh.sequence != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": parallelism.sequence_parallel_size ",
+                                                   mesh.sequence, " does not divide its ", heads,
+                                                   " attention heads"));
+  }
+  frozen.model().SetSequenceParallel(sequence_parallel);
   return absl::OkStatus();
 }
 

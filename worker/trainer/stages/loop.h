@@ -35,6 +35,7 @@
 #include "nlohmann/json.hpp"
 #include "trainctl/v1/job.pb.h"
 #include "worker/trainer/event_sink.h"
+#include "worker/trainer/model/attention.h"
 #include "worker/trainer/model/qwen2vl_config.h"
 #include "worker/trainer/zero/comm.h"
 #include "worker/trainer/zero/engine.h"
@@ -77,6 +78,10 @@ struct StageContext {
   // The device mesh: a sequence- or tensor-parallel group's ranks read the same batches
   // (DataRank).
   DeviceMesh mesh;
+  // This rank's sequence-parallel group, a sub-group of comm, and the decoder's exchange over it;
+  // null when mesh.sequence == 1.
+  zero::Comm* sequence_comm = nullptr;
+  std::shared_ptr<const model::SequenceParallel> sequence_parallel;
 
   // Rank 0 speaks for the job: metrics, checkpoints and warnings come once, not once per rank.
   bool lead() const { return comm.rank() == 0; }
@@ -85,6 +90,10 @@ struct StageContext {
   // ranks hold the same batches, losses and rewards. Sequence-parallel ranks' values are summed
   // (each is its share of the batch's loss, or a count the caller divides).
   absl::Status SumOverRanks(torch::Tensor& t, const std::string& what) const;
+  // Splits a frozen model's (a reference's, a teacher's) decoder sequences over the sequence-
+  // parallel group as the trained model's are; the group's ranks then run its forwards on their
+  // shared batches together. INVALID_ARGUMENT naming `what` when sp does not divide its heads.
+  absl::Status SplitSequences(zero::Engine& frozen, const std::string& what) const;
 };
 
 // One optimizer step's result as a stage reports it; every field is the same on every rank.

@@ -114,4 +114,43 @@ absl::StatusOr<model::GenerationOutput> GenerateCompletions(StageContext& ctx, z
   return generated;
 }
 
+RowShare SequenceShare(const StageContext& ctx, int64_t rows) {
+  const int64_t sp = ctx.mesh.sequence;
+  if (ctx.sequence_comm == nullptr || rows % sp != 0) return {0, rows};
+  const int64_t s = ctx.mesh.SequenceRank(ctx.comm.rank());
+  return {s * rows / sp, (s + 1) * rows / sp};
+}
+
+absl::Status ShareCompletions(const StageContext& ctx, RowShare share, int64_t max_new_tokens,
+                              std::vector<GrpoRow>* rows) {
+  const int64_t n = static_cast<int64_t>(rows->size());
+  if (share.whole(n)) return absl::OkStatus();
+  // Per row: its length, 1 when truncated, its tokens; rows decoded elsewhere stay zero here, so
+  // the group's sum is every row once.
+  torch::Tensor table = torch::zeros({n, 2 + max_new_tokens}, torch::kInt64);
+  auto at = table.accessor<int64_t, 2>();
+  for (int64_t i = share.begin; i < share.end; ++i) {
+    const GrpoRow& row = (*rows)[static_cast<size_t>(i)];
+    const int64_t length = static_cast<int64_t>(row.completion.size());
+    if (length > max_new_tokens) {
+      return absl::InternalError(absl::StrCat("row ", i, ": completion of ", length,
+                                              " tokens, more than max_new_tokens ",
+                                              max_new_tokens));
+    }
+    at[i][0] = length;
+    at[i][1] = row.truncated ? 1 : 0;
+    for (int64_t j = 0; j < length; ++j) at[i][2 + j] = row.completion[static_cast<size_t>(j)];
+  }
+  RETURN_IF_ERROR(ctx.sequence_comm->AllReduceSum(table, "rollout completions"));
+  for (int64_t i = 0; i < n; ++i) {
+    if (i >= share.begin && i < share.end) continue;
+    GrpoRow& row = (*rows)[static_cast<size_t>(i)];
+    const int64_t length = at[i][0];
+    row.truncated = at[i][1] != 0;
+    row.completion.assign(table[i].data_ptr<int64_t>() + 2,
+                          table[i].data_ptr<int64_t>() + 2 + length);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace trainctl::trainer::internal

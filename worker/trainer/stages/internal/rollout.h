@@ -51,6 +51,22 @@ absl::StatusOr<model::GenerationOutput> GenerateCompletions(StageContext& ctx, z
                                                             model::GenerationOptions options,
                                                             RolloutCost* cost = nullptr);
 
+// The rows [begin, end) of `rows` rows this rank decodes and scores: a sequence-parallel group's
+// ranks (which share their rows) each take an equal share, rank s of sp rows [s n / sp,
+// (s + 1) n / sp); all of them without a group, or when sp does not divide the rows (equal shares
+// keep the ranks' forwards, which may gather ZeRO-3 units over the group, equally many).
+struct RowShare {
+  int64_t begin = 0, end = 0;
+  bool whole(int64_t rows) const { return begin == 0 && end == rows; }
+};
+RowShare SequenceShare(const StageContext& ctx, int64_t rows);
+
+// After each rank of ctx.sequence_comm decoded its SequenceShare of `rows`: every rank gets every
+// row's completion and truncation flag (one all-reduce of [rows, 2 + max_new_tokens] token ids
+// over the group). A no-op when this rank decoded them all.
+absl::Status ShareCompletions(const StageContext& ctx, RowShare share, int64_t max_new_tokens,
+                              std::vector<GrpoRow>* rows);
+
 }  // namespace trainctl::trainer::internal
 
 #endif  // TRAINCTL_WORKER_TRAINER_STAGES_INTERNAL_ROLLOUT_H_
