@@ -54,13 +54,20 @@ inline std::string PrepareLongPrompts(const std::string& work, int words) {
 // The sequence group's communication model (sequence_parallel_bench's header), per rank and step,
 // for one row of `tokens` (padded to sp): per decoder layer, all-to-alls of q, k, v and the
 // attention output, (sp - 1) / sp of each [B, S / sp, width] slice, and the last hidden states
-// gathered whole; forward and again in backward; fp32.
-inline double SequenceModelBytes(const ModelSizes& m, int sp, int64_t tokens) {
+// gathered whole; forward and again in backward; fp32. With the attention heads split over a
+// tensor-parallel group of `attention_tp` ranks, a rank exchanges only its heads: q and the
+// output are hidden / attention_tp wide, k and v kv_heads / attention_tp x head_dim, or (when
+// that many key/value heads do not divide by sp) repeated to the rank's query heads first
+// (UlyssesAttention), hidden / attention_tp. attention_tp 1: the whole attention.
+inline double SequenceModelBytes(const ModelSizes& m, int sp, int64_t tokens,
+                                 int attention_tp = 1) {
   if (sp == 1) return 0;
   const double slice = static_cast<double>((tokens + sp - 1) / sp);
   const double hidden = static_cast<double>(m.hidden);
-  const double kv = m.kv_heads % sp == 0 ? static_cast<double>(m.kv_heads * m.head_dim) : hidden;
-  const double per_layer = (sp - 1.0) / sp * slice * (2 * hidden + 2 * kv);
+  const double heads = hidden / attention_tp;  // the rank's query heads x head_dim
+  const int64_t kv_heads = m.kv_heads / attention_tp;
+  const double kv = kv_heads % sp == 0 ? static_cast<double>(kv_heads * m.head_dim) : heads;
+  const double per_layer = (sp - 1.0) / sp * slice * (2 * heads + 2 * kv);
   const double gather = (sp - 1.0) * slice * hidden;
   return 4.0 * 2 * (static_cast<double>(m.layers) * per_layer + gather);
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/deepspeed_config.h"
 #include "common/job_spec.h"
+#include "common/parallelism_spec.h"
 #include "common/pipeline_spec.h"
 
 namespace trainctl {
@@ -33,8 +34,9 @@ struct Inputs {
   bool cuda = true;
   int64_t micro = 1, accumulation = 1, seq = 1, patches = 0;
   int64_t sequence_parallel = 1;  // Ulysses: each rank's decoder layers hold 1/sp of a sequence
-  int64_t tensor_parallel = 1;    // Megatron MLP: each rank holds 1/tp of every decoder MLP
-  bool vocab_parallel = false;    // and 1/tp of the embedding's and the head's rows
+  int64_t tensor_parallel = 1;    // Megatron: each rank holds 1/tp of every decoder MLP,
+  bool tensor_parallel_attention = false;  // of its attention heads (not tensor_parallel_mlp_only)
+  bool vocab_parallel = false;             // and of the embedding's and the head's rows
   bool checkpointing = false;
   int64_t prompt = 0, completion = 0, generations = 1;
   bool gather_for_generation = true;
@@ -71,19 +73,36 @@ std::string Count(double n) {
 }
 
 // Tensor parallelism (common/parallelism_spec.h): the trained model as one rank holds it. Each
-// decoder layer's MLP (gate_proj and up_proj rows, down_proj columns) is 1/tp of the whole, the
-// rest replicated over the group, so the shape with intermediate / tp counts the rank's
-// parameters (replicated + MLP / tp per layer unit) and its MLP activations (gate, up, SwiGLU
-// product: intermediate / tp wide). Validation makes tp divide intermediate.
+// decoder layer's MLP (gate_proj and up_proj rows, down_proj columns) is 1/tp of the whole, and
+// unless tensor_parallel_mlp_only so is its attention, split by heads: q_proj, k_proj and v_proj
+// (weights and biases) keep the rank's heads' rows, o_proj their columns. The rest (norms, the
+// vision tower) is replicated over the group, so the shape with intermediate / tp, heads / tp and
+// kv_heads / tp (head_dim kept) counts the rank's parameters (replicated + MLP / tp + attention /
+// tp per layer unit), its MLP activations (gate, up, SwiGLU product: intermediate / tp wide) and
+// its attention's (q, k, v, the attention output, a CPU's probabilities: the rank's heads).
+// Validation makes tp divide intermediate, and heads and kv_heads when attention is split.
 // The same holds for the frozen models (reference, reward model, teacher), which run on the
-// same mesh, and for rollouts (the MLPs stay sliced while generating).
+// same mesh, and for rollouts (the MLPs and heads stay sliced while generating: the KV cache
+// holds the rank's kv_heads).
 // With vocab_parallel the embedding and the head hold vocab / tp rows, and the fused loss's
 // chunk is of the rank's columns.
 ModelShape TensorParallelRankShape(const Inputs& in, const ModelShape& whole) {
   ModelShape m = whole;
   m.intermediate /= in.tensor_parallel;
+  if (in.tensor_parallel_attention) {
+    m.head_size = whole.head_dim();
+    m.heads /= in.tensor_parallel;
+    m.kv_heads /= in.tensor_parallel;
+  }
   if (in.vocab_parallel) m.vocab /= in.tensor_parallel;
   return m;
+}
+
+// The states' note on what a tensor-parallel rank holds of each decoder layer.
+std::string TensorParallelDetail(const Inputs& in) {
+  if (in.tensor_parallel <= 1) return "";
+  return absl::StrCat(" (decoder MLPs", in.tensor_parallel_attention ? " and attention heads" : "",
+                      " 1/", in.tensor_parallel, ")");
 }
 
 // The ranks ZeRO shards the trained model over: those with the same tensor position.
@@ -93,16 +112,16 @@ int64_t ZeroShardRanks(const Inputs& in) {
 
 // The trained model's states: fp32 master weights, AdamW moments, fp32 gradients and, below stage
 // 3, the full working weights and 16-bit gradients every rank keeps (zero/engine.cc AdoptUnit).
-// With tensor parallelism, of this rank's parameters (the MLPs' slices), over the ZeRO group.
+// With tensor parallelism, of this rank's parameters (the MLPs' and heads' slices), over the ZeRO
+// group.
 void TrainedStates(const Inputs& in, Builder* b) {
   const ModelShape m = TensorParallelRankShape(in, in.policy);
   const int64_t params = m.Parameters();
   const int64_t zero = ZeroShardRanks(in);
   const int64_t slice = m.Sliced(in.stage >= 1 ? zero : 1);
   const bool host = in.offload_optimizer || !in.cuda;
-  const std::string per = absl::StrCat(
-      in.tensor_parallel > 1 ? absl::StrCat(" (decoder MLPs 1/", in.tensor_parallel, ")") : "",
-      in.stage >= 1 ? absl::StrCat(" / ", zero, " ranks") : "");
+  const std::string per = absl::StrCat(TensorParallelDetail(in),
+                                       in.stage >= 1 ? absl::StrCat(" / ", zero, " ranks") : "");
   auto put = [&](const std::string& name, double bytes, const std::string& detail) {
     if (host && in.cuda) {
       b->Host(name, bytes * in.slots, absl::StrCat(detail, " x ", in.slots, " ranks of the node"));
@@ -132,10 +151,10 @@ void FrozenStates(const Inputs& in, const ModelShape& m, const std::string& name
   const int64_t zero = ZeroShardRanks(in);
   const double bytes = static_cast<double>(
       in.dtype_bytes * TensorParallelRankShape(in, m).Sliced(in.stage == 3 ? zero : 1));
-  const std::string detail = absl::StrCat(
-      in.dtype_bytes, " B x ", Count(static_cast<double>(m.Parameters())), " params",
-      in.tensor_parallel > 1 ? absl::StrCat(" (decoder MLPs 1/", in.tensor_parallel, ")") : "",
-      in.stage == 3 ? absl::StrCat(" / ", zero, " ranks") : "", " (", m.source, ")");
+  const std::string detail =
+      absl::StrCat(in.dtype_bytes, " B x ", Count(static_cast<double>(m.Parameters())), " params",
+                   TensorParallelDetail(in),
+                   in.stage == 3 ? absl::StrCat(" / ", zero, " ranks") : "", " (", m.source, ")");
   if (in.offload_param && in.cuda) {
     b->Host(name, bytes * in.slots, absl::StrCat(detail, " x ", in.slots, " ranks"));
   } else {
@@ -145,11 +164,12 @@ void FrozenStates(const Inputs& in, const ModelShape& m, const std::string& name
 
 // Elements one decoder layer keeps per token for backward: the two norms' inputs and outputs,
 // q, k, v and the attention output, the MLP's gate, up and product; on CPUs the composite ops'
-// extra copies and the eager attention's probabilities (heads x keys).
+// extra copies and the eager attention's probabilities (heads x keys). q and the attention output
+// are q_dim wide (h, or the rank's heads' share under split attention).
 double LayerElementsPerToken(const ModelShape& m, const Inputs& in, int64_t keys) {
-  const double h = m.hidden, kv = m.kv_dim(), i = m.intermediate;
-  if (in.cuda) return 7 * h + 2 * kv + 3 * i;
-  return 11 * h + 2 * kv + 4 * i + static_cast<double>(m.heads * keys);
+  const double h = m.hidden, q = m.q_dim(), kv = m.kv_dim(), i = m.intermediate;
+  if (in.cuda) return 5 * h + 2 * q + 2 * kv + 3 * i;
+  return 9 * h + 2 * q + 2 * kv + 4 * i + static_cast<double>(m.heads * keys);
 }
 
 // Elements one vision block keeps per patch; `keys` is its attention span (frame or window).
@@ -165,7 +185,8 @@ double Activations(const Inputs& in, const ModelShape& m, int64_t rows, int64_t 
                    int64_t patches, std::string* detail) {
   // Sequence parallelism: the decoder layers hold this rank's slice (and attend over the whole
   // sequence for 1/sp of the heads); embeddings, images and the gathered last states stay whole.
-  // Tensor parallelism: `m` is the rank's shape (TensorParallelRankShape), its MLPs 1/tp wide.
+  // Tensor parallelism: `m` is the rank's shape (TensorParallelRankShape), its MLPs 1/tp wide
+  // and, unless tensor_parallel_mlp_only, its attention 1/tp of the heads.
   const double sp = static_cast<double>(in.sequence_parallel);
   const double tokens = static_cast<double>(rows * seq);
   const double layer = LayerElementsPerToken(m, in, seq) * tokens / sp;
@@ -186,7 +207,10 @@ double Activations(const Inputs& in, const ModelShape& m, int64_t rows, int64_t 
   *detail = absl::StrCat(
       rows, " x ", seq, " tokens",
       sp > 1 ? absl::StrCat(" (1/", in.sequence_parallel, " per rank in the decoder)") : "",
-      in.tensor_parallel > 1 ? absl::StrCat(", MLPs 1/", in.tensor_parallel, " wide") : "",
+      in.tensor_parallel > 1
+          ? absl::StrCat(", MLPs", in.tensor_parallel_attention ? " and attention heads" : "",
+                         " 1/", in.tensor_parallel, " wide")
+          : "",
       patches > 0 ? absl::StrCat(", ", rows, " x ", patches, " patches") : "",
       in.checkpointing ? ", checkpointed" : "", ", ", in.dtype_bytes, " B");
   return (text + vision) * static_cast<double>(in.dtype_bytes);
@@ -380,6 +404,7 @@ absl::StatusOr<Inputs> ReadInputs(const JobSpec& spec, const nlohmann::json& res
   in.checkpointing = t.gradient_checkpointing();
   in.sequence_parallel = std::max(1, spec.parallelism().sequence_parallel_size());
   in.tensor_parallel = std::max(1, spec.parallelism().tensor_parallel_size());
+  in.tensor_parallel_attention = TensorParallelSplitsAttention(spec);
   in.vocab_parallel = in.tensor_parallel > 1 && spec.parallelism().vocab_parallel();
   in.prompt = t.max_prompt_length();
   in.completion = t.max_completion_length();

@@ -169,9 +169,10 @@ ModelShape::UnitCounts ModelShape::Counts() const {
   c.vision_block = norms + (3 * e * e + 3 * e) + (e * e + e) + mlp;
   const int64_t ln_q = qwen25() ? e : 2 * e;
   c.merger = ln_q + (merged * merged + merged) + (merged * h + h);
-  // q, k, v with biases, o without; the SwiGLU MLP without biases; two RMSNorm weights.
-  c.decoder_layer =
-      (h * h + h) + 2 * (h * kv_dim() + kv_dim()) + h * h + 3 * h * intermediate + 2 * h;
+  // q, k, v with biases, o without; the SwiGLU MLP without biases; two RMSNorm weights. q and o
+  // are q_dim() = h wide in a whole model, the rank's heads' share under split attention.
+  const int64_t q = q_dim(), kv = kv_dim();
+  c.decoder_layer = (h * q + q) + 2 * (h * kv + kv) + q * h + 3 * h * intermediate + 2 * h;
   // The final norm travels with the head.
   c.head = (num_labels > 0 ? num_labels * h : (tied ? 0 : vocab * h)) + h;
   return c;
@@ -209,9 +210,9 @@ int64_t ModelShape::LargestUnit() const {
 int64_t ModelShape::LargestLayerParameters() const {
   const int64_t h = hidden, e = vision.embed, m = vision.mlp,
                 merged = e * vision.merge * vision.merge;
-  return std::max({vocab * h, num_labels > 0 || tied ? 0 : vocab * h, h * intermediate, h * h + h,
-                   merged * merged + merged, merged * h + h, 3 * e * e + 3 * e, e * m + m,
-                   patch_dim() * e});
+  return std::max({vocab * h, num_labels > 0 || tied ? 0 : vocab * h, h * intermediate,
+                   h * q_dim() + q_dim(), merged * merged + merged, merged * h + h,
+                   3 * e * e + 3 * e, e * m + m, patch_dim() * e});
 }
 
 absl::StatusOr<ModelShape> ParseModelShape(absl::string_view json_text, const std::string& source) {

@@ -27,6 +27,9 @@ struct ModelShape {
   std::string family = "qwen2_vl";  // HF model_type: "qwen2_vl" | "qwen2_5_vl"
   std::string source;               // the config file read, or "built-in table (<id>)"
   int64_t hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, vocab = 0;
+  // The attention heads' width; 0: hidden / heads (a whole model). A tensor-parallel rank's shape
+  // (common/memory_plan.cc) keeps the whole head_dim with heads / tp and kv_heads / tp.
+  int64_t head_size = 0;
   bool tied = false;       // tie_word_embeddings: the head reads the embedding
   int64_t num_labels = 0;  // > 0: a *ForSequenceClassification `score` head instead of lm_head
   struct Vision {
@@ -37,7 +40,9 @@ struct ModelShape {
   } vision;
 
   bool qwen25() const { return family == "qwen2_5_vl"; }
-  int64_t head_dim() const { return hidden / heads; }
+  int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
+  // q_proj's rows, o_proj's columns: heads x head_dim (hidden in a whole model).
+  int64_t q_dim() const { return head_size > 0 ? heads * head_size : hidden; }
   int64_t kv_dim() const { return kv_heads * head_dim(); }
   int64_t patch_dim() const {
     return vision.in_channels * vision.temporal_patch * vision.patch * vision.patch;

@@ -37,6 +37,12 @@ DeviceMesh MeshOf(const trainctl::v1::JobSpec& spec, int world) {
   return mesh;
 }
 
+bool TensorParallelSplitsAttention(const trainctl::v1::JobSpec& spec) {
+  const auto& p = spec.parallelism();
+  return p.has_tensor_parallel_size() && p.tensor_parallel_size() > 1 &&
+         !p.tensor_parallel_mlp_only();
+}
+
 namespace {
 
 void ParallelismError(const std::string& field, const std::string& what,
@@ -91,11 +97,13 @@ void CheckParallelJobKind(const trainctl::v1::JobSpec& spec, int tp, int sp,
   }
 }
 
-// When a model's config is known here: sp splits the attention heads, tp the MLP's width — of
-// the trained model, and of a logit-distillation teacher or a GRPO reward model, which run on the
+// When a model's config is known here: tp splits the MLP's width and (unless
+// tensor_parallel_mlp_only) the attention and key/value heads, sp the heads a rank holds — of the
+// trained model, and of a logit-distillation teacher or a GRPO reward model, which run on the
 // same mesh (a reward model on whole sequences: a sequence-parallel group shares out its rows).
 void CheckParallelModelShape(const trainctl::v1::JobSpec& spec, int tp, int sp,
                              std::vector<std::string>* errors) {
+  const bool attention = TensorParallelSplitsAttention(spec);
   std::vector<std::pair<std::string, std::string>> models = {{"model", spec.model_name_or_path()}};
   if (spec.kind() == trainctl::v1::JOB_KIND_DISTILL && spec.training().has_distill_loss()) {
     models.emplace_back("teacher", spec.teacher_model_name_or_path());
@@ -106,11 +114,29 @@ void CheckParallelModelShape(const trainctl::v1::JobSpec& spec, int tp, int sp,
   for (const auto& [whose, name] : models) {
     auto shape = LookupModelShape(name);
     if (!shape.ok()) continue;
-    if (shape->heads % sp != 0 && whose != "reward model") {
-      ParallelismError("sequence_parallel_size",
-                       absl::StrCat(sp, " does not divide the ", whose, "'s ", shape->heads,
+    const bool heads_split = attention && shape->heads % tp == 0;
+    if (attention && !heads_split) {
+      ParallelismError("tensor_parallel_size",
+                       absl::StrCat(tp, " does not divide the ", whose, "'s ", shape->heads,
                                     " attention heads (num_attention_heads, ", shape->source, ")"),
                        errors);
+    }
+    if (attention && shape->kv_heads % tp != 0) {
+      ParallelismError(
+          "tensor_parallel_size",
+          absl::StrCat(tp, " does not divide the ", whose, "'s ", shape->kv_heads,
+                       " key/value heads (num_key_value_heads, ", shape->source,
+                       "); parallelism.tensor_parallel_mlp_only: true splits only the MLPs"),
+          errors);
+    }
+    const int64_t heads = heads_split ? shape->heads / tp : shape->heads;
+    if (heads % sp != 0 && whose != "reward model") {
+      ParallelismError(
+          "sequence_parallel_size",
+          absl::StrCat(sp, " does not divide the ", whose, "'s ", shape->heads,
+                       " attention heads (num_attention_heads, ", shape->source, ")",
+                       heads_split ? absl::StrCat(" / tensor_parallel_size ", tp) : ""),
+          errors);
     }
     if (shape->intermediate % tp != 0) {
       ParallelismError("tensor_parallel_size",
@@ -138,6 +164,13 @@ void CheckParallelism(const trainctl::v1::JobSpec& spec, std::vector<std::string
     ParallelismError("tensor_parallel_size", absl::StrCat("must be >= 1, got ", tp), errors);
   if (sp < 1)
     ParallelismError("sequence_parallel_size", absl::StrCat("must be >= 1, got ", sp), errors);
+  if (p.tensor_parallel_mlp_only() && tp <= 1) {
+    ParallelismError("tensor_parallel_mlp_only",
+                     absl::StrCat("says what the tensor-parallel group splits: needs "
+                                  "tensor_parallel_size > 1, got ",
+                                  tp),
+                     errors);
+  }
   if (p.vocab_parallel() && tp <= 1) {
     ParallelismError("vocab_parallel",
                      absl::StrCat("splits the vocabulary over the tensor-parallel group: needs "

@@ -40,12 +40,18 @@ struct DeviceMesh {
 // The spec's mesh over `world` ranks (sizes default to 1); unchecked: CheckParallelism first.
 DeviceMesh MeshOf(const trainctl::v1::JobSpec& spec, int world);
 
+// Whether tensor parallelism splits the decoder's attention heads too (tensor_parallel_size > 1
+// without tensor_parallel_mlp_only).
+bool TensorParallelSplitsAttention(const trainctl::v1::JobSpec& spec);
+
 // Appends "spec.parallelism.<field>: <what>" errors, each naming the numbers: sizes below 1,
 // sequence x tensor not dividing slots_per_node (the groups must stay inside a node), a kind
 // other than sft, packing with sequence parallelism, and, when the model's config is known here
-// (common/model_catalog.h), attention heads the sequence-parallel size does not divide or an MLP
-// width (intermediate_size) or, with vocab_parallel, a vocabulary the tensor-parallel size does
-// not divide; vocab_parallel without tensor parallelism.
+// (common/model_catalog.h), attention heads (a tensor-parallel rank's share of them when it
+// splits attention) the sequence-parallel size does not divide, or an MLP width
+// (intermediate_size), attention or key/value heads (unless tensor_parallel_mlp_only) or, with
+// vocab_parallel, a vocabulary the tensor-parallel size does not divide; vocab_parallel or
+// tensor_parallel_mlp_only without tensor parallelism.
 void CheckParallelism(const trainctl::v1::JobSpec& spec, std::vector<std::string>* errors);
 
 }  // namespace trainctl

@@ -18,6 +18,7 @@ namespace trainctl {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using trainctl::v1::JobSpec;
 using trainctl::v1::MemoryPlan;
 
@@ -148,33 +149,65 @@ TEST(MemoryPlanTest, ZeroStagesShardTheModelStates) {
   EXPECT_THAT(FormatMemoryPlan(z3), HasSubstr("master_weights"));
 }
 
-TEST(MemoryPlanTest, TensorParallelSlicesTheMlpsAndShardsOverTheZeroGroup) {
+// A rank's shape with split heads (head_size explicit, heads and kv_heads / 2) keeps half of a
+// layer's attention and MLP and both norms whole; head_size 0 is the whole model's head_dim.
+TEST(ModelShapeTest, SplitHeadsCountTheRanksShareOfTheAttention) {
+  auto whole = LookupModelShape("Qwen/Qwen2-VL-7B-Instruct", kRegistry);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->head_dim(), 128);
+  EXPECT_EQ(whole->q_dim(), whole->hidden);
+  ModelShape half = *whole;
+  half.head_size = whole->head_dim();
+  half.heads /= 2;
+  half.kv_heads /= 2;
+  half.intermediate /= 2;
+  EXPECT_EQ(half.head_dim(), 128);
+  EXPECT_EQ(half.q_dim(), whole->hidden / 2);
+  EXPECT_EQ(half.kv_dim(), whole->kv_dim() / 2);
+  EXPECT_EQ(2 * half.Counts().decoder_layer - whole->Counts().decoder_layer, 2 * whole->hidden);
+}
+
+TEST(MemoryPlanTest, TensorParallelSlicesTheLayersAndShardsOverTheZeroGroup) {
   const std::string tp1 = Sft("Qwen/Qwen2-VL-7B-Instruct", 3, ", max_seq_length: 2048");
   const MemoryPlan one = Plan(tp1);
   const MemoryPlan two = Plan(tp1 + "parallelism: {tensor_parallel_size: 2}\n");
+  const MemoryPlan mlp_only =
+      Plan(tp1 + "parallelism: {tensor_parallel_size: 2, tensor_parallel_mlp_only: true}\n");
   auto shape = LookupModelShape("Qwen/Qwen2-VL-7B-Instruct", kRegistry);
   ASSERT_TRUE(shape.ok()) << shape.status();
-  const double mlp = 3.0 * shape->layers * shape->hidden * shape->intermediate;
-  const double replicated = static_cast<double>(shape->Parameters()) - mlp;
+  const double h = static_cast<double>(shape->hidden), kv = static_cast<double>(shape->kv_dim());
+  const double mlp = 3.0 * shape->layers * h * shape->intermediate;
+  // q, k, v weights and biases, o's weight.
+  const double attention = shape->layers * (2 * h * h + h + 2 * (h * kv + kv));
+  const double replicated = static_cast<double>(shape->Parameters()) - mlp - attention;
   EXPECT_EQ(two.parameters(), one.parameters());  // the whole model's count
-  // fp32 master: (replicated + MLP / 2) over the 8 / 2 ranks of the ZeRO group, each unit's slice
-  // rounded up.
-  EXPECT_NEAR(static_cast<double>(Part(two, "master_weights")), (replicated + mlp / 2) / 4 * 4,
-              1000);
+  EXPECT_EQ(mlp_only.parameters(), one.parameters());
+  // fp32 master: (replicated + (MLP + attention) / 2) over the 8 / 2 ranks of the ZeRO group,
+  // each unit's slice rounded up; with tensor_parallel_mlp_only the attention stays whole.
+  EXPECT_NEAR(static_cast<double>(Part(two, "master_weights")),
+              (replicated + (mlp + attention) / 2) / 4 * 4, 1000);
+  EXPECT_NEAR(static_cast<double>(Part(mlp_only, "master_weights")),
+              (replicated + attention + mlp / 2) / 4 * 4, 1000);
   // The largest unit is the embedding here (replicated), so the gathered units stay.
   EXPECT_EQ(Part(two, "gathered_weights"), Part(one, "gathered_weights"));
-  // The MLP's gate, up and product are 1/2 wide; everything else in a layer stays.
-  EXPECT_LT(Part(two, "activations"), Part(one, "activations"));
-  EXPECT_LT(two.gpu_bytes(), one.gpu_bytes());
-  EXPECT_THAT(FormatMemoryPlan(two), HasSubstr("decoder MLPs 1/2"));
+  EXPECT_EQ(Part(mlp_only, "gathered_weights"), Part(one, "gathered_weights"));
+  // The MLP's gate, up and product are 1/2 wide, and by default q, k, v and the attention output
+  // too; the norms' values stay.
+  EXPECT_LT(Part(two, "activations"), Part(mlp_only, "activations"));
+  EXPECT_LT(Part(mlp_only, "activations"), Part(one, "activations"));
+  EXPECT_LT(two.gpu_bytes(), mlp_only.gpu_bytes());
+  EXPECT_LT(mlp_only.gpu_bytes(), one.gpu_bytes());
+  EXPECT_THAT(FormatMemoryPlan(two), HasSubstr("decoder MLPs and attention heads 1/2"));
+  EXPECT_THAT(FormatMemoryPlan(mlp_only), HasSubstr("decoder MLPs 1/2"));
+  EXPECT_THAT(FormatMemoryPlan(mlp_only), Not(HasSubstr("attention heads")));
 
   // The vocabulary split too: the embedding and the untied head lose half their rows, and the
   // largest unit (the embedding) with them; the loss's chunk is the rank's columns.
   const MemoryPlan vocab =
       Plan(tp1 + "parallelism: {tensor_parallel_size: 2, vocab_parallel: true}\n");
-  const double rows = 2.0 * shape->vocab * shape->hidden;  // embedding + lm_head
+  const double rows = 2.0 * shape->vocab * h;  // embedding + lm_head
   EXPECT_NEAR(static_cast<double>(Part(vocab, "master_weights")),
-              (replicated - rows + rows / 2 + mlp / 2) / 4 * 4, 1000);
+              (replicated - rows + rows / 2 + (mlp + attention) / 2) / 4 * 4, 1000);
   EXPECT_LT(Part(vocab, "gathered_weights"), Part(two, "gathered_weights"));
   EXPECT_LT(Part(vocab, "logits_and_loss"), Part(two, "logits_and_loss"));
 }

@@ -1,11 +1,11 @@
-// Megatron-style tensor parallelism of the decoder's MLP (issue 27) with real trainer ranks over
-// Gloo: a group of ranks sharing each batch, each holding a slice of every MLP, trains as one
-// rank holding everything — text and image batches, ZeRO stages 0 and 3, data x tensor parallel
-// and sequence x tensor parallel on 4 ranks, gradient checkpointing, logit distillation with the
-// teacher on the mesh too, GRPO with its rollouts and reference model on it — and its
-// checkpoints and HF
-// weights are the whole model's: they resume at another tensor-parallel size and hold the same
-// tensors as a run without it.
+// Megatron-style tensor parallelism of the decoder's MLPs and attention heads (issue 27) with real
+// trainer ranks over Gloo: a group of ranks sharing each batch, each holding a slice of every MLP
+// and its share of every attention's heads (or of the MLPs only), trains as one rank holding
+// everything — text and image batches, ZeRO stages 0 and 3, data x tensor parallel and sequence x
+// tensor parallel on 4 ranks, gradient checkpointing, logit distillation with the teacher on the
+// mesh too, GRPO with its rollouts and reference model on it — and its checkpoints and HF weights
+// are the whole model's: they resume at another tensor-parallel size and hold the same tensors as
+// a run without it.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -106,7 +106,7 @@ class TensorParallelTest : public testing::ShapesTrainingTest {
 // Shapes batches have images and rows of unequal length; every step's loss depends on the
 // previous steps' gradients (and, through clipping, on the global gradient norm over sliced and
 // replicated weights), so equal losses over six steps mean equal gradients too.
-TEST_F(TensorParallelTest, RanksSharingEachMlpTrainAsOne) {
+TEST_F(TensorParallelTest, RanksSharingEachLayerTrainAsOne) {
   const std::vector<json> one_events = Run(1, Spec("one", 1, 1, 1, 0, 4), "one");
   const auto one = testing::Losses(one_events);
   ASSERT_EQ(one.size(), 6u);
@@ -117,14 +117,22 @@ TEST_F(TensorParallelTest, RanksSharingEachMlpTrainAsOne) {
   }
   const std::vector<json> tp2 = Run(2, Spec("tp2", 2, 2, 1, 0, 4), "tp2");
   testing::ExpectLossesClose(one, testing::Losses(tp2), "tp 2, stage 0");
-  // Each rank holds half of every MLP: the tiny model's 2 layers x 3 x 64 x 128 MLP weights.
+  // Each rank holds half of every MLP and of every attention's heads: the tiny model's 2 layers
+  // x (3 x 64 x 128 MLP weights + q and o 64 x 64, k and v 64 x 32, biases 64 + 2 x 32).
   auto master_bytes = [](const std::vector<json>& events) {
     for (const json& e : events) {
       if (e["type"] == "memory") return e["master_bytes"].get<int64_t>();
     }
     return int64_t{-1};
   };
-  EXPECT_EQ(master_bytes(one_events) - master_bytes(tp2), int64_t{2 * 3 * 64 * 128 / 2 * 4});
+  constexpr int64_t kMlp = 3 * 64 * 128, kAttention = 2 * 64 * 64 + 2 * 64 * 32 + 64 + 2 * 32;
+  EXPECT_EQ(master_bytes(one_events) - master_bytes(tp2), 2 * (kMlp + kAttention) / 2 * 4);
+  // tensor_parallel_mlp_only: attention whole on each rank, the MLPs split.
+  json mlp_only = json::parse(testing::ReadFileOrEmpty(Spec("tp2mlp", 2, 2, 1, 0, 4)));
+  mlp_only["parallelism"]["tensor_parallel_mlp_only"] = true;
+  const std::vector<json> mlp = Run(2, dir_.Write("tp2mlp.json", mlp_only.dump()), "tp2mlp");
+  testing::ExpectLossesClose(one, testing::Losses(mlp), "tp 2, MLPs only, stage 0");
+  EXPECT_EQ(master_bytes(one_events) - master_bytes(mlp), 2 * kMlp / 2 * 4);
   testing::ExpectLossesClose(one, testing::Losses(Run(2, Spec("tp2z3", 2, 2, 1, 3, 4), "tp2z3")),
                              "tp 2, stage 3");
   // The embedding (tied to the head) split by vocabulary rows too: the lookups summed, the loss
@@ -133,7 +141,7 @@ TEST_F(TensorParallelTest, RanksSharingEachMlpTrainAsOne) {
       Run(2, Spec("tp2vocab", 2, 2, 1, 0, 4, json::object(), true), "tp2vocab");
   testing::ExpectLossesClose(one, testing::Losses(vocab), "tp 2, vocab parallel, stage 0");
   EXPECT_EQ(master_bytes(one_events) - master_bytes(vocab),
-            int64_t{(2 * 3 * 64 * 128 + 151936 * 64) / 2 * 4});
+            (2 * (kMlp + kAttention) + 151936 * 64) / 2 * 4);
   // Two data-parallel groups of two: each reads half the batch; ZeRO shards over ranks 0, 2 and
   // over 1, 3.
   testing::ExpectLossesClose(one, testing::Losses(Run(4, Spec("dp2tp2", 4, 2, 1, 3, 2), "dp2tp2")),

@@ -572,6 +572,7 @@ void Qwen2VLForConditionalGeneration::SetTensorParallel(
     std::shared_ptr<const TensorParallel> tensor_parallel) {
   for (const auto& layer : language_model->layer_list) {
     layer->mlp->tensor_parallel = tensor_parallel;
+    layer->self_attn->SetTensorParallel(tensor_parallel);
   }
   const bool vocab =
       tensor_parallel && tensor_parallel->size > 1 && tensor_parallel->vocab_parallel;

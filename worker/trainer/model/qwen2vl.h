@@ -223,10 +223,11 @@ class Qwen2VLForConditionalGeneration : public torch::nn::Module {
     sequence_ = std::move(sequence);
   }
 
-  // Off (null, or size 1) by default. The decoder layers' MLP weights (and with vocab_parallel
-  // the embedding's and the head's rows) must already be this rank's slices (tensor_parallel.h:
-  // the engine slices them as it builds the model); each MLP then sums its parts over the group,
-  // the embedding its lookups, and the head's logits are gathered or its loss combined. Every rank
+  // Off (null, or size 1) by default. The decoder layers' MLP weights (with tensor_parallel->
+  // attention their attention projections too, and with vocab_parallel the embedding's and the
+  // head's rows) must already be this rank's slices (tensor_parallel.h: the engine slices them as
+  // it builds the model); each MLP and attention then sums its parts over the group, the
+  // embedding its lookups, and the head's logits are gathered or its loss combined. Every rank
   // of the group must run the same forwards on the same batch.
   void SetTensorParallel(std::shared_ptr<const TensorParallel> tensor_parallel);
 

@@ -95,6 +95,12 @@ int TensorParallelDim(const std::string& name, const TensorParallel& tp) {
   if (absl::EndsWith(name, ".mlp.gate_proj.weight") || absl::EndsWith(name, ".mlp.up_proj.weight"))
     return 0;
   if (absl::EndsWith(name, ".mlp.down_proj.weight")) return 1;
+  if (tp.attention && absl::StrContains(name, ".self_attn.")) {
+    for (const char* proj : {".q_proj.", ".k_proj.", ".v_proj."}) {
+      if (absl::StrContains(name, proj)) return 0;
+    }
+    if (absl::EndsWith(name, ".o_proj.weight")) return 1;
+  }
   return -1;
 }
 

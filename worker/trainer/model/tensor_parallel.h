@@ -1,13 +1,16 @@
-// Megatron-style tensor parallelism for the decoder's MLP (issue 27): a group of `size` ranks
-// shares each batch, rank `rank` holding rows [rank * I / size, (rank + 1) * I / size) of
+// Megatron-style tensor parallelism for the decoder (issue 27): a group of `size` ranks shares
+// each batch, rank `rank` holding rows [rank * I / size, (rank + 1) * I / size) of each MLP's
 // gate_proj and up_proj (column parallel) and the same columns of down_proj (row parallel), I the
-// intermediate size. The MLP's input is whole on every rank of the group; each rank computes its
-// part of the SwiGLU and of the down projection, and one all-reduce sums the parts:
+// intermediate size; with `attention`, likewise its share of each attention's heads: the rows of
+// q_proj, k_proj and v_proj (and their biases) of query heads [rank * H / size, ...) and of the
+// key/value heads they read, and the same heads' columns of o_proj. A block's input is whole on
+// every rank of the group; each rank computes its part, and one all-reduce sums the parts:
 //   forward:  x -> f -> gate/up (this rank's rows) -> SwiGLU -> down (its columns) -> g
+//             x -> f -> q/k/v (its heads) -> rotary, attention -> o (its heads' columns) -> g
 //   f: identity forward, all-reduce of the input's gradient in backward;
 //   g: all-reduce forward, identity backward.
-// Everything else (attention, norms, the vision tower) is replicated over the group and computes
-// the same values and gradients on each of its ranks.
+// Everything else (norms, the vision tower; attention without `attention`) is replicated over
+// the group and computes the same values and gradients on each of its ranks.
 //
 // With `vocab_parallel`, the token embedding and the language-model head are split by vocabulary
 // rows too (Megatron's VocabParallelEmbedding and vocab-parallel cross-entropy): a rank looks up
@@ -35,6 +38,7 @@ namespace trainctl::model {
 struct TensorParallel {
   int64_t size = 1;
   int64_t rank = 0;
+  bool attention = true;        // the decoder's attention split by heads too
   bool vocab_parallel = false;  // the embedding and the head split by vocabulary rows too
   // In place, the sum of `x` over the group's ranks (no autograd). Called by every rank of the
   // group in the same order.
@@ -45,7 +49,8 @@ struct TensorParallel {
 
 // The dimension along which the weight `name` (the model's key, e.g.
 // "model.layers.3.mlp.down_proj.weight") is split over the group: 0 for a decoder layer's
-// gate_proj and up_proj, 1 for its down_proj; with vocab_parallel 0 for model.embed_tokens and
+// gate_proj and up_proj, 1 for its down_proj; with attention 0 for its q_proj, k_proj and v_proj
+// (weights and biases), 1 for its o_proj; with vocab_parallel 0 for model.embed_tokens and
 // lm_head; -1 for every other weight (replicated).
 int TensorParallelDim(const std::string& name, const TensorParallel& tp);
 

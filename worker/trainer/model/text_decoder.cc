@@ -98,7 +98,9 @@ torch::Tensor Qwen2RMSNorm::forward(const torch::Tensor& x) { return RmsNorm(x, 
 Qwen2VLAttention::Qwen2VLAttention(const Qwen2VLConfig& config)
     : num_heads_(config.num_attention_heads),
       num_kv_heads_(config.num_key_value_heads),
-      head_dim_(config.head_dim()) {
+      head_dim_(config.head_dim()),
+      whole_heads_(config.num_attention_heads),
+      whole_kv_heads_(config.num_key_value_heads) {
   const int64_t hidden = config.hidden_size;
   q_proj = register_module(
       "q_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden, num_heads_ * head_dim_)));
@@ -111,8 +113,21 @@ Qwen2VLAttention::Qwen2VLAttention(const Qwen2VLConfig& config)
       torch::nn::Linear(torch::nn::LinearOptions(num_heads_ * head_dim_, hidden).bias(false)));
 }
 
-torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& x, const RotaryTables& rope,
+void Qwen2VLAttention::SetTensorParallel(std::shared_ptr<const TensorParallel> tp) {
+  const bool split = tp != nullptr && tp->size > 1 && tp->attention;
+  const int64_t size = split ? tp->size : 1;
+  TORCH_CHECK(whole_heads_ % size == 0 && whole_kv_heads_ % size == 0,
+              "tensor parallelism: ", whole_heads_, " attention heads and ", whole_kv_heads_,
+              " key/value heads do not divide among ", size, " ranks");
+  num_heads_ = whole_heads_ / size;
+  num_kv_heads_ = whole_kv_heads_ / size;
+  tensor_parallel_ = split ? std::move(tp) : nullptr;
+}
+
+torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& input, const RotaryTables& rope,
                                         const AttentionMask& mask, LayerKvCache* cache) {
+  // Split heads: f before the projections, g after o_proj (tensor_parallel.h).
+  const torch::Tensor x = tensor_parallel_ ? CopyToTensorParallel(input, *tensor_parallel_) : input;
   const int64_t batch = x.size(0);
   const int64_t seq = x.size(1);
   torch::Tensor q = q_proj->forward(x).view({batch, seq, num_heads_, head_dim_}).transpose(1, 2);
@@ -138,7 +153,8 @@ torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& x, const RotaryTabl
     out = DotProductAttention(attention, q, k, v, mask.allowed, /*causal=*/true);
   }
   out = out.transpose(1, 2).reshape({batch, seq, num_heads_ * head_dim_});
-  return o_proj->forward(out);
+  out = o_proj->forward(out);
+  return tensor_parallel_ ? ReduceFromTensorParallel(out, *tensor_parallel_) : out;
 }
 
 Qwen2MLP::Qwen2MLP(const Qwen2VLConfig& config) {

@@ -83,10 +83,17 @@ class Qwen2VLAttention : public torch::nn::Module {
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   AttentionImpl attention = AttentionImpl::kAuto;
 
+  // Null or size 1: the whole attention. Else, with tp->attention, the projections hold this
+  // rank's heads (tensor_parallel.h; their head counts must divide by tp->size) and the output's
+  // parts are summed over the group; without it the attention stays whole.
+  void SetTensorParallel(std::shared_ptr<const TensorParallel> tp);
+
  private:
-  int64_t num_heads_;
-  int64_t num_kv_heads_;
+  int64_t num_heads_;     // this rank's
+  int64_t num_kv_heads_;  // this rank's
   int64_t head_dim_;
+  const int64_t whole_heads_, whole_kv_heads_;
+  std::shared_ptr<const TensorParallel> tensor_parallel_;  // set when the heads are split
 };
 
 // down_proj(silu(gate_proj(x)) * up_proj(x)).

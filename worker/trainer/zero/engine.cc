@@ -209,15 +209,7 @@ absl::Status Engine::Build(const model::Qwen2VLConfig& config, int64_t seed,
   if (tp_ != nullptr && options_.zero_group == nullptr) {
     return absl::InvalidArgumentError("tensor parallelism needs the ZeRO group (zero_group)");
   }
-  if (tp_ != nullptr) {
-    const bool vocab = tp_->vocab_parallel && config.vocab_size % tp_->size != 0;
-    if (config.intermediate_size % tp_->size != 0 || vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parallelism.tensor_parallel_size ", tp_->size, " does not divide ", config.source, "'s ",
-          vocab ? absl::StrCat(config.vocab_size, "-token vocabulary")
-                : absl::StrCat(config.intermediate_size, "-wide MLP (intermediate_size)")));
-    }
-  }
+  if (tp_ != nullptr) RETURN_IF_ERROR(CheckTensorParallelFits(config));
   model_ = std::make_shared<model::Qwen2VLForConditionalGeneration>(
       config, [this](const std::string& unit,
                      const std::vector<std::pair<std::string, torch::Tensor>>& params) {

@@ -255,6 +255,9 @@ class Engine {
   // counted once (TensorParallelGradSquares).
   double GlobalGradSquares();
   double TensorParallelGradSquares();
+  // INVALID_ARGUMENT, naming the numbers and `config`'s source, when the group's size does not
+  // divide what it splits: the MLP width, the attention and key/value heads, the vocabulary.
+  absl::Status CheckTensorParallelFits(const model::Qwen2VLConfig& config) const;
   // Tensor parallelism: the replicated weights' gradient slices averaged over the group, so that
   // every rank of it updates them identically even where kernels are not bit-for-bit repeatable
   // (on GPUs, fused attention's backward): the group's copies never drift apart.

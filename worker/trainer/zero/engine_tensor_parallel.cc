@@ -1,16 +1,37 @@
 // The engine under tensor parallelism (model/tensor_parallel.h): the gradient norm over sliced
 // and replicated weights, and the conversions between a unit's flat buffer in this rank's layout
-// (its MLP weights sliced) and the whole weights' layout that checkpoints, Layout() and export
-// keep, so that they do not depend on the group's size.
+// (its MLP and attention weights sliced) and the whole weights' layout that checkpoints, Layout()
+// and export keep, so that they do not depend on the group's size.
 #include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "worker/trainer/zero/engine.h"
 #include "worker/trainer/zero/internal/engine_unit.h"
 
 namespace trainctl::zero {
+
+absl::Status Engine::CheckTensorParallelFits(const model::Qwen2VLConfig& config) const {
+  const int64_t size = tp_->size;
+  std::string what;
+  if (config.intermediate_size % size != 0) {
+    what = absl::StrCat(config.intermediate_size, "-wide MLP (intermediate_size)");
+  } else if (tp_->attention && config.num_attention_heads % size != 0) {
+    what = absl::StrCat(config.num_attention_heads, " attention heads (num_attention_heads)");
+  } else if (tp_->attention && config.num_key_value_heads % size != 0) {
+    what = absl::StrCat(config.num_key_value_heads,
+                        " key/value heads (num_key_value_heads; parallelism."
+                        "tensor_parallel_mlp_only keeps attention whole)");
+  } else if (tp_->vocab_parallel && config.vocab_size % size != 0) {
+    what = absl::StrCat(config.vocab_size, "-token vocabulary");
+  } else {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("parallelism.tensor_parallel_size ", size,
+                                                 " does not divide ", config.source, "'s ", what));
+}
 
 double Engine::TensorParallelGradSquares() {
   // [replicated, sliced], each summed in fp64 over its ranges on the gradients' device, read

@@ -32,18 +32,22 @@ void MeshGroups::ApplyTo(model::Qwen2VLForConditionalGeneration* model) const {
 
 namespace {
 
-// The MLP width and vocabulary tensor parallelism splits are the engine's to check (zero/engine.cc
-// Build), for every model it builds, frozen ones included.
-absl::Status CheckMeshFits(const DeviceMesh& mesh, int world, const model::Qwen2VLConfig& config) {
+// The MLP width, heads and vocabulary tensor parallelism splits are the engine's to check
+// (zero/engine.cc Build), for every model it builds, frozen ones included. Sequence parallelism
+// splits the heads a rank holds: all of them, or its tensor-parallel share.
+absl::Status CheckMeshFits(const trainctl::v1::JobSpec& spec, const DeviceMesh& mesh, int world,
+                           const model::Qwen2VLConfig& config) {
   if (mesh.world() != world) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parallelism: sequence_parallel_size ", mesh.sequence, " x tensor_parallel_size ",
         mesh.tensor, " does not divide the world size ", world));
   }
-  if (config.num_attention_heads % mesh.sequence != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("parallelism.sequence_parallel_size ",
-                                                   mesh.sequence, " does not divide the model's ",
-                                                   config.num_attention_heads, " attention heads"));
+  const bool split = TensorParallelSplitsAttention(spec);
+  if (config.num_attention_heads % (mesh.sequence * (split ? mesh.tensor : 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallelism.sequence_parallel_size ", mesh.sequence, " does not divide the model's ",
+        config.num_attention_heads, " attention heads",
+        split ? absl::StrCat(" / tensor_parallel_size ", mesh.tensor) : ""));
   }
   return absl::OkStatus();
 }
@@ -76,7 +80,7 @@ absl::StatusOr<MeshGroups> OpenMeshGroups(const trainctl::v1::JobSpec& spec, zer
                                           const model::Qwen2VLConfig& config) {
   MeshGroups g;
   g.mesh = MeshOf(spec, world.world_size());
-  RETURN_IF_ERROR(CheckMeshFits(g.mesh, world.world_size(), config));
+  RETURN_IF_ERROR(CheckMeshFits(spec, g.mesh, world.world_size(), config));
   const int rank = world.rank();
   if (g.mesh.sequence > 1) {
     ASSIGN_OR_RETURN(g.sequence, world.Subgroup(g.mesh.SequenceGroup(rank), "sequence"));
@@ -94,6 +98,7 @@ absl::StatusOr<MeshGroups> OpenMeshGroups(const trainctl::v1::JobSpec& spec, zer
     ASSIGN_OR_RETURN(g.zero, world.Subgroup(g.mesh.ZeroGroup(rank), "zero"));
     g.tensor_parallel = TensorParallelOver(g.tensor.get(), g.mesh, rank);
     g.tensor_parallel->vocab_parallel = spec.parallelism().vocab_parallel();
+    g.tensor_parallel->attention = TensorParallelSplitsAttention(spec);
   }
   return g;
 }

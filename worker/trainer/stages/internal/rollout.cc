@@ -77,8 +77,8 @@ absl::StatusOr<model::GenerationOutput> GenerateCompletions(StageContext& ctx, z
   // are not captured into the graph.
   if (ctx.mesh.tensor > 1) options.cuda_graph = false;
   // Every rank decodes until all are done: at stage 3 without held weights each step gathers
-  // units over the ranks; with tensor parallelism each step sums MLPs over the group, whose ranks
-  // must take the same number of steps even if their samples ever differed.
+  // units over the ranks; with tensor parallelism each step sums MLPs and attention over the group,
+  // whose ranks must take the same number of steps even if their samples ever differed.
   if ((stage3 && ctx.comm.world_size() > 1 && !hold) || ctx.mesh.tensor > 1) {
     options.all_done = [&ctx](bool done) {
       torch::Tensor open = torch::tensor({done ? 0.0 : 1.0}, torch::kFloat64);
