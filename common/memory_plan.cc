@@ -287,7 +287,8 @@ double RolloutPhase(const Inputs& in, const ModelShape& m, int64_t rows, Builder
                          m.layers, " layers"));
   // The sampled logits are whole (gathered over a vocab-parallel group): the policy's vocabulary.
   const double prefill =
-      rows * in.prompt * c * (3.0 * m.hidden + 2.0 * m.kv_dim() + 2.0 * m.intermediate) +
+      rows * in.prompt * c *
+          (m.hidden + 2.0 * m.q_dim() + 2.0 * m.kv_dim() + 2.0 * m.intermediate) +
       4.0 * rows * static_cast<double>(in.policy.vocab) * 2;
   b->Device("prefill_and_sampling", prefill,
             "one layer's prefill, fp32 logits of the last position");

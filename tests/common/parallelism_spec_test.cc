@@ -97,27 +97,6 @@ TEST(ParallelismSpecTest, TensorParallelRefusalsNameTheNumbers) {
               HasSubstr("spec.parallelism.tensor_parallel_size: built for sft, logit "
                         "distillation (distill with training.distill_loss) and grpo jobs only, "
                         "this job is JOB_KIND_EVAL"));
-  // Attention heads split too (tiny: 4 heads, 2 key/value heads), unless the MLPs alone are.
-  const std::string tp4 = std::string(kBase) + "parallelism: {tensor_parallel_size: 4";
-  EXPECT_THAT(Validate(tp4 + "}\n"),
-              HasSubstr("spec.parallelism.tensor_parallel_size: 4 does not divide the model's 2 "
-                        "key/value heads (num_key_value_heads, "));
-  EXPECT_THAT(Validate(tp4 + "}\n"),
-              HasSubstr("parallelism.tensor_parallel_mlp_only: true splits only the MLPs"));
-  EXPECT_EQ(Validate(tp4 + ", tensor_parallel_mlp_only: true}\n"), "");
-  EXPECT_THAT(Validate(std::string(kBase) + "parallelism: {tensor_parallel_mlp_only: true}\n"),
-              HasSubstr("spec.parallelism.tensor_parallel_mlp_only: says what the "
-                        "tensor-parallel group splits: needs tensor_parallel_size > 1, got 1"));
-  // Sequence parallelism then splits a tensor-parallel rank's 2 heads: 4 ranks cannot.
-  const std::string eight =
-      "kind: sft\nmodel_name_or_path: tiny\ndata_path: /d\noutput_dir: /o\n"
-      "resources: {nodes: 1, slots_per_node: 8}\n"
-      "parallelism: {tensor_parallel_size: 2, sequence_parallel_size: 4";
-  EXPECT_THAT(Validate(eight + "}\n"),
-              HasSubstr("spec.parallelism.sequence_parallel_size: 4 does not divide the model's "
-                        "4 attention heads (num_attention_heads, "));
-  EXPECT_THAT(Validate(eight + "}\n"), HasSubstr(") / tensor_parallel_size 2"));
-  EXPECT_EQ(Validate(eight + ", tensor_parallel_mlp_only: true}\n"), "");
   // The vocabulary split over the tensor-parallel group: tiny's 151,936 tokens divide by 2.
   EXPECT_EQ(Validate(std::string(kBase) +
                      "parallelism: {tensor_parallel_size: 2, vocab_parallel: true}\n"),
@@ -149,6 +128,46 @@ TEST(ParallelismSpecTest, TensorParallelRefusalsNameTheNumbers) {
   EXPECT_EQ(Validate(std::string(kBase) +
                      "parallelism: {tensor_parallel_size: 2}\ntraining: {packing: true}\n"),
             "");
+}
+
+// Tensor parallelism splits the attention heads too (tiny: 4 heads, 2 key/value heads), unless
+// the MLPs alone are; sequence parallelism then splits a rank's share of the heads.
+TEST(ParallelismSpecTest, TensorParallelSplitsAttentionHeadsUnlessMlpOnly) {
+  const std::string tp4 = std::string(kBase) + "parallelism: {tensor_parallel_size: 4";
+  EXPECT_THAT(Validate(tp4 + "}\n"),
+              HasSubstr("spec.parallelism.tensor_parallel_size: 4 does not divide the model's 2 "
+                        "key/value heads (num_key_value_heads, "));
+  EXPECT_THAT(Validate(tp4 + "}\n"),
+              HasSubstr("parallelism.tensor_parallel_mlp_only: true splits only the MLPs"));
+  EXPECT_EQ(Validate(tp4 + ", tensor_parallel_mlp_only: true}\n"), "");
+  EXPECT_THAT(Validate(std::string(kBase) + "parallelism: {tensor_parallel_mlp_only: true}\n"),
+              HasSubstr("spec.parallelism.tensor_parallel_mlp_only: says what the "
+                        "tensor-parallel group splits: needs tensor_parallel_size > 1, got 1"));
+  // Sequence parallelism then splits a tensor-parallel rank's 2 heads: 4 ranks cannot.
+  const std::string eight =
+      "kind: sft\nmodel_name_or_path: tiny\ndata_path: /d\noutput_dir: /o\n"
+      "resources: {nodes: 1, slots_per_node: 8}\n"
+      "parallelism: {tensor_parallel_size: 2, sequence_parallel_size: 4";
+  EXPECT_THAT(Validate(eight + "}\n"),
+              HasSubstr("spec.parallelism.sequence_parallel_size: 4 does not divide the model's "
+                        "4 attention heads (num_attention_heads, "));
+  EXPECT_THAT(Validate(eight + "}\n"), HasSubstr(") / tensor_parallel_size 2"));
+  EXPECT_EQ(Validate(eight + ", tensor_parallel_mlp_only: true}\n"), "");
+}
+
+// A GRPO reward model scores whole sequences (a sequence-parallel group shares out its rows):
+// its heads need not divide by sp, a distillation teacher's (split like the student) must.
+TEST(ParallelismSpecTest, ARewardModelNeedNotSplitItsHeadsATeacherMust) {
+  const std::string three =
+      "model_name_or_path: Qwen/Qwen2-VL-2B-Instruct\ndata_path: /d\noutput_dir: /o\n"
+      "resources: {nodes: 1, slots_per_node: 3}\nparallelism: {sequence_parallel_size: 3}\n";
+  EXPECT_EQ(Validate("kind: grpo\nreward_model_name_or_path: Qwen/Qwen2-VL-7B-Instruct\n" + three +
+                     "training: {num_generations: 3}\n"),
+            "");
+  EXPECT_THAT(Validate("kind: distill\nteacher_model_name_or_path: Qwen/Qwen2-VL-7B-Instruct\n" +
+                       three + "training: {distill_loss: forward_kl}\n"),
+              HasSubstr("spec.parallelism.sequence_parallel_size: 3 does not divide the "
+                        "teacher's 28 attention heads"));
 }
 
 TEST(ParallelismSpecTest, RefusalsNameTheNumbers) {

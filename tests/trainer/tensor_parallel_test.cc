@@ -195,11 +195,40 @@ TEST_F(TensorParallelTest, LogitDistillationOnTheMeshTrainsAsOneRank) {
   EXPECT_DOUBLE_EQ(sequence_bytes(split), 1.5 * sequence_bytes(student));
 }
 
-// GRPO on the mesh: a tensor-parallel pair generates with its MLP and vocabulary slices (summed
-// per layer and the logits gathered on every decoding step), scores and trains the same rows as
-// one rank, its reference model split alike, and a reward model too (its score head whole); a
-// sequence-parallel pair decodes and scores half of the rows on each rank, exchanges the
-// completions and scores, and splits the training forwards' sequences; and the two together. A
+// GRPO steps of a mesh against one rank's: rollout lengths equal, rewards, gradient norms and
+// losses within 1e-5 relative (1e-6 absolute for the near-zero loss), the KL to the reference
+// after the first update within 1e-3 relative.
+void ExpectSameGrpoSteps(const std::string& name, const std::map<int64_t, json>& got_steps,
+                         const std::map<int64_t, json>& one) {
+  for (const auto& [step, want] : one) {
+    const json& got = got_steps.at(step);
+    EXPECT_EQ(got["completions/mean_length"], want["completions/mean_length"]) << name << step;
+    EXPECT_NEAR(got["reward"].get<double>(), want["reward"].get<double>(),
+                1e-5 * std::abs(want["reward"].get<double>()))
+        << name << " step " << step;
+    EXPECT_NEAR(got["grad_norm"].get<double>(), want["grad_norm"].get<double>(),
+                1e-5 * want["grad_norm"].get<double>())
+        << name << " step " << step;
+    EXPECT_NEAR(got["loss"].get<double>(), want["loss"].get<double>(), 1e-6)
+        << name << " step " << step;
+    std::cout << name << " step " << step << ": reward " << got["reward"] << " vs "
+              << want["reward"] << ", grad_norm " << got["grad_norm"] << " vs " << want["grad_norm"]
+              << ", kl " << got.value("kl", 0.0) << " vs " << want.value("kl", 0.0) << "\n";
+    if (step > 1) {
+      ASSERT_GT(want["kl"].get<double>(), 0) << step;
+      EXPECT_NEAR(got["kl"].get<double>(), want["kl"].get<double>(),
+                  1e-3 * want["kl"].get<double>())
+          << name << " step " << step;
+    }
+  }
+}
+
+// GRPO on the mesh: a tensor-parallel pair generates with its MLP, attention-head and vocabulary
+// slices (summed per layer and the logits gathered on every decoding step), scores and trains the
+// same rows as one rank, its reference model split alike, and a reward model too (its score head
+// whole); a sequence-parallel pair decodes and scores half of the rows on each rank (all of them
+// when 2 does not divide them), exchanges the completions and scores, and splits the training
+// forwards' sequences, its reference's too; and the two together. A
 // GRPO loss is near zero by construction (group-normalised advantages), so the step's figures are
 // compared: the rollouts' rewards and lengths, the gradient norm and, after the first update, the
 // KL to the reference.
@@ -223,8 +252,13 @@ TEST_F(TensorParallelTest, GrpoOnTheMeshTrainsAsOneRank) {
                      {"beta", 0.04},
                      {"temperature", 1.0},
                      {"warmup_ratio", 0.0}};  // step 1 updates: a KL to the reference from step 2
-  auto spec = [&](const std::string& name, int tp, int sp, int stage) {
-    const std::string path = Spec(name, tp * sp, tp, sp, stage, 4, grpo, /*vocab_parallel=*/tp > 1);
+  // `rows` rows per step (num_generations: 4, or 3 for 3 rows); ZeRO-3 on the mesh.
+  auto spec = [&](const std::string& name, int tp, int sp, int stage, int rows, bool gather) {
+    json training = grpo;
+    training["num_generations"] = rows == 3 ? 3 : 4;
+    training["gather_for_generation"] = gather;
+    const std::string path =
+        Spec(name, tp * sp, tp, sp, stage, rows, training, /*vocab_parallel=*/tp > 1);
     json j = json::parse(testing::ReadFileOrEmpty(path));
     j["kind"] = "grpo";
     j["reward_funcs"] = {"accuracy"};
@@ -238,45 +272,43 @@ TEST_F(TensorParallelTest, GrpoOnTheMeshTrainsAsOneRank) {
     }
     return out;
   };
-  const auto one = figures(Run(1, spec("grpo-one", 1, 1, 0), "grpo-one"));
-  ASSERT_EQ(one.size(), 3u);
-  // Tensor parallel (vocabulary too), sequence parallel training forwards, and both.
-  for (const auto& [tp, sp] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
-    const std::string name = absl::StrCat("grpo-tp", tp, "sp", sp);
-    const std::vector<json> events = Run(tp * sp, spec(name, tp, sp, 3), name);
+  std::map<int, std::map<int64_t, json>> ones;  // one rank's figures by rows per step
+  for (int rows : {4, 3}) {
+    const std::string name = absl::StrCat("grpo-one-", rows);
+    ones[rows] = figures(Run(1, spec(name, 1, 1, 0, rows, true), name));
+    ASSERT_EQ(ones[rows].size(), 3u);
+  }
+  // Tensor parallel (vocabulary too), sequence parallel, and both; a sequence-parallel pair with
+  // its weights gathered per unit on every decoding step (its ranks decode different rows in
+  // lock-step), and one whose 3 rows do not split in two (both ranks decode all of them).
+  struct Case {
+    int tp, sp, rows;
+    bool gather;
+  };
+  for (const Case& c : {Case{2, 1, 4, true}, Case{1, 2, 4, true}, Case{2, 2, 4, true},
+                        Case{1, 2, 4, false}, Case{1, 2, 3, true}}) {
+    const std::string name =
+        absl::StrCat("grpo-tp", c.tp, "sp", c.sp, "-", c.rows, c.gather ? "" : "-per-unit");
+    const std::vector<json> events =
+        Run(c.tp * c.sp, spec(name, c.tp, c.sp, 3, c.rows, c.gather), name);
     const auto got_steps = figures(events);
     ASSERT_EQ(got_steps.size(), 3u) << name;
-    // A sequence-parallel pair's ranks each decode half of the 4 rows (rank 0 reports).
+    // A sequence-parallel pair's ranks each decode half of the rows when 2 divides them (rank 0
+    // reports).
     bool reported = false;
     for (const json& e : events) {
       if (e["type"] != "generation") continue;
       reported = true;
-      EXPECT_EQ(e["rows"], 4) << name;
-      EXPECT_EQ(e["rows_decoded"], 4 / sp) << name;
+      EXPECT_EQ(e["rows"], c.rows) << name;
+      EXPECT_EQ(e["rows_decoded"], c.rows % c.sp == 0 ? c.rows / c.sp : c.rows) << name;
+      // ZeRO-3 shards over the sequence pair (the ranks with one tensor position).
+      const char* weights = c.sp == 1  ? "whole on every rank"
+                            : c.gather ? "gathered once per rollout"
+                                       : "gathered per unit on every decoding step";
+      EXPECT_EQ(e["weights"], weights) << name;
     }
     EXPECT_TRUE(reported) << name;
-    for (const auto& [step, want] : one) {
-      const json& got = got_steps.at(step);
-      EXPECT_EQ(got["completions/mean_length"], want["completions/mean_length"]) << name << step;
-      EXPECT_NEAR(got["reward"].get<double>(), want["reward"].get<double>(),
-                  1e-5 * std::abs(want["reward"].get<double>()))
-          << name << " step " << step;
-      EXPECT_NEAR(got["grad_norm"].get<double>(), want["grad_norm"].get<double>(),
-                  1e-5 * want["grad_norm"].get<double>())
-          << name << " step " << step;
-      EXPECT_NEAR(got["loss"].get<double>(), want["loss"].get<double>(), 1e-6)
-          << name << " step " << step;
-      std::cout << name << " step " << step << ": reward " << got["reward"] << " vs "
-                << want["reward"] << ", grad_norm " << got["grad_norm"] << " vs "
-                << want["grad_norm"] << ", kl " << got.value("kl", 0.0) << " vs "
-                << want.value("kl", 0.0) << "\n";
-      if (step > 1) {
-        ASSERT_GT(want["kl"].get<double>(), 0) << step;
-        EXPECT_NEAR(got["kl"].get<double>(), want["kl"].get<double>(),
-                    1e-3 * want["kl"].get<double>())
-            << name << " step " << step;
-      }
-    }
+    ExpectSameGrpoSteps(name, got_steps, ones[c.rows]);
   }
 }
 

@@ -109,9 +109,10 @@ class GrpoStage final : public Stage {
 
     // The step's shape, over the data-parallel ranks: a tensor- or sequence-parallel group's
     // ranks hold the same rows (the same sampling seeds, and logits equal on each of them after
-    // every MLP's sum) and train them, each with its slice of the MLPs or of the sequences in the
-    // training forwards. A tensor group decodes and scores its rows together; a sequence group's
-    // ranks each decode and score a share of them (whole sequences) and exchange the results.
+    // every sum over the tensor group) and train them, each with its slice of the layers or of the
+    // sequences in the training forwards. A tensor group decodes and scores its rows together; a
+    // sequence group's ranks each decode and score a share of them (whole sequences) and exchange
+    // the results.
     world_ = ctx.mesh.data;
     rank_ = ctx.mesh.DataRank(ctx.comm.rank());
     micro_rows_ = t.per_device_train_batch_size();
@@ -186,10 +187,10 @@ class GrpoStage final : public Stage {
   }
 
   // This rank's rows of generation `generation`: prompts in the shared order, each repeated
-  // num_generations times, rank r taking rows [r B, (r + 1) B); then the policy samples them.
-  absl::Status Rollout(StageContext& ctx, int64_t generation) {
-    const auto& t = ctx.training;
+  // num_generations times, rank r taking rows [r B, (r + 1) B).
+  absl::Status PromptRows(StageContext& ctx, int64_t generation) {
     const int64_t rows_here = micro_rows_ * accumulation_;
+    const int64_t max_prompt = ctx.training.max_prompt_length();
     rows_.clear();
     for (int64_t j = rank_ * rows_here; j < (rank_ + 1) * rows_here; ++j) {
       const int64_t q = j / group_;
@@ -198,20 +199,34 @@ class GrpoStage final : public Stage {
       if (plan_.epoch != epoch) plan_ = order_->Plan(epoch);
       const int64_t sample =
           plan_.samples[static_cast<size_t>(at % static_cast<int64_t>(plan_.samples.size()))];
-      ASSIGN_OR_RETURN(GrpoRow row, internal::PromptRow(*reader_, sample, t.max_prompt_length()));
+      ASSIGN_OR_RETURN(GrpoRow row, internal::PromptRow(*reader_, sample, max_prompt));
       if (row.prompt_cut_images && !warned_long_prompt_) {
         ctx.Warn(absl::StrCat("sample ", sample, ": its prompt (", row.prompt.size(),
-                              " tokens) is longer than max_prompt_length ", t.max_prompt_length(),
+                              " tokens) is longer than max_prompt_length ", max_prompt,
                               " but holds images; kept whole"));
         warned_long_prompt_ = true;
       }
       rows_.push_back(std::move(row));
     }
+    return absl::OkStatus();
+  }
 
-    // This rank's share of the rows (a sequence-parallel group splits them), decoded here.
-    const internal::RowShare share = internal::SequenceShare(ctx, rows_here);
-    std::vector<GrpoRow> mine(std::make_move_iterator(rows_.begin() + share.begin),
-                              std::make_move_iterator(rows_.begin() + share.end));
+  // What this rank's decoding cost, for the `generation` event.
+  struct Decoded {
+    internal::RowShare share;
+    internal::RolloutCost cost;
+    int64_t new_tokens = 0, decode_steps = 0;  // of the share decoded here
+  };
+
+  // The policy samples rows_' completions: this rank its share of them (a sequence-parallel group
+  // splits them), exchanged with the group's other ranks after.
+  absl::StatusOr<Decoded> Decode(StageContext& ctx, int64_t generation) {
+    const auto& t = ctx.training;
+    const int64_t rows_here = static_cast<int64_t>(rows_.size());
+    Decoded out;
+    out.share = internal::SequenceShare(ctx, rows_here);
+    std::vector<GrpoRow> mine(std::make_move_iterator(rows_.begin() + out.share.begin),
+                              std::make_move_iterator(rows_.begin() + out.share.end));
     model::GenerationOptions g;
     g.max_new_tokens = t.max_completion_length();
     g.temperature = t.temperature();
@@ -219,35 +234,39 @@ class GrpoStage final : public Stage {
     g.top_k = t.top_k();
     // One seed per completion, from its place in the generation batch: the same rollouts on any
     // number of ranks.
-    for (int64_t j = share.begin; j < share.end; ++j) {
+    for (int64_t j = out.share.begin; j < out.share.end; ++j) {
       g.row_seeds.push_back(SamplingSeed(t.seed(), generation, rank_ * rows_here + j));
     }
     g.eos_token_ids = eos_ids_;
     g.pad_token_id = pad_id_;
-    // ZeRO shards over the ranks with this rank's tensor position (data x sequence parallel).
-    const bool sharded = ctx.options.stage == 3 && ctx.comm.world_size() / ctx.mesh.tensor > 1;
-    const bool hold = sharded && t.gather_for_generation();
-    const uint64_t sent_before = ctx.comm.bytes_sent();
-    internal::RolloutCost cost;
     ASSIGN_OR_RETURN(model::GenerationOutput generated,
-                     internal::GenerateCompletions(ctx, *ctx.engine, mine, g, &cost));
-    const double seconds = cost.seconds;
-    const int64_t held_bytes = cost.held_bytes;
-    const double gather_seconds = cost.gather_seconds;
+                     internal::GenerateCompletions(ctx, *ctx.engine, mine, g, &out.cost));
     for (size_t i = 0; i < mine.size(); ++i) {
       mine[i].completion = generated.tokens[i];
       mine[i].truncated = !generated.stopped[i];
+      out.new_tokens += static_cast<int64_t>(mine[i].completion.size());
     }
-    std::move(mine.begin(), mine.end(), rows_.begin() + share.begin);
-    RETURN_IF_ERROR(internal::ShareCompletions(ctx, share, g.max_new_tokens, &rows_));
+    out.decode_steps = generated.decode_steps;
+    std::move(mine.begin(), mine.end(), rows_.begin() + out.share.begin);
+    RETURN_IF_ERROR(internal::ShareCompletions(ctx, out.share, g.max_new_tokens, &rows_));
+    return out;
+  }
+
+  // Generation `generation`'s rows and their completions, and the rollout's metrics.
+  absl::Status Rollout(StageContext& ctx, int64_t generation) {
+    const auto& t = ctx.training;
+    RETURN_IF_ERROR(PromptRows(ctx, generation));
+    const int64_t rows_here = static_cast<int64_t>(rows_.size());
+    const uint64_t sent_before = ctx.comm.bytes_sent();
+    ASSIGN_OR_RETURN(const Decoded decoded, Decode(ctx, generation));
     int64_t new_tokens = 0, truncated = 0;
     for (const GrpoRow& row : rows_) {
       new_tokens += static_cast<int64_t>(row.completion.size());
       truncated += row.truncated ? 1 : 0;
     }
-    torch::Tensor sums =
-        torch::tensor({static_cast<double>(new_tokens), static_cast<double>(truncated), seconds},
-                      torch::kFloat64);
+    torch::Tensor sums = torch::tensor(
+        {static_cast<double>(new_tokens), static_cast<double>(truncated), decoded.cost.seconds},
+        torch::kFloat64);
     RETURN_IF_ERROR(SumOverRows(ctx, sums, "completion lengths"));
     const double total_rows = static_cast<double>(rows_here * world_);
     rollout_metrics_ = nlohmann::json::object();
@@ -256,6 +275,10 @@ class GrpoStage final : public Stage {
     rollout_metrics_["generation/tokens_per_second"] =
         sums[0].item<double>() / std::max(1e-9, sums[2].item<double>() / world_);
     if (ctx.lead() && !announced_generation_) {
+      // ZeRO shards over the ranks with this rank's tensor position (data x sequence parallel).
+      const bool sharded = ctx.options.stage == 3 && ctx.comm.world_size() / ctx.mesh.tensor > 1;
+      const bool hold = sharded && t.gather_for_generation();
+      // This rank's decoding: its share of the rows, their tokens, its time and steps.
       ctx.events.Emit("generation",
                       {{"weights", hold      ? "gathered once per rollout"
                                    : sharded ? "gathered per unit on every decoding step"
@@ -263,14 +286,14 @@ class GrpoStage final : public Stage {
                        {"gather_for_generation", t.gather_for_generation()},
                        {"tensor_parallel_size", ctx.mesh.tensor},
                        {"rows", rows_here},
-                       {"rows_decoded", share.end - share.begin},
+                       {"rows_decoded", decoded.share.end - decoded.share.begin},
                        {"zero_stage", ctx.options.stage},
-                       {"held_bytes", held_bytes},
-                       {"gather_seconds", gather_seconds},
-                       {"seconds", seconds},
+                       {"held_bytes", decoded.cost.held_bytes},
+                       {"gather_seconds", decoded.cost.gather_seconds},
+                       {"seconds", decoded.cost.seconds},
                        {"comm_bytes", ctx.comm.bytes_sent() - sent_before},
-                       {"new_tokens", new_tokens},
-                       {"decode_steps", generated.decode_steps}});
+                       {"new_tokens", decoded.new_tokens},
+                       {"decode_steps", decoded.decode_steps}});
       announced_generation_ = true;
     }
     return absl::OkStatus();

@@ -225,7 +225,7 @@ void Comm::HeartbeatLoop() {
 }
 
 std::string Comm::DiagnosePeers() const {
-  // Two readings of every peer's heartbeat counter, four beats apart: a counter that did not move
+  // Two readings of every peer's heartbeat counter, five beats apart: a counter that did not move
   // belongs to a rank that is gone (or stopped). The first waits a beat, so that a beat a peer
   // sent just before it died (still queued at the store when its collective failed here) is
   // counted before it, not between the two.
@@ -241,7 +241,7 @@ std::string Comm::DiagnosePeers() const {
   try {
     std::this_thread::sleep_for(kHeartbeatEvery);
     read(&before);
-    std::this_thread::sleep_for(kHeartbeatEvery * 4);
+    std::this_thread::sleep_for(kHeartbeatEvery * 5);
     read(&after);
   } catch (const std::exception&) {
     return absl::StrCat("peer rank 0 is gone (its rendezvous store at ", options_.master_addr, ":",
@@ -255,7 +255,7 @@ std::string Comm::DiagnosePeers() const {
   const char* noun = impl_->world_ranks.empty() ? "rank" : "world rank";
   return absl::StrCat("peer ", noun, dead.size() == 1 ? " " : "s ", absl::StrJoin(dead, ", "),
                       dead.size() == 1 ? " is" : " are", " gone (no heartbeat for ",
-                      Seconds(kHeartbeatEvery * 4), " s)");
+                      Seconds(kHeartbeatEvery * 5), " s)");
 }
 
 void Comm::Fail(const std::string& what, const std::string& cause,

@@ -84,10 +84,11 @@ struct EngineOptions {
 
   double gradient_clipping = 0;  // 0: none
 
-  // Tensor parallelism (model/tensor_parallel.h), null without it: the decoder MLPs' weights are
-  // this rank's slices, and ZeRO shards over `zero_group` (the ranks with this rank's tensor
-  // position, common/parallelism_spec.h), which must then be set and outlive the engine.
-  // Checkpoints, Layout() and GatherFullWeights keep whole weights either way.
+  // Tensor parallelism (model/tensor_parallel.h), null without it: the decoder MLPs' weights (and
+  // with tensor_parallel->attention its q/k/v/o_proj) are this rank's slices, and ZeRO shards over
+  // `zero_group` (the ranks with this rank's tensor position, common/parallelism_spec.h), which
+  // must then be set and outlive the engine. Checkpoints, Layout() and GatherFullWeights keep whole
+  // weights either way.
   std::shared_ptr<const model::TensorParallel> tensor_parallel;
   Comm* zero_group = nullptr;
 

@@ -19,7 +19,9 @@ absl::Status Engine::CheckTensorParallelFits(const model::Qwen2VLConfig& config)
   if (config.intermediate_size % size != 0) {
     what = absl::StrCat(config.intermediate_size, "-wide MLP (intermediate_size)");
   } else if (tp_->attention && config.num_attention_heads % size != 0) {
-    what = absl::StrCat(config.num_attention_heads, " attention heads (num_attention_heads)");
+    what = absl::StrCat(config.num_attention_heads,
+                        " attention heads (num_attention_heads; parallelism."
+                        "tensor_parallel_mlp_only keeps attention whole)");
   } else if (tp_->attention && config.num_key_value_heads % size != 0) {
     what = absl::StrCat(config.num_key_value_heads,
                         " key/value heads (num_key_value_heads; parallelism."

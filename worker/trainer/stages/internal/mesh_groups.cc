@@ -42,12 +42,16 @@ absl::Status CheckMeshFits(const trainctl::v1::JobSpec& spec, const DeviceMesh& 
         "parallelism: sequence_parallel_size ", mesh.sequence, " x tensor_parallel_size ",
         mesh.tensor, " does not divide the world size ", world));
   }
-  const bool split = TensorParallelSplitsAttention(spec);
-  if (config.num_attention_heads % (mesh.sequence * (split ? mesh.tensor : 1)) != 0) {
+  // Heads tensor parallelism cannot split are the engine's to name.
+  const int64_t heads = config.num_attention_heads;
+  const bool split = TensorParallelSplitsAttention(spec) && heads % mesh.tensor == 0;
+  if (mesh.sequence > 1 && (split ? heads / mesh.tensor : heads) % mesh.sequence != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parallelism.sequence_parallel_size ", mesh.sequence, " does not divide the model's ",
-        config.num_attention_heads, " attention heads",
-        split ? absl::StrCat(" / tensor_parallel_size ", mesh.tensor) : ""));
+        heads, " attention heads",
+        split ? absl::StrCat(" / tensor_parallel_size ", mesh.tensor,
+                             "; parallelism.tensor_parallel_mlp_only: true splits only the MLPs")
+              : ""));
   }
   return absl::OkStatus();
 }

@@ -73,8 +73,8 @@ absl::StatusOr<model::GenerationOutput> GenerateCompletions(StageContext& ctx, z
   const bool stage3 = engine.options().stage == 3;
   const bool hold = stage3 && ctx.training.gather_for_generation();
   options.units_resident = hold;
-  // Tensor-parallel MLPs sum their parts over the group on every decoding step: NCCL collectives
-  // are not captured into the graph.
+  // Tensor-parallel MLPs and attention sum their parts over the group on every decoding step: NCCL
+  // collectives are not captured into the graph.
   if (ctx.mesh.tensor > 1) options.cuda_graph = false;
   // Every rank decodes until all are done: at stage 3 without held weights each step gathers
   // units over the ranks; with tensor parallelism each step sums MLPs and attention over the group,
@@ -126,22 +126,24 @@ absl::Status ShareCompletions(const StageContext& ctx, RowShare share, int64_t m
   const int64_t n = static_cast<int64_t>(rows->size());
   if (share.whole(n)) return absl::OkStatus();
   // Per row: its length, 1 when truncated, its tokens; rows decoded elsewhere stay zero here, so
-  // the group's sum is every row once.
+  // the group's sum is every row once. A completion that does not fit is sent as length -1, so
+  // that every rank of the group fails on it instead of leaving its peers waiting.
   torch::Tensor table = torch::zeros({n, 2 + max_new_tokens}, torch::kInt64);
   auto at = table.accessor<int64_t, 2>();
   for (int64_t i = share.begin; i < share.end; ++i) {
     const GrpoRow& row = (*rows)[static_cast<size_t>(i)];
     const int64_t length = static_cast<int64_t>(row.completion.size());
-    if (length > max_new_tokens) {
-      return absl::InternalError(absl::StrCat("row ", i, ": completion of ", length,
-                                              " tokens, more than max_new_tokens ",
-                                              max_new_tokens));
-    }
-    at[i][0] = length;
+    at[i][0] = length > max_new_tokens ? -1 : length;
     at[i][1] = row.truncated ? 1 : 0;
-    for (int64_t j = 0; j < length; ++j) at[i][2 + j] = row.completion[static_cast<size_t>(j)];
+    for (int64_t j = 0; j < at[i][0]; ++j) at[i][2 + j] = row.completion[static_cast<size_t>(j)];
   }
   RETURN_IF_ERROR(ctx.sequence_comm->AllReduceSum(table, "rollout completions"));
+  for (int64_t i = 0; i < n; ++i) {
+    if (at[i][0] < 0) {
+      return absl::InternalError(absl::StrCat("rollout row ", i, ": a completion longer than ",
+                                              "max_completion_length ", max_new_tokens));
+    }
+  }
   for (int64_t i = 0; i < n; ++i) {
     if (i >= share.begin && i < share.end) continue;
     GrpoRow& row = (*rows)[static_cast<size_t>(i)];
