@@ -107,14 +107,18 @@ void CheckParallelJobKind(const trainctl::v1::JobSpec& spec, int tp, int sp,
 void CheckParallelModelShape(const trainctl::v1::JobSpec& spec, int tp, int sp,
                              std::vector<std::string>* errors) {
   const bool attention = TensorParallelSplitsAttention(spec);
-  std::vector<std::pair<std::string, std::string>> models = {{"model", spec.model_name_or_path()}};
+  struct OnMesh {
+    std::string whose, name;
+    bool splits_sequences = true;
+  };
+  std::vector<OnMesh> models = {{"model", spec.model_name_or_path()}};
   if (spec.kind() == trainctl::v1::JOB_KIND_DISTILL && spec.training().has_distill_loss()) {
-    models.emplace_back("teacher", spec.teacher_model_name_or_path());
+    models.push_back({"teacher", spec.teacher_model_name_or_path()});
   }
   if (spec.kind() == trainctl::v1::JOB_KIND_GRPO && !spec.reward_model_name_or_path().empty()) {
-    models.emplace_back("reward model", spec.reward_model_name_or_path());
+    models.push_back({"reward model", spec.reward_model_name_or_path(), false});
   }
-  for (const auto& [whose, name] : models) {
+  for (const auto& [whose, name, splits_sequences] : models) {
     auto shape = LookupModelShape(name);
     if (!shape.ok()) continue;
     const bool heads_split = attention && shape->heads % tp == 0;
@@ -133,7 +137,7 @@ void CheckParallelModelShape(const trainctl::v1::JobSpec& spec, int tp, int sp,
           errors);
     }
     const int64_t heads = heads_split ? shape->heads / tp : shape->heads;
-    if (heads % sp != 0 && whose != "reward model") {
+    if (splits_sequences && heads % sp != 0) {
       ParallelismError(
           "sequence_parallel_size",
           absl::StrCat(sp, " does not divide the ", whose, "'s ", shape->heads,

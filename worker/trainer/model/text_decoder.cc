@@ -98,9 +98,7 @@ torch::Tensor Qwen2RMSNorm::forward(const torch::Tensor& x) { return RmsNorm(x, 
 Qwen2VLAttention::Qwen2VLAttention(const Qwen2VLConfig& config)
     : num_heads_(config.num_attention_heads),
       num_kv_heads_(config.num_key_value_heads),
-      head_dim_(config.head_dim()),
-      whole_heads_(config.num_attention_heads),
-      whole_kv_heads_(config.num_key_value_heads) {
+      head_dim_(config.head_dim()) {
   const int64_t hidden = config.hidden_size;
   q_proj = register_module(
       "q_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden, num_heads_ * head_dim_)));
@@ -116,11 +114,9 @@ Qwen2VLAttention::Qwen2VLAttention(const Qwen2VLConfig& config)
 void Qwen2VLAttention::SetTensorParallel(std::shared_ptr<const TensorParallel> tp) {
   const bool split = tp != nullptr && tp->size > 1 && tp->attention;
   const int64_t size = split ? tp->size : 1;
-  TORCH_CHECK(whole_heads_ % size == 0 && whole_kv_heads_ % size == 0,
-              "tensor parallelism: ", whole_heads_, " attention heads and ", whole_kv_heads_,
+  TORCH_CHECK(num_heads_ % size == 0 && num_kv_heads_ % size == 0,
+              "tensor parallelism: ", num_heads_, " attention heads and ", num_kv_heads_,
               " key/value heads do not divide among ", size, " ranks");
-  num_heads_ = whole_heads_ / size;
-  num_kv_heads_ = whole_kv_heads_ / size;
   tensor_parallel_ = split ? std::move(tp) : nullptr;
 }
 
@@ -130,9 +126,11 @@ torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& input, const Rotary
   const torch::Tensor x = tensor_parallel_ ? CopyToTensorParallel(input, *tensor_parallel_) : input;
   const int64_t batch = x.size(0);
   const int64_t seq = x.size(1);
-  torch::Tensor q = q_proj->forward(x).view({batch, seq, num_heads_, head_dim_}).transpose(1, 2);
-  torch::Tensor k = k_proj->forward(x).view({batch, seq, num_kv_heads_, head_dim_}).transpose(1, 2);
-  torch::Tensor v = v_proj->forward(x).view({batch, seq, num_kv_heads_, head_dim_}).transpose(1, 2);
+  const int64_t parts = tensor_parallel_ ? tensor_parallel_->size : 1;
+  const int64_t heads = num_heads_ / parts, kv_heads = num_kv_heads_ / parts;
+  torch::Tensor q = q_proj->forward(x).view({batch, seq, heads, head_dim_}).transpose(1, 2);
+  torch::Tensor k = k_proj->forward(x).view({batch, seq, kv_heads, head_dim_}).transpose(1, 2);
+  torch::Tensor v = v_proj->forward(x).view({batch, seq, kv_heads, head_dim_}).transpose(1, 2);
 
   std::tie(q, k) = ApplyRotary(q, k, rope.cos, rope.sin);
 
@@ -152,7 +150,7 @@ torch::Tensor Qwen2VLAttention::forward(const torch::Tensor& input, const Rotary
     }
     out = DotProductAttention(attention, q, k, v, mask.allowed, /*causal=*/true);
   }
-  out = out.transpose(1, 2).reshape({batch, seq, num_heads_ * head_dim_});
+  out = out.transpose(1, 2).reshape({batch, seq, heads * head_dim_});
   out = o_proj->forward(out);
   return tensor_parallel_ ? ReduceFromTensorParallel(out, *tensor_parallel_) : out;
 }

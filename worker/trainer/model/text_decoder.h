@@ -89,10 +89,9 @@ class Qwen2VLAttention : public torch::nn::Module {
   void SetTensorParallel(std::shared_ptr<const TensorParallel> tp);
 
  private:
-  int64_t num_heads_;     // this rank's
-  int64_t num_kv_heads_;  // this rank's
+  int64_t num_heads_;     // the whole model's; a rank with split heads holds 1/tp of them
+  int64_t num_kv_heads_;  // likewise
   int64_t head_dim_;
-  const int64_t whole_heads_, whole_kv_heads_;
   std::shared_ptr<const TensorParallel> tensor_parallel_;  // set when the heads are split
 };
 

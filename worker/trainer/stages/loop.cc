@@ -532,17 +532,8 @@ absl::Status StageContext::SumOverRanks(torch::Tensor& t, const std::string& wha
 
 absl::Status StageContext::SplitSequences(zero::Engine& frozen, const std::string& what) const {
   if (sequence_parallel == nullptr) return absl::OkStatus();
-  // The heads a rank holds: its tensor-parallel share when the group splits attention.
-  const int64_t heads = frozen.model().config().num_attention_heads;
-  const bool split = options.tensor_parallel != nullptr && options.tensor_parallel->size > 1 &&
-                     options.tensor_parallel->attention;
-  const int64_t held = split ? heads / options.tensor_parallel->size : heads;
-  if (held % mesh.sequence != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": parallelism.sequence_parallel_size ", mesh.sequence,
-                     " does not divide its ", heads, " attention heads",
-                     split ? absl::StrCat(" / tensor_parallel_size ", mesh.tensor) : ""));
-  }
+  const bool split = options.tensor_parallel != nullptr && options.tensor_parallel->attention;
+  RETURN_IF_ERROR(internal::CheckSequenceSplitsHeads(frozen.model().config(), mesh, split, what));
   frozen.model().SetSequenceParallel(sequence_parallel);
   return absl::OkStatus();
 }

@@ -92,7 +92,8 @@ struct StageContext {
   absl::Status SumOverRanks(torch::Tensor& t, const std::string& what) const;
   // Splits a frozen model's (a reference's, a teacher's) decoder sequences over the sequence-
   // parallel group as the trained model's are; the group's ranks then run its forwards on their
-  // shared batches together. INVALID_ARGUMENT naming `what` when sp does not divide its heads.
+  // shared batches together. INVALID_ARGUMENT naming `what` when sp does not divide the heads a
+  // rank holds of it.
   absl::Status SplitSequences(zero::Engine& frozen, const std::string& what) const;
 };
 

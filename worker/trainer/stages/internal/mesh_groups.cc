@@ -42,18 +42,7 @@ absl::Status CheckMeshFits(const trainctl::v1::JobSpec& spec, const DeviceMesh& 
         "parallelism: sequence_parallel_size ", mesh.sequence, " x tensor_parallel_size ",
         mesh.tensor, " does not divide the world size ", world));
   }
-  // Heads tensor parallelism cannot split are the engine's to name.
-  const int64_t heads = config.num_attention_heads;
-  const bool split = TensorParallelSplitsAttention(spec) && heads % mesh.tensor == 0;
-  if (mesh.sequence > 1 && (split ? heads / mesh.tensor : heads) % mesh.sequence != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parallelism.sequence_parallel_size ", mesh.sequence, " does not divide the model's ",
-        heads, " attention heads",
-        split ? absl::StrCat(" / tensor_parallel_size ", mesh.tensor,
-                             "; parallelism.tensor_parallel_mlp_only: true splits only the MLPs")
-              : ""));
-  }
-  return absl::OkStatus();
+  return CheckSequenceSplitsHeads(config, mesh, TensorParallelSplitsAttention(spec), "the model");
 }
 
 // The tensor-parallel group's sums and gathers for the model and the engine. Collectives run on
@@ -79,6 +68,22 @@ std::shared_ptr<model::TensorParallel> TensorParallelOver(zero::Comm* group, con
 }
 
 }  // namespace
+
+absl::Status CheckSequenceSplitsHeads(const model::Qwen2VLConfig& config, const DeviceMesh& mesh,
+                                      bool attention_split, const std::string& whose) {
+  // Heads tensor parallelism cannot split are the engine's to name.
+  const int64_t heads = config.num_attention_heads;
+  const bool split = attention_split && heads % mesh.tensor == 0;
+  if (mesh.sequence == 1 || (split ? heads / mesh.tensor : heads) % mesh.sequence == 0) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "parallelism.sequence_parallel_size ", mesh.sequence, " does not divide ", whose, "'s ",
+      heads, " attention heads",
+      split ? absl::StrCat(" / tensor_parallel_size ", mesh.tensor,
+                           "; parallelism.tensor_parallel_mlp_only: true splits only the MLPs")
+            : ""));
+}
 
 absl::StatusOr<MeshGroups> OpenMeshGroups(const trainctl::v1::JobSpec& spec, zero::Comm& world,
                                           const model::Qwen2VLConfig& config) {

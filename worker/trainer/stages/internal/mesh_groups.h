@@ -40,6 +40,13 @@ struct MeshGroups {
   bool failed() const;
 };
 
+// OK when the mesh's sequence-parallel size divides the attention heads of `config`'s model that
+// a rank holds: all of them, or its tensor-parallel share when `attention_split` (and tensor
+// parallelism divides them; else the engine refuses the model). INVALID_ARGUMENT naming `whose`
+// ("the model", "the teacher (<name>)") and the numbers otherwise.
+absl::Status CheckSequenceSplitsHeads(const model::Qwen2VLConfig& config, const DeviceMesh& mesh,
+                                      bool attention_split, const std::string& whose);
+
 // The groups of `spec`'s mesh over `world` (collective: every rank calls it in the same order).
 // INVALID_ARGUMENT, naming the numbers, when the mesh does not divide the world, the model's
 // attention heads (sequence) or its MLP width (tensor).
