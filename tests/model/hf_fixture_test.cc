@@ -1,13 +1,15 @@
-// Qwen2.5-VL against HF transformers' own code: a tiny random checkpoint and the logits and
-// greedy ids HF's Qwen2_5_VLForConditionalGeneration computed on it (fp32, eager attention, CPU),
-// written by tests/model/fixtures/make_qwen25vl_hf.py. The checkpoint loads unchanged; forward
-// logits match to 1e-4 of their largest magnitude at every non-padding position, for text with
-// left padding, one image whose windows are cut at its edges, two images of different sizes in a
-// row, and both image rows in one left-padded batch; KV-cached greedy generation emits HF's ids.
+// Qwen2-VL and Qwen2.5-VL against HF transformers' own code: for each family a tiny random
+// checkpoint and the logits and greedy ids HF's Qwen2VLForConditionalGeneration /
+// Qwen2_5_VLForConditionalGeneration computed on it (fp32, eager attention, CPU), written by
+// tests/model/fixtures/make_hf_fixtures.py. The checkpoint loads unchanged; forward logits match
+// to 1e-4 of their largest magnitude at every non-padding position, for text with left padding,
+// one image (for Qwen2.5-VL, windows cut at its edges), two images of different sizes in a row,
+// and both image rows in one left-padded batch; KV-cached greedy generation emits HF's ids.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -19,7 +21,7 @@
 namespace trainctl::model {
 namespace {
 
-const std::string kFixture = std::string(TRAINCTL_SOURCE_DIR) + "/tests/model/fixtures/qwen25vl_hf";
+const std::string kFixtures = std::string(TRAINCTL_SOURCE_DIR) + "/tests/model/fixtures/";
 constexpr int64_t kPatchDim = 3 * 2 * 14 * 14;
 
 // The fixture script's pixels of an image: ((k * 7919 + salt) mod 2001) / 1000 - 1 in float32.
@@ -32,30 +34,34 @@ torch::Tensor Pixels(int64_t patches, int64_t salt) {
       .reshape({patches, kPatchDim});
 }
 
-class Qwen25HfParityTest : public ::testing::Test {
+struct Fixture {
+  std::string folder;  // under tests/model/fixtures/
+  ModelFamily family;
+};
+
+void PrintTo(const Fixture& fixture, std::ostream* os) { *os << fixture.folder; }
+
+class HfFixtureTest : public ::testing::TestWithParam<Fixture> {
  protected:
-  static void SetUpTestSuite() {
-    auto model = LoadHfModel(kFixture);
+  void SetUp() override {
+    const std::string dir = kFixtures + GetParam().folder;
+    auto model = LoadHfModel(dir);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = *model;
     model_->eval();
-    auto expected = SafetensorsFile::Open(kFixture + "/expected.safetensors");
+    auto expected = SafetensorsFile::Open(dir + "/expected.safetensors");
     ASSERT_TRUE(expected.ok()) << expected.status();
     expected_ = std::move(*expected);
   }
-  static void TearDownTestSuite() {
-    model_.reset();
-    expected_.reset();
-  }
 
-  static torch::Tensor Expected(const std::string& name) {
+  torch::Tensor Expected(const std::string& name) const {
     auto t = expected_->Get(name);
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? t->clone() : torch::Tensor();
   }
 
   // The case's inputs; its images' pixels from their grids and salts.
-  static ModelInputs Inputs(const std::string& name) {
+  ModelInputs Inputs(const std::string& name) const {
     ModelInputs in{Expected(name + ".input_ids"), Expected(name + ".attention_mask"), {}, {}};
     if (expected_->Find(name + ".image_grid_thw") != nullptr) {
       in.image_grid_thw = Expected(name + ".image_grid_thw");
@@ -70,19 +76,16 @@ class Qwen25HfParityTest : public ::testing::Test {
     return in;
   }
 
-  static std::shared_ptr<Qwen2VLForConditionalGeneration> model_;
-  static std::unique_ptr<SafetensorsFile> expected_;
+  std::shared_ptr<Qwen2VLForConditionalGeneration> model_;
+  std::unique_ptr<SafetensorsFile> expected_;
 };
 
-std::shared_ptr<Qwen2VLForConditionalGeneration> Qwen25HfParityTest::model_;
-std::unique_ptr<SafetensorsFile> Qwen25HfParityTest::expected_;
-
-TEST_F(Qwen25HfParityTest, TheCheckpointIsQwen25Vl) {
-  EXPECT_EQ(model_->config().family(), ModelFamily::kQwen25VL);
+TEST_P(HfFixtureTest, TheCheckpointIsTheFamily) {
+  EXPECT_EQ(model_->config().family(), GetParam().family);
   EXPECT_EQ(model_->config().vocab_size, 512);
 }
 
-TEST_F(Qwen25HfParityTest, LogitsEqualHfAtEveryTokenPosition) {
+TEST_P(HfFixtureTest, LogitsEqualHfAtEveryTokenPosition) {
   torch::NoGradGuard no_grad;
   for (const std::string name : {"text", "one_image", "two_images", "batch"}) {
     SCOPED_TRACE(name);
@@ -98,7 +101,7 @@ TEST_F(Qwen25HfParityTest, LogitsEqualHfAtEveryTokenPosition) {
   }
 }
 
-TEST_F(Qwen25HfParityTest, CachedGreedyGenerationEmitsHfIds) {
+TEST_P(HfFixtureTest, CachedGreedyGenerationEmitsHfIds) {
   for (const std::string name : {"text", "batch"}) {
     SCOPED_TRACE(name);
     const torch::Tensor hf = Expected(name + ".greedy");
@@ -119,6 +122,13 @@ TEST_F(Qwen25HfParityTest, CachedGreedyGenerationEmitsHfIds) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, HfFixtureTest,
+                         ::testing::Values(Fixture{"qwen2vl_hf", ModelFamily::kQwen2VL},
+                                           Fixture{"qwen25vl_hf", ModelFamily::kQwen25VL}),
+                         [](const ::testing::TestParamInfo<Fixture>& param) {
+                           return param.param.folder;
+                         });
 
 }  // namespace
 }  // namespace trainctl::model
