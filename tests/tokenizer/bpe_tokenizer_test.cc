@@ -251,6 +251,11 @@ TEST_F(TokenizerLoadTest, EachBrokenFieldIsNamed) {
       {[](auto& j) { j["model"]["vocab"].erase(testing::Symbols(" ")); },
        "lacks 'Ġ', the byte-level symbol of byte 0x20"},
       {[](auto& j) { j["added_tokens"][3].erase("content"); }, "added_tokens[3]: needs"},
+      // A stray id in the billions would size the id table in gigabytes (found by tokenizer_fuzz).
+      {[](auto& j) { j["added_tokens"][1]["id"] = 866666666; },
+       "added_tokens[1].id: id 866666666 is far past the"},
+      {[](auto& j) { j["model"]["vocab"]["x"] = 2000000000; },
+       "model.vocab['x']: id 2000000000 is far past the"},
       {[](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed"; },
        "split regex does not compile"},
       {[](auto& j) {

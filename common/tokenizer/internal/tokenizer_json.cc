@@ -187,6 +187,31 @@ absl::Status ParseAddedTokens(const Json& list, std::vector<AddedToken>* out) {
   return absl::OkStatus();
 }
 
+// The tokenizer keeps a table indexed by id, so ids must be nearly dense: the highest may lie at
+// most kMaxIdGap past the number of tokens (real files leave a few reserved ids unused; a stray
+// id in the billions would otherwise allocate gigabytes: found by tokenizer_fuzz).
+constexpr int64_t kMaxIdGap = int64_t{1} << 20;
+
+absl::Status CheckIdsDense(const TokenizerSpec& spec) {
+  int64_t highest = -1;
+  std::string where;
+  for (const auto& [token, id] : spec.model.vocab) {
+    if (id <= highest) continue;
+    highest = id;
+    where = absl::StrCat("model.vocab['", token, "']");
+  }
+  for (size_t i = 0; i < spec.added_tokens.size(); ++i) {
+    if (spec.added_tokens[i].id <= highest) continue;
+    highest = spec.added_tokens[i].id;
+    where = absl::StrCat("added_tokens[", i, "].id");
+  }
+  const int64_t tokens = static_cast<int64_t>(spec.model.vocab.size() + spec.added_tokens.size());
+  if (highest < tokens + kMaxIdGap) return absl::OkStatus();
+  return Invalid(where, absl::StrCat("id ", highest, " is far past the ", tokens,
+                                     " tokens defined (ids must be nearly dense: at most ",
+                                     kMaxIdGap, " unused)"));
+}
+
 absl::Status CheckDecoder(const Json& d) {
   if (TypeOf(d) == "ByteLevel") return absl::OkStatus();
   return Invalid("decoder", absl::StrCat("unsupported type '", TypeOf(d), "' (ByteLevel only)"));
@@ -214,6 +239,7 @@ absl::StatusOr<TokenizerSpec> ParseTokenizerJson(absl::string_view json_text) {
   if (auto s = ParseModel(Field(root, "model"), &spec.model); !s.ok()) return s;
   if (auto s = ParseAddedTokens(Field(root, "added_tokens"), &spec.added_tokens); !s.ok()) return s;
   if (auto s = CheckDecoder(Field(root, "decoder")); !s.ok()) return s;
+  if (auto s = CheckIdsDense(spec); !s.ok()) return s;
   return spec;
 }
 
