@@ -21,7 +21,7 @@
 namespace trainctl::model {
 namespace {
 
-const std::string kFixtures = std::string(TRAINCTL_SOURCE_DIR) + "/tests/model/fixtures/";
+constexpr char kFixtures[] = TRAINCTL_SOURCE_DIR "/tests/model/fixtures/";
 constexpr int64_t kPatchDim = 3 * 2 * 14 * 14;
 
 // The fixture script's pixels of an image: ((k * 7919 + salt) mod 2001) / 1000 - 1 in float32.
@@ -44,7 +44,7 @@ void PrintTo(const Fixture& fixture, std::ostream* os) { *os << fixture.folder; 
 class HfFixtureTest : public ::testing::TestWithParam<Fixture> {
  protected:
   void SetUp() override {
-    const std::string dir = kFixtures + GetParam().folder;
+    const std::string dir = std::string(kFixtures) + GetParam().folder;
     auto model = LoadHfModel(dir);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = *model;
