@@ -45,9 +45,6 @@ bool TensorParallelSplitsAttention(const trainctl::v1::JobSpec& spec) {
 
 namespace {
 
-// What a refusal caused by split attention heads suggests.
-constexpr char kMlpOnly[] = "; parallelism.tensor_parallel_mlp_only: true splits only the MLPs";
-
 void ParallelismError(const std::string& field, const std::string& what,
                       std::vector<std::string>* errors) {
   errors->push_back(absl::StrCat("spec.parallelism.", field, ": ", what));
@@ -121,29 +118,30 @@ void CheckParallelModelShape(const trainctl::v1::JobSpec& spec, int tp, int sp,
   for (const auto& [whose, name, splits_sequences] : models) {
     auto shape = LookupModelShape(name);
     if (!shape.ok()) continue;
-    const bool heads_split = attention && shape->heads % tp == 0;
-    if (attention && !heads_split) {
-      ParallelismError(
-          "tensor_parallel_size",
-          absl::StrCat(tp, " does not divide the ", whose, "'s ", shape->heads,
-                       " attention heads (num_attention_heads, ", shape->source, ")", kMlpOnly),
-          errors);
+    const int64_t heads = HeadsPerTensorRank(shape->heads, tp, attention);
+    const bool heads_split = heads != shape->heads;  // tp > 1 splits them
+    if (attention && shape->heads % tp != 0) {
+      ParallelismError("tensor_parallel_size",
+                       absl::StrCat(tp, " does not divide the ", whose, "'s ", shape->heads,
+                                    " attention heads (num_attention_heads, ", shape->source, ")",
+                                    kTensorParallelMlpOnlyHint),
+                       errors);
     }
     if (attention && shape->kv_heads % tp != 0) {
-      ParallelismError(
-          "tensor_parallel_size",
-          absl::StrCat(tp, " does not divide the ", whose, "'s ", shape->kv_heads,
-                       " key/value heads (num_key_value_heads, ", shape->source, ")", kMlpOnly),
-          errors);
+      ParallelismError("tensor_parallel_size",
+                       absl::StrCat(tp, " does not divide the ", whose, "'s ", shape->kv_heads,
+                                    " key/value heads (num_key_value_heads, ", shape->source, ")",
+                                    kTensorParallelMlpOnlyHint),
+                       errors);
     }
-    const int64_t heads = heads_split ? shape->heads / tp : shape->heads;
     if (splits_sequences && heads % sp != 0) {
-      ParallelismError(
-          "sequence_parallel_size",
-          absl::StrCat(sp, " does not divide the ", whose, "'s ", shape->heads,
-                       " attention heads (num_attention_heads, ", shape->source, ")",
-                       heads_split ? absl::StrCat(" / tensor_parallel_size ", tp, kMlpOnly) : ""),
-          errors);
+      ParallelismError("sequence_parallel_size",
+                       absl::StrCat(sp, " does not divide the ", whose, "'s ", shape->heads,
+                                    " attention heads (num_attention_heads, ", shape->source, ")",
+                                    heads_split ? absl::StrCat(" / tensor_parallel_size ", tp,
+                                                               kTensorParallelMlpOnlyHint)
+                                                : ""),
+                       errors);
     }
     if (shape->intermediate % tp != 0) {
       ParallelismError("tensor_parallel_size",

@@ -44,6 +44,17 @@ DeviceMesh MeshOf(const trainctl::v1::JobSpec& spec, int world);
 // without tensor_parallel_mlp_only).
 bool TensorParallelSplitsAttention(const trainctl::v1::JobSpec& spec);
 
+// The attention heads of `heads` a rank holds, the ones sequence parallelism splits further: its
+// tensor-parallel share when `attention_split` and `tp` divides them, else all of them (a `tp`
+// that does not divide them is refused on its own account).
+inline int64_t HeadsPerTensorRank(int64_t heads, int64_t tp, bool attention_split) {
+  return attention_split && heads % tp == 0 ? heads / tp : heads;
+}
+
+// What a refusal caused by split attention heads appends: the key that keeps attention whole.
+inline constexpr char kTensorParallelMlpOnlyHint[] =
+    "; parallelism.tensor_parallel_mlp_only: true splits only the MLPs";
+
 // Appends "spec.parallelism.<field>: <what>" errors, each naming the numbers: sizes below 1,
 // sequence x tensor not dividing slots_per_node (the groups must stay inside a node), a kind
 // other than sft, packing with sequence parallelism, and, when the model's config is known here

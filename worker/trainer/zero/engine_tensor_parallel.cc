@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/parallelism_spec.h"
 #include "worker/trainer/zero/engine.h"
 #include "worker/trainer/zero/internal/engine_unit.h"
 
@@ -19,13 +20,11 @@ absl::Status Engine::CheckTensorParallelFits(const model::Qwen2VLConfig& config)
   if (config.intermediate_size % size != 0) {
     what = absl::StrCat(config.intermediate_size, "-wide MLP (intermediate_size)");
   } else if (tp_->attention && config.num_attention_heads % size != 0) {
-    what = absl::StrCat(config.num_attention_heads,
-                        " attention heads (num_attention_heads; parallelism."
-                        "tensor_parallel_mlp_only keeps attention whole)");
+    what = absl::StrCat(config.num_attention_heads, " attention heads (num_attention_heads)",
+                        kTensorParallelMlpOnlyHint);
   } else if (tp_->attention && config.num_key_value_heads % size != 0) {
-    what = absl::StrCat(config.num_key_value_heads,
-                        " key/value heads (num_key_value_heads; parallelism."
-                        "tensor_parallel_mlp_only keeps attention whole)");
+    what = absl::StrCat(config.num_key_value_heads, " key/value heads (num_key_value_heads)",
+                        kTensorParallelMlpOnlyHint);
   } else if (tp_->vocab_parallel && config.vocab_size % size != 0) {
     what = absl::StrCat(config.vocab_size, "-token vocabulary");
   } else {

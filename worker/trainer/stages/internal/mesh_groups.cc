@@ -73,16 +73,14 @@ absl::Status CheckSequenceSplitsHeads(const model::Qwen2VLConfig& config, const 
                                       bool attention_split, const std::string& whose) {
   // Heads tensor parallelism cannot split are the engine's to name.
   const int64_t heads = config.num_attention_heads;
-  const bool split = attention_split && heads % mesh.tensor == 0;
-  if (mesh.sequence == 1 || (split ? heads / mesh.tensor : heads) % mesh.sequence == 0) {
-    return absl::OkStatus();
-  }
+  const int64_t held = HeadsPerTensorRank(heads, mesh.tensor, attention_split);
+  if (held % mesh.sequence == 0) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "parallelism.sequence_parallel_size ", mesh.sequence, " does not divide ", whose, "'s ",
       heads, " attention heads",
-      split ? absl::StrCat(" / tensor_parallel_size ", mesh.tensor,
-                           "; parallelism.tensor_parallel_mlp_only: true splits only the MLPs")
-            : ""));
+      held != heads
+          ? absl::StrCat(" / tensor_parallel_size ", mesh.tensor, kTensorParallelMlpOnlyHint)
+          : ""));
 }
 
 absl::StatusOr<MeshGroups> OpenMeshGroups(const trainctl::v1::JobSpec& spec, zero::Comm& world,
